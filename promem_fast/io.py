@@ -1,0 +1,298 @@
+"""Input and output files.
+
+Input: JSONL, one session per line, in either form::
+
+    {"session_id": "s1", "user": "Maya Chen", "timestamp": "2025-03-14T09:30:00",
+     "turns": [{"turn_id": 0, "role": "user", "text": "...", "timestamp": "..."},
+               {"turn_id": 0, "role": "assistant", "text": "..."}]}
+    {"session_id": "s2", "user": "Maya Chen", "messages": [{"role": "user", "content": "..."}, ...]}
+
+``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
+may be spelled ``content``; ``owner_role`` names whose memory it is when the speakers are peers
+(default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out.
+Every problem is reported as an :class:`~promem_fast.errors.InputError` naming file, line, session and field.
+
+Output: JSONL, one :class:`~promem_fast.types.MemoryGraph` per line, appended and flushed as each session
+finishes, so a killed run loses at most the line being written; ``resume`` drops such a torn last line and
+reports the ids already done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from promem_fast.errors import InputError
+from promem_fast.types import MemoryGraph, Session, Turn
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_FORMATS: tuple[str, ...] = (
+    "%b %d, %Y, %H:%M:%S",      # HaluMem: "Sep 04, 2025, 09:05:32"
+    "%I:%M %p on %d %B, %Y",    # LoCoMo: "1:56 pm on 8 May, 2023"
+    "%I:%M %p on %d %b, %Y",
+    "%Y/%m/%d (%a) %H:%M",      # LongMemEval: "2023/05/20 (Sat) 02:21"
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%d %B %Y",
+    "%B %d, %Y",
+    "%b %d, %Y",
+)
+
+
+def parse_timestamp(value: str) -> datetime | None:
+    """A datetime for the timestamp formats we know (ISO 8601 and the benchmarks'), else None."""
+    text = value.strip()
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        pass
+    for fmt in TIMESTAMP_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+class _Check:
+    """Field checks for one record, raising errors that say exactly where."""
+
+    def __init__(self, file: str | None, line: int | None, session_id: str | None = None) -> None:
+        self.file, self.line, self.session_id = file, line, session_id
+
+    def error(self, message: str, field: str | None = None) -> InputError:
+        return InputError(message, file=self.file, line=self.line, session_id=self.session_id, field=field)
+
+    def text(self, record: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+        if key not in record or record[key] is None:
+            if required:
+                raise self.error("missing field", where)
+            return None
+        value = record[key]
+        if not isinstance(value, str):
+            raise self.error(f"must be a string, got {type(value).__name__}", where)
+        return value
+
+    def timestamp(self, record: dict[str, Any], where: str) -> str | None:
+        value = self.text(record, "timestamp", where, required=False)
+        if value is not None and parse_timestamp(value) is None:
+            raise self.error(f"unknown timestamp format {value[:40]!r} (ISO 8601 or one of "
+                             f"{len(TIMESTAMP_FORMATS)} dataset formats expected)", where)
+        return value
+
+
+def session_from_dict(record: Any, *, file: str | None = None, line: int | None = None,
+                      max_turn_chars: int = 200_000) -> Session:
+    """Validate one input record and build its :class:`Session`."""
+    check = _Check(file, line)
+    if not isinstance(record, dict):
+        raise check.error(f"a session must be a JSON object, got {type(record).__name__}")
+    sid = record.get("session_id")
+    if sid is None:
+        raise check.error("missing field", "session_id")
+    if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+        raise check.error(f"must be a string, got {type(sid).__name__}", "session_id")
+    check.session_id = str(sid)
+    if not str(sid).strip():
+        raise check.error("must not be empty", "session_id")
+    user = check.text(record, "user", "user")
+    assert user is not None
+    if not user.strip():
+        raise check.error("must not be empty", "user")
+    owner = check.text(record, "owner_role", "owner_role", required=False) or "user"
+    timestamp = check.timestamp(record, "timestamp")
+    metadata = record.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise check.error("must be an object", "metadata")
+    if "turns" in record:
+        key, raw_turns = "turns", record["turns"]
+    elif "messages" in record:
+        key, raw_turns = "messages", record["messages"]
+    else:
+        raise check.error("missing field (give 'turns' or 'messages')", "turns")
+    if not isinstance(raw_turns, list):
+        raise check.error(f"must be a list, got {type(raw_turns).__name__}", key)
+    turns: list[Turn] = []
+    next_id = -1
+    for i, raw in enumerate(raw_turns):
+        where = f"{key}[{i}]"
+        if not isinstance(raw, dict):
+            raise check.error(f"must be an object, got {type(raw).__name__}", where)
+        role = check.text(raw, "role", f"{where}.role")
+        assert role is not None
+        if key == "messages" and role == "system":
+            continue
+        text_key = "text" if "text" in raw else "content"
+        text = check.text(raw, text_key, f"{where}.{text_key}")
+        assert text is not None
+        if not text.strip():
+            raise check.error("turn has no text", f"{where}.{text_key}")
+        if len(text) > max_turn_chars:
+            raise check.error(f"turn of {len(text):,} characters exceeds max_turn_chars={max_turn_chars:,}",
+                              f"{where}.{text_key}")
+        if "turn_id" in raw and raw["turn_id"] is not None:
+            tid = raw["turn_id"]
+            if isinstance(tid, bool) or not isinstance(tid, (int, str)):
+                raise check.error(f"must be an integer or string, got {type(tid).__name__}", f"{where}.turn_id")
+        else:
+            if role == owner or next_id < 0:
+                next_id += 1
+            tid = next_id
+        turns.append(Turn(turn_id=tid, role=role, text=text, timestamp=check.timestamp(raw, f"{where}.timestamp")))
+    if not turns:
+        raise check.error("session has no turns", key)
+    return Session(session_id=str(sid), user=user, turns=tuple(turns), timestamp=timestamp or turns[0].timestamp,
+                   metadata=metadata, owner_role=owner)
+
+
+def read_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> Iterator[Session | InputError]:
+    """Each line's session, or the error that line has; a duplicated session id is an error of the later line."""
+    name = str(path)
+    seen: set[str] = set()
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield InputError(f"invalid UTF-8 at byte {exc.start}", file=name, line=number)
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=name, line=number)
+                continue
+            try:
+                session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
+            except InputError as exc:
+                yield exc
+                continue
+            if session.session_id in seen:
+                yield InputError("duplicated session id (first occurrence kept)", file=name, line=number,
+                                 session_id=session.session_id, field="session_id")
+                continue
+            seen.add(session.session_id)
+            yield session
+
+
+def load_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> list[Session]:
+    """All sessions of a JSONL file; raises the first :class:`InputError`."""
+    out: list[Session] = []
+    for item in read_sessions(path, max_turn_chars=max_turn_chars):
+        if isinstance(item, InputError):
+            raise item
+        out.append(item)
+    return out
+
+
+class _Appender:
+    """An append-only JSONL file that survives ``kill -9``: whole lines, flushed one by one."""
+
+    def __init__(self, path: str | Path, *, resume: bool, fsync: bool) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self.lines: list[str] = []
+        if resume and self.path.exists():
+            self.lines = self._recover()
+        elif self.path.exists():
+            self.path.unlink()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle: IO[str] = open(self.path, "a", encoding="utf-8")
+
+    def _recover(self) -> list[str]:
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            log.warning("%s: dropping a torn last line of %d bytes left by an interrupted run",
+                        self.path, len(data) - end)
+            with open(self.path, "r+b") as handle:
+                handle.truncate(end)
+        good = []
+        for number, raw in enumerate(data[:end].splitlines(), start=1):
+            try:
+                json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise InputError(f"not a complete record ({exc}); remove it or start without --resume",
+                                 file=str(self.path), line=number) from exc
+            good.append(raw.decode("utf-8"))
+        return good
+
+    def append(self, line: str) -> None:
+        self._handle.write(line + "\n")
+        self._handle.flush()
+        if self.fsync:
+            os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class GraphWriter(_Appender):
+    """The output file; ``done`` holds the session ids already written (for ``--resume``)."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False, fsync: bool = False, timings: bool = True) -> None:
+        super().__init__(path, resume=resume, fsync=fsync)
+        self.timings = timings
+        self.done: set[str] = {json.loads(line)["session_id"] for line in self.lines}
+
+    def write(self, graph: MemoryGraph) -> None:
+        self.append(graph.to_json(timings=self.timings))
+        self.done.add(graph.session_id)
+
+
+class RejectWriter(_Appender):
+    """``OUT.rejects.jsonl``: each skipped input and why, written once even across resumed runs."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False) -> None:
+        super().__init__(path, resume=resume, fsync=False)
+        self._seen = {self._key(json.loads(line)) for line in self.lines}
+        self.count = 0
+
+    @staticmethod
+    def _key(record: dict[str, Any]) -> tuple[Any, ...]:
+        return (record.get("kind"), record.get("file"), record.get("line"), record.get("session_id"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.count += 1
+        if self._key(record) in self._seen:
+            return
+        self._seen.add(self._key(record))
+        self.append(json.dumps(record, ensure_ascii=False))
+
+    def input_error(self, error: InputError) -> None:
+        self.write({"kind": "input", **error.to_dict()})
+
+    def session_error(self, session: Session, error: BaseException) -> None:
+        self.write({"kind": "session", "file": None, "line": None, "session_id": session.session_id,
+                    "field": None, "error": f"{type(error).__name__}: {error}"})
+
+
+def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield MemoryGraph.from_json(line)
+
+
+def export_graphs(path: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
+    """One file per session: ``node-link`` JSON (networkx) or ``graphml``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for graph in read_graphs(path):
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in graph.session_id)
+        if fmt == "graphml":
+            target = out / f"{safe}.graphml"
+            graph.write_graphml(str(target))
+        else:
+            target = out / f"{safe}.json"
+            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8")
+        written.append(target)
+    return written

@@ -1,0 +1,297 @@
+"""Turning a model's reply into a value that matches the role's JSON schema.
+
+Small local models wrap JSON in prose or code fences, stop in the middle of a list, quote numbers or
+return a bare list where an object was asked for. Each of these is repaired here when the repair invents
+nothing (a truncated list loses its unfinished last element, it never gains one); anything else raises
+:class:`ReplyError` so the engine retries the request, and after the last attempt records the failure
+with the raw reply. Every repair is named, and the names end up in the session's statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from promem_fast.requests import ReplyError
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
+
+
+def parse_reply(text: str, schema: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """Parse ``text`` against ``schema``; returns ``(value, repairs)`` or raises :class:`ReplyError`."""
+    repairs: list[str] = []
+    raw = text.strip()
+    if not raw:
+        raise ReplyError("empty reply")
+    value = _loads_lenient(raw, schema, repairs)
+    value = validate(value, schema, repairs)
+    return value, repairs
+
+
+def _loads_lenient(raw: str, schema: Mapping[str, Any], repairs: list[str]) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        pass
+    fenced = _FENCE.search(raw)
+    if fenced and fenced.group(1).strip():
+        inner = fenced.group(1).strip()
+        try:
+            value = json.loads(inner)
+            repairs.append("code fence removed")
+            return value
+        except json.JSONDecodeError:
+            raw = inner
+    opener = _first_opener(raw, schema)
+    if opener < 0:
+        raise ReplyError("no JSON value in reply")
+    candidate, complete = _scan_value(raw, opener)
+    if complete:
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            raise ReplyError(f"malformed JSON: {exc.msg}") from exc
+        if opener > 0 or len(candidate) < len(raw.rstrip()):
+            repairs.append("surrounding prose removed")
+        return value
+    closed = _close_truncated(candidate)
+    if closed is None:
+        raise ReplyError("truncated JSON with no complete element")
+    try:
+        value = json.loads(closed)
+    except json.JSONDecodeError as exc:
+        raise ReplyError(f"truncated JSON could not be closed: {exc.msg}") from exc
+    repairs.append("truncated reply closed after its last complete element")
+    return value
+
+
+def _first_opener(raw: str, schema: Mapping[str, Any]) -> int:
+    """Index of the first ``{`` or ``[`` that can start the expected value (objects preferred for objects)."""
+    wanted = "{" if _types(schema) == {"object"} else None
+    positions = [i for i in (raw.find("{"), raw.find("[")) if i >= 0]
+    if not positions:
+        return -1
+    if wanted and raw.find(wanted) >= 0:
+        return raw.find(wanted)
+    return min(positions)
+
+
+def _scan_value(raw: str, start: int) -> tuple[str, bool]:
+    """The JSON text from ``start`` to its matching close bracket, and whether it closed."""
+    depth = 0
+    in_string = False
+    escape = False
+    for i in range(start, len(raw)):
+        ch = raw[i]
+        if in_string:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                return raw[start:i + 1], True
+    return raw[start:], False
+
+
+def _close_truncated(text: str) -> str | None:
+    """Cut a truncated JSON text after its last complete element and close the open brackets.
+
+    Walks the text once, remembering after each complete element (a value inside an array, or a
+    ``key: value`` pair inside an object) where it ended and which brackets were open there.
+    """
+    stack: list[str] = []
+    in_string = False
+    escape = False
+    last_cut: tuple[int, tuple[str, ...]] | None = None
+    expect_key = False  # inside an object, the next string is a key
+    after_colon = False
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if in_string:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_string = False
+                if stack and not (stack[-1] == "{" and expect_key):
+                    last_cut = (i + 1, tuple(stack))
+                    after_colon = False
+                elif stack and stack[-1] == "{" and expect_key:
+                    expect_key = False
+            i += 1
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append(ch)
+            expect_key = ch == "{"
+            after_colon = False
+        elif ch in "]}":
+            if not stack:
+                return None
+            stack.pop()
+            if stack:
+                last_cut = (i + 1, tuple(stack))
+            expect_key = False
+        elif ch == ",":
+            expect_key = bool(stack) and stack[-1] == "{"
+        elif ch == ":":
+            after_colon = True
+        elif ch in "-0123456789tfn" and stack:
+            m = re.match(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null", text[i:])
+            if m and i + m.end() < n:  # a literal that reached the end of the text may be cut short
+                i += m.end()
+                last_cut = (i, tuple(stack))
+                after_colon = False
+                continue
+        i += 1
+    del after_colon
+    if last_cut is None:
+        return None
+    cut, open_brackets = last_cut
+    closing = "".join("}" if b == "{" else "]" for b in reversed(open_brackets))
+    return text[:cut] + closing
+
+
+# --------------------------------------------------------------------------------------- schema
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    t = schema.get("type")
+    if t is None:
+        return set()
+    return {t} if isinstance(t, str) else set(t)
+
+
+def validate(value: Any, schema: Mapping[str, Any], repairs: list[str], path: str = "$") -> Any:
+    """Check ``value`` against the subset of JSON Schema our prompts use, applying lossless repairs.
+
+    Supported: type (incl. lists of types), properties, required, items, enum, minItems, maxItems,
+    minimum, maximum, minLength. Repairs: a bare list wrapped into the single array property of an
+    object schema; integers written as strings; numbers where strings are wanted; an over-long list cut
+    to ``maxItems``; list items of the wrong type dropped (each named).
+    """
+    types = _types(schema)
+    if value is None:
+        if "null" in types or not types:
+            return None
+        raise ReplyError(f"{path}: null where {sorted(types)} expected")
+    if "object" in types and not isinstance(value, dict):
+        arrays = [k for k, s in schema.get("properties", {}).items() if "array" in _types(s)]
+        if isinstance(value, list) and len(arrays) == 1 and set(schema.get("required", [])) <= {arrays[0]}:
+            repairs.append(f"{path}: bare list wrapped as {arrays[0]!r}")
+            value = {arrays[0]: value}
+        elif not ({"array", "string", "integer", "number", "boolean"} & types):
+            raise ReplyError(f"{path}: expected an object, got {type(value).__name__}")
+    if isinstance(value, dict) and "object" in types:
+        out: dict[str, Any] = {}
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                raise ReplyError(f"{path}: missing required field {key!r}")
+        for key, sub in props.items():
+            if key in value:
+                out[key] = validate(value[key], sub, repairs, f"{path}.{key}")
+        return out
+    if "array" in types:
+        if not isinstance(value, list):
+            raise ReplyError(f"{path}: expected a list, got {type(value).__name__}")
+        item_schema = schema.get("items", {})
+        items: list[Any] = []
+        for idx, item in enumerate(value):
+            try:
+                items.append(validate(item, item_schema, repairs, f"{path}[{idx}]"))
+            except ReplyError as exc:
+                repairs.append(f"dropped item: {exc}")
+        if value and not items:
+            raise ReplyError(f"{path}: no item of the list is valid")
+        max_items = schema.get("maxItems")
+        if max_items is not None and len(items) > max_items:
+            repairs.append(f"{path}: {len(items)} items cut to maxItems={max_items}")
+            items = items[:max_items]
+        if len(items) < schema.get("minItems", 0):
+            raise ReplyError(f"{path}: fewer than {schema['minItems']} items")
+        return items
+    if "enum" in schema:
+        allowed = schema["enum"]
+        if value in allowed:
+            return value
+        if isinstance(value, str):
+            folded = {str(a).lower(): a for a in allowed}
+            if value.strip().lower() in folded:
+                repairs.append(f"{path}: enum value case-folded")
+                return folded[value.strip().lower()]
+        raise ReplyError(f"{path}: {value!r} is not one of {allowed}")
+    if "boolean" in types:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            repairs.append(f"{path}: boolean written as string")
+            return value.strip().lower() == "true"
+        if "string" not in types:
+            raise ReplyError(f"{path}: expected true/false, got {value!r}")
+    if "integer" in types:
+        number = value
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            repairs.append(f"{path}: integer written as string")
+            number = int(value)
+        if isinstance(number, bool) or not isinstance(number, int):
+            if isinstance(number, float) and number.is_integer():
+                number = int(number)
+            elif "string" not in types:
+                raise ReplyError(f"{path}: expected an integer, got {value!r}")
+            else:
+                number = None
+        if number is not None:
+            _check_range(number, schema, path)
+            return number
+    if "number" in types and isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_range(value, schema, path)
+        return value
+    if "string" in types:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            repairs.append(f"{path}: number written where a string was asked")
+            value = str(value)
+        if not isinstance(value, str):
+            raise ReplyError(f"{path}: expected a string, got {type(value).__name__}")
+        if len(value.strip()) < schema.get("minLength", 0):
+            raise ReplyError(f"{path}: string shorter than {schema['minLength']}")
+        return value
+    if not types:
+        return value
+    raise ReplyError(f"{path}: expected {sorted(types)}, got {type(value).__name__}")
+
+
+def _check_range(number: float, schema: Mapping[str, Any], path: str) -> None:
+    if "minimum" in schema and number < schema["minimum"]:
+        raise ReplyError(f"{path}: {number} is below the minimum {schema['minimum']}")
+    if "maximum" in schema and number > schema["maximum"]:
+        raise ReplyError(f"{path}: {number} is above the maximum {schema['maximum']}")
+
+
+# --------------------------------------------------------------------------------------- language
+def dominant_script(text: str) -> str | None:
+    """The writing system most letters of ``text`` belong to (LATIN, CJK, CYRILLIC, ...), or None."""
+    counts: dict[str, int] = {}
+    for ch in text:
+        if ch.isalpha():
+            name = unicodedata.name(ch, "")
+            script = name.split(" ", 1)[0] if name else "UNKNOWN"
+            if script in ("HIRAGANA", "KATAKANA", "HANGUL"):
+                script = "CJK"
+            counts[script] = counts.get(script, 0) + 1
+    if not counts:
+        return None
+    return max(sorted(counts), key=counts.__getitem__)

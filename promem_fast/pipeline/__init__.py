@@ -1,0 +1,92 @@
+"""The ProMem pipeline of one session, written as the paper's algorithm (§3), one stage per module:
+
+=====================  ==========================  ==========================================
+stage                  module                      paper
+=====================  ==========================  ==========================================
+details per turn       :mod:`.details`             §3.2 fine-grained detail extraction
+topic segments         :mod:`.segment`             §3.2 topic clustering (LightMem fine cut)
+events, relations      :mod:`.events`              §3.2 event abstraction, relation inference
+initial draft          :mod:`.draft`               §3.3 M_draft
+completeness check     :mod:`.completeness`        §3.3 cross-reference matrix, E_miss
+hallucination check    :mod:`.verify`              §3.4 grounding, NLI, atomic facts, adjudication
+relation verification  :mod:`.relations`           §3.5 probe questions, R_valid
+detail anchoring       :mod:`.anchor`              §3.5 A_attr by turn id
+=====================  ==========================  ==========================================
+
+Stages never call a model: they yield requests, which the engine batches across sessions.
+"""
+
+from __future__ import annotations
+
+from promem_fast.engine import RunContext
+from promem_fast.pipeline.anchor import anchor_details
+from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.completeness import check_completeness
+from promem_fast.pipeline.details import extract_details
+from promem_fast.pipeline.draft import draft_memory
+from promem_fast.pipeline.events import abstract_events, embed_turns
+from promem_fast.pipeline.relations import map_edges, verify_relations
+from promem_fast.pipeline.verify import ground, verify_entries
+from promem_fast.requests import Program
+from promem_fast.types import Detail, Edge, Event, MemoryEntry, MemoryGraph, Session
+
+
+def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
+    """Extract the verified memory graph G = (V, E, A) of one session."""
+    cp = ctx.config.pipeline
+    groups = session.turn_groups()
+    ordinal = {tid: i for i, (tid, _) in enumerate(groups)}
+
+    if cp.mode == "one-off":
+        draft = yield from draft_memory(session, groups, ctx)
+        nodes = [MemoryEntry(id=i, text=t, origin="draft", verification="unverified", turn_ids=[])
+                 for i, t in enumerate(draft)]
+        return _graph(session, nodes, [], [], [], ctx, mode="one-off")
+
+    need_events = cp.completeness_check or cp.relations
+
+    def events_branch() -> Program[tuple[list[Event], list[tuple[int, str, int]], object]]:
+        vectors = yield from embed_turns(groups, "cc" if need_events else "hv")
+        if not need_events:
+            return [], [], vectors
+        events, relations = yield from abstract_events(session, groups, vectors, ctx, with_relations=cp.relations)
+        return events, relations, vectors
+
+    def details_branch() -> Program[list[Detail]]:
+        if not cp.detail_anchoring:
+            return []
+        return (yield from extract_details(groups, ctx))
+
+    (events, relations, turn_vecs), details, draft = yield from gather(
+        events_branch(), details_branch(), draft_memory(session, groups, ctx))
+
+    completed = yield from check_completeness(events, draft, ctx, recover=cp.completeness_check)
+    turn_of, score = yield from ground(completed.vectors, turn_vecs)
+    nodes, became = yield from verify_entries(session, groups, completed.entries, turn_of, score, ctx,
+                                              enabled=cp.hallucination_verification)
+
+    def relations_branch() -> Program[list[Edge]]:
+        if not (cp.relations and relations):
+            return []
+        src, rel, dst = map_edges(relations, completed.event_to_entry, became, tuple(cp.relation_types))
+        turn_of_node = [ordinal[n.turn_ids[0]] if n.turn_ids else -1 for n in nodes]
+        return (yield from verify_relations(session, groups, nodes, turn_of_node, src, rel, dst, ctx))
+
+    def anchor_branch() -> Program[int]:
+        if not cp.detail_anchoring:
+            return 0
+        return (yield from anchor_details(details, nodes, ordinal))
+
+    edges, anchored = yield from gather(relations_branch(), anchor_branch())
+    ctx.stats.bump("details_anchored", anchored)
+    return _graph(session, nodes, edges, details, events, ctx, mode="promem")
+
+
+def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], details: list[Detail],
+           events: list[Event], ctx: RunContext, mode: str) -> MemoryGraph:
+    ctx.stats.bump("nodes", len(nodes))
+    return MemoryGraph(session_id=session.session_id, user=session.user, timestamp=session.timestamp,
+                       nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode)
+
+
+__all__ = ["session_program"]

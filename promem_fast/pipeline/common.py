@@ -1,0 +1,130 @@
+"""Helpers shared by the stage programs: running sub-programs side by side, NLI requests, views of turns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from promem_fast.backends.base import NLIResult
+from promem_fast.engine import RunContext
+from promem_fast.prompts import format_turn, render, schema_for
+from promem_fast.requests import Entail, Failure, Generate, Program, Request
+from promem_fast.types import Session, Turn
+
+TurnGroup = tuple[int | str, tuple[Turn, ...]]
+
+
+def gather(*programs: Program[Any]) -> Program[list[Any]]:
+    """Run sub-programs in lockstep: each round yields all their pending requests as one list.
+
+    This is how a session runs detail extraction, event abstraction and the draft in parallel (§3.2):
+    their requests travel in the same engine round instead of one after the other.
+    """
+    values: list[Any] = [None] * len(programs)
+    pending: dict[int, list[Request]] = {}
+    for i, program in enumerate(programs):
+        try:
+            pending[i] = next(program)
+        except StopIteration as stop:
+            values[i] = stop.value
+    while pending:
+        order = list(pending)
+        flat = [req for i in order for req in pending[i]]
+        results = yield flat
+        pos = 0
+        for i in order:
+            n = len(pending[i])
+            part, pos = results[pos:pos + n], pos + n
+            try:
+                pending[i] = programs[i].send(part)
+            except StopIteration as stop:
+                values[i] = stop.value
+                del pending[i]
+    return values
+
+
+def ask(requests: list[Request]) -> Program[list[Any]]:
+    """Yield ``requests`` unless there are none (a program must never yield an empty list)."""
+    if not requests:
+        return []
+    return (yield requests)
+
+
+def entail_requests(ctx: RunContext, stage: str, pairs: Sequence[tuple[str, str]],
+                    items: Sequence[str | None]) -> list[Request]:
+    """NLI requests for (premise, hypothesis) pairs: NLI-model requests, or the chat model as judge."""
+    if ctx.config.nli.backend != "llm":
+        return [Entail(stage=stage, premise=p, hypothesis=h, item=it) for (p, h), it in zip(pairs, items)]
+    max_tokens = ctx.config.pipeline.max_tokens["nli"]
+    schema = schema_for("nli")
+    return [Generate(stage=stage, role="nli", messages=render("nli", premise=p, hypothesis=h), schema=schema,
+                     max_tokens=max_tokens, item=it) for (p, h), it in zip(pairs, items)]
+
+
+def entailed(ctx: RunContext, result: Any) -> bool | None:
+    """True/False for an NLI answer of either kind; None (recorded as a failure) when the step failed."""
+    if isinstance(result, Failure):
+        ctx.fail(result)
+        return None
+    if isinstance(result, NLIResult):
+        return result.label == "entailment"
+    return result["label"] == "entailment"
+
+
+def turn_text(group: TurnGroup) -> str:
+    tid, messages = group
+    return format_turn(messages, tid)
+
+
+def premise_text(session: Session, group: TurnGroup, mode: str) -> str:
+    """The NLI premise for an entry grounded in ``group``: the whole turn, or the owner's messages in it."""
+    tid, messages = group
+    if mode == "speaker":
+        own = tuple(m for m in messages if m.role == session.owner_role)
+        if own:
+            return format_turn(own, tid)
+    return format_turn(messages, tid)
+
+
+def window_text(ctx: RunContext, role: str, text: str, budget: int) -> list[str]:
+    """``text`` cut into consecutive pieces of at most ``budget`` tokens at whitespace (never dropped)."""
+    if budget <= 0:
+        raise ValueError(f"no room left in the {role} prompt for any text")
+    if ctx.text_tokens(role, text) <= budget:
+        return [text]
+    words = text.split(" ")
+    pieces: list[str] = []
+    current: list[str] = []
+    for word in words:
+        trial = " ".join(current + [word])
+        if current and ctx.text_tokens(role, trial) > budget:
+            pieces.append(" ".join(current))
+            current = [word]
+        else:
+            current.append(word)
+    if current:
+        pieces.append(" ".join(current))
+    oversized = [p for p in pieces if ctx.text_tokens(role, p) > budget]
+    if oversized:  # a single "word" longer than the budget (no spaces): cut it by characters
+        out: list[str] = []
+        for piece in pieces:
+            while ctx.text_tokens(role, piece) > budget:
+                cut = max(1, len(piece) * budget // max(ctx.text_tokens(role, piece), 1))
+                out.append(piece[:cut])
+                piece = piece[cut:]
+            if piece:
+                out.append(piece)
+        pieces = out
+    return pieces
+
+
+def dedupe(texts: Sequence[str]) -> list[str]:
+    """Distinct non-empty texts (case and surrounding space ignored), first occurrence kept."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in texts:
+        key = " ".join(text.split()).lower()
+        if key and key not in seen:
+            seen.add(key)
+            out.append(" ".join(text.split()))
+    return out

@@ -1,0 +1,107 @@
+"""Stage 1b: topic segments → macro events (per segment) → candidate relations between events (§3.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from promem_fast.engine import RunContext
+from promem_fast.pipeline.common import TurnGroup, ask, dedupe, turn_text, window_text
+from promem_fast.pipeline.segment import cap_tokens, fine_boundaries, segments_from_boundaries
+from promem_fast.prompts import numbered, render, schema_for
+from promem_fast.requests import Embed, Failure, Generate, Program, ReplyError
+from promem_fast.types import Event, Session
+
+Relation = tuple[int, str, int]
+
+
+def embed_turns(groups: list[TurnGroup], stage: str) -> Program[np.ndarray]:
+    """Turn embeddings (reused later for grounding, so a session embeds its turns once)."""
+    (vectors,) = yield [Embed(stage=stage, texts=tuple(turn_text(g) for g in groups))]
+    if isinstance(vectors, Failure):
+        raise RuntimeError(f"turn embedding failed: {vectors.error}")
+    return vectors
+
+
+def segment(groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext) -> list[list[int]]:
+    cp = ctx.config.pipeline
+    cuts = fine_boundaries(vectors, cp.theta_start, cp.theta_step, cp.theta_max)
+    segments = segments_from_boundaries(len(groups), cuts)
+    sizes = [ctx.text_tokens("event", turn_text(g)) for g in groups]
+    return cap_tokens(segments, sizes.__getitem__, cp.max_segment_tokens)
+
+
+def abstract_events(session: Session, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
+                    with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
+    """Events of every segment in one round, then (optionally) one relation request over all events."""
+    cp = ctx.config.pipeline
+    segments = segment(groups, vectors, ctx)
+    ctx.stats.bump("segments", len(segments))
+    schema = schema_for("event", max_items=cp.max_list_items)
+    budget = ctx.prompt_budget("event", render("event", user=session.user, segment=""))
+    requests: list[Generate] = []
+    owners: list[int] = []
+    for number, members in enumerate(segments):
+        text = "\n".join(turn_text(groups[i]) for i in members)
+        pieces = window_text(ctx, "event", text, budget)
+        if len(pieces) > 1:
+            ctx.stats.bump("windowed_segments")
+        for piece in pieces:
+            requests.append(Generate(stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"],
+                                     messages=render("event", user=session.user, segment=piece),
+                                     item=f"segment {number}"))
+            owners.append(number)
+    results = yield from ask(requests)
+    texts_by_segment: dict[int, list[str]] = {}
+    for number, result in zip(owners, results):
+        if isinstance(result, Failure):
+            ctx.fail(result)
+            continue
+        texts_by_segment.setdefault(number, []).extend(result["events"])
+    events: list[Event] = []
+    seen: set[str] = set()
+    for number in sorted(texts_by_segment):
+        for text in dedupe(texts_by_segment[number]):
+            if text.lower() in seen:
+                continue
+            seen.add(text.lower())
+            events.append(Event(text=text, segment=number, turn_ids=[groups[i][0] for i in segments[number]]))
+    ctx.stats.bump("events", len(events))
+    if not with_relations or len(events) < 2:
+        return events, []
+    relations = yield from infer_relations(events, ctx)
+    return events, relations
+
+
+def infer_relations(events: list[Event], ctx: RunContext) -> Program[list[Relation]]:
+    cp = ctx.config.pipeline
+    n = len(events)
+    types = tuple(cp.relation_types)
+    schema = schema_for("relation", max_items=cp.max_list_items, n_events=n, relation_types=types)
+
+    def check(value: dict[str, Any]) -> tuple[list[Relation], list[str]]:
+        """Strict repair: edges naming an event that does not exist, or an event with itself, are dropped."""
+        kept: list[Relation] = []
+        notes: list[str] = []
+        for rel in value["relations"]:
+            s, r, t = rel["source"], rel["relation"], rel["target"]
+            if not (0 <= s < n and 0 <= t < n):
+                notes.append(f"dropped edge to a missing event ({s} -> {t} of {n})")
+            elif s == t:
+                notes.append(f"dropped self-loop on event {s}")
+            else:
+                kept.append((s, r, t))
+        if value["relations"] and not kept:
+            raise ReplyError("every proposed edge names a missing event")
+        return kept, notes
+
+    (result,) = yield [Generate(stage="rel", role="relation", schema=schema, max_tokens=cp.max_tokens["relation"],
+                                messages=render("relation", events=numbered([e.text for e in events]),
+                                                relation_types=", ".join(types)),
+                                check=check, item=f"{n} events")]
+    if isinstance(result, Failure):
+        ctx.fail(result)
+        return []
+    ctx.stats.bump("relations_inferred", len(result))
+    return result

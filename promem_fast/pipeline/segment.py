@@ -1,0 +1,51 @@
+"""Topic segmentation of the turns by embedding similarity (the fine cut of LightMem, used in §3.2).
+
+A boundary goes between turns i and i+1 where cos(turn_i, turn_{i+1}) < theta. theta starts low and is
+raised step by step until at least one boundary appears, so a session always splits where its topic
+shifts most, however similar its turns are overall. Segments are then capped in tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def fine_boundaries(vectors: np.ndarray, theta_start: float, theta_step: float, theta_max: float) -> list[int]:
+    """Indices i (1 <= i < n) where a new segment starts; empty when no threshold up to theta_max cuts."""
+    if len(vectors) < 2:
+        return []
+    sims = np.einsum("ij,ij->i", vectors[:-1], vectors[1:])
+    steps = int(round((theta_max - theta_start) / theta_step)) + 1
+    for k in range(max(steps, 1)):
+        theta = theta_start + k * theta_step
+        cuts = [i + 1 for i in np.flatnonzero(sims < theta - 1e-9).tolist()]
+        if cuts:
+            return cuts
+    return []
+
+
+def segments_from_boundaries(n: int, boundaries: Sequence[int]) -> list[list[int]]:
+    starts = [0, *boundaries]
+    ends = [*boundaries, n]
+    return [list(range(a, b)) for a, b in zip(starts, ends) if b > a]
+
+
+def cap_tokens(segments: list[list[int]], tokens: Callable[[int], int], max_tokens: int) -> list[list[int]]:
+    """Split segments greedily at turn boundaries so each stays within ``max_tokens`` (a single turn over
+    the cap stays alone; the event stage windows it)."""
+    out: list[list[int]] = []
+    for segment in segments:
+        current: list[int] = []
+        used = 0
+        for index in segment:
+            t = tokens(index)
+            if current and used + t > max_tokens:
+                out.append(current)
+                current, used = [], 0
+            current.append(index)
+            used += t
+        if current:
+            out.append(current)
+    return out

@@ -1,0 +1,117 @@
+"""What a session program asks the engine for, and what it gets back.
+
+A session program is a generator: it yields a list of requests, the engine answers all of them (batched
+with every other session's requests of the same kind) and sends back a list of results in the same order.
+A result is the parsed value, or a :class:`Failure` when the step could not be completed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+import numpy as np
+
+from promem_fast.backends.base import Message, NLIResult
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Generate:
+    """A chat completion whose reply must parse as JSON matching ``schema``.
+
+    ``check`` is the role's semantic validation of the parsed value (ids in range, texts non-empty). It may
+    return a repaired value together with repair notes, or raise ``ReplyError`` to have the reply retried.
+    """
+
+    stage: str
+    role: str
+    messages: tuple[Message, ...]
+    schema: Mapping[str, Any]
+    max_tokens: int
+    check: Callable[[Any], tuple[Any, list[str]]] | None = None
+    item: str | None = None
+    """What the request is about, kept with a failure so the user can see which step failed."""
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Entail:
+    """NLI: does ``premise`` entail ``hypothesis``? Answered with an :class:`NLIResult`."""
+
+    stage: str
+    premise: str
+    hypothesis: str
+    item: str | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Embed:
+    """Embeddings of ``texts``, answered with a float32 array of normalised rows."""
+
+    stage: str
+    texts: tuple[str, ...]
+    query: bool = False
+    """Embed as retrieval queries (some models prefix an instruction)."""
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Match:
+    """Top-1 cosine of each query row among the key rows, answered with ``(index, score)`` arrays."""
+
+    stage: str
+    queries: np.ndarray
+    keys: np.ndarray
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Anchor:
+    """Detail anchoring by turn: for each entry turn, the indices of the details of the same turn.
+
+    Answered with a list (one per entry) of int64 index arrays. Turns are ordinals within the session;
+    negative means ungrounded. The engine answers all sessions' requests with one native call.
+    """
+
+    stage: str
+    detail_turns: np.ndarray
+    entry_turns: np.ndarray
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class CleanEdges:
+    """Edge cleaning: indices of the candidate edges to keep (no self-loops, no edge to a discarded node
+    (id < 0), no duplicate; relations flagged in ``symmetric`` match in both directions). Answered with
+    an int64 array, input order kept; one native call for the whole batch."""
+
+    stage: str
+    source: np.ndarray
+    relation: np.ndarray
+    target: np.ndarray
+    symmetric: np.ndarray | None = None
+
+
+Request = Union[Generate, Entail, Embed, Match, Anchor, CleanEdges]
+
+
+@dataclass(slots=True)
+class Failure:
+    """A step the engine could not complete; the program records it and goes on with what it has."""
+
+    stage: str
+    role: str
+    error: str
+    raw: list[str] = field(default_factory=list)
+    item: str | None = None
+
+
+class ReplyError(ValueError):
+    """Raised by a role's ``check`` when a parsed reply is unusable and no strict repair exists."""
+
+
+Program = Generator[list[Request], list[Any], T]
+"""A session program: yields request lists, receives result lists, returns its final value."""
+
+__all__ = [
+    "Anchor", "CleanEdges", "Embed", "Entail", "Failure", "Generate", "Match", "NLIResult", "Program", "ReplyError", "Request",
+]

@@ -1,0 +1,60 @@
+"""Shared fixtures: the scripted configuration, hand-written sessions and the real HaluMem sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promem_fast.config import EngineConfig
+from promem_fast.types import Session, Turn
+
+ROOT = Path(__file__).resolve().parent.parent
+HALUMEM = ROOT.parent / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl"
+
+
+def scripted_config(**pipeline: Any) -> EngineConfig:
+    config = EngineConfig.profile("scripted")
+    for key, value in pipeline.items():
+        setattr(config.pipeline, key, value)
+    return config
+
+
+def make_session(sid: str, user: str, exchanges: list[tuple[str, str]], timestamp: str = "2025-03-14T09:30:00"
+                 ) -> Session:
+    """A session from (user message, assistant reply) pairs; each pair is one turn."""
+    turns: list[Turn] = []
+    for tid, (said, reply) in enumerate(exchanges):
+        turns.append(Turn(turn_id=tid, role="user", text=said, timestamp=timestamp))
+        turns.append(Turn(turn_id=tid, role="assistant", text=reply, timestamp=timestamp))
+    return Session(session_id=sid, user=user, turns=tuple(turns), timestamp=timestamp)
+
+
+@pytest.fixture
+def maya() -> Session:
+    return make_session("maya-1", "Maya", [
+        ("I adopted a beagle named Biscuit last Saturday.", "Congratulations on adopting Biscuit!"),
+        ("I moved to Lisbon in May for a job at Nordvik Labs.", "Lisbon is lovely; how is the new job?"),
+        ("My sister Ana visits me in Lisbon every month.", "It is great that Ana visits so often."),
+        ("I started running 5 km every morning with Biscuit.", "Running with a dog is a good habit."),
+    ])
+
+
+def halumem_sessions(limit: int | None = None) -> list[Session]:
+    """The sessions of the real HaluMem user, converted with the plain rules of its README."""
+    record = json.loads(HALUMEM.read_text(encoding="utf-8").splitlines()[0])
+    name = record["persona_info"].split("Name:", 1)[1].split(";", 1)[0].strip()
+    out = []
+    for index, session in enumerate(record["sessions"][:limit]):
+        turns = tuple(Turn(turn_id=m["dialogue_turn"], role=m["role"], text=m["content"], timestamp=m["timestamp"])
+                      for m in session["dialogue"])
+        out.append(Session(session_id=f"{record['uuid']}:{index}", user=name, turns=turns,
+                           timestamp=session["start_time"]))
+    return out
+
+
+def write_jsonl(path: Path, sessions: list[Session]) -> Path:
+    path.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in sessions), encoding="utf-8")
+    return path

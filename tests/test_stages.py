@@ -1,0 +1,223 @@
+"""Each stage's logic on small hand-written inputs, driven through the engine with scripted replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import make_session, scripted_config
+from promem_fast.backends.embed_hashing import HashingEmbedder
+from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.engine import Engine
+from promem_fast.pipeline.anchor import anchor_details
+from promem_fast.pipeline.completeness import Candidate, check_completeness
+from promem_fast.pipeline.relations import verify_relations
+from promem_fast.pipeline.segment import cap_tokens, fine_boundaries
+from promem_fast.pipeline.verify import verify_entries
+from promem_fast.types import Detail, Event, MemoryEntry
+
+
+def run_one(engine: Engine, make: Any) -> Any:
+    ((_, value),) = list(engine.run([("k", make)]))
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+def cosine(a: str, b: str) -> float:
+    vecs = HashingEmbedder().embed([a, b])
+    return float(vecs[0] @ vecs[1])
+
+
+# ------------------------------------------------------------------------------------------ segmentation
+def test_fine_cut_raises_theta_until_a_boundary_appears() -> None:
+    # consecutive similarities 0.9, 0.45, 0.8: nothing is below 0.2..0.45, the first cut appears at 0.5
+    sims = [0.9, 0.45, 0.8]
+    vecs = [np.array([1.0, 0.0])]
+    for s in sims:
+        prev = vecs[-1]
+        angle = np.arccos(s) + np.arctan2(prev[1], prev[0])
+        vecs.append(np.array([np.cos(angle), np.sin(angle)]))
+    v = np.stack(vecs).astype(np.float32)
+    assert fine_boundaries(v, 0.2, 0.05, 0.5) == [2]
+    assert fine_boundaries(v, 0.2, 0.05, 0.4) == []
+    assert fine_boundaries(v, 0.2, 0.05, 0.95) == [2]  # the lowest threshold that cuts wins
+
+
+def test_segments_are_capped_in_tokens() -> None:
+    assert cap_tokens([[0, 1, 2, 3]], [5, 5, 5, 5].__getitem__, 10) == [[0, 1], [2, 3]]
+    assert cap_tokens([[0, 1]], [50, 1].__getitem__, 10) == [[0], [1]]
+
+
+# ------------------------------------------------------------------------------------------ CC
+def test_completeness_recovers_exactly_the_events_at_or_under_tau() -> None:
+    draft = ["Maya adopted a beagle named Biscuit.", "Maya works at Nordvik Labs in Lisbon."]
+    events = [
+        Event("Maya adopted a beagle named Biscuit.", 0, [0]),          # identical to a draft entry
+        Event("Maya adopted a beagle and works at Nordvik Labs.", 0, [0]),  # partial overlap
+        Event("Maya's sister Ana visits every month.", 1, [2]),           # missing from the draft
+    ]
+    best = [max(cosine(e.text, d) for d in draft) for e in events]
+    assert best[0] > 0.99 and best[2] < 0.3
+    tau = (best[1] + best[2]) / 2 if best[1] > best[2] else 0.6
+    engine = Engine(scripted_config(tau_comp=tau))
+    done = run_one(engine, lambda ctx: check_completeness(events, draft, ctx, recover=True))
+    expected_missing = [e.text for e, b in zip(events, best) if b <= tau]
+    assert [c.text for c in done.entries[2:]] == expected_missing
+    assert all(c.origin == "recovered" for c in done.entries[2:])
+    assert done.event_to_entry[0] == 0
+    assert done.event_to_entry[2] == 2
+    assert done.vectors.shape == (len(done.entries), HashingEmbedder().dim)
+
+    # switched off: nothing appended, events still mapped onto their best entry
+    off = run_one(engine, lambda ctx: check_completeness(events, draft, ctx, recover=False))
+    assert [c.text for c in off.entries] == draft
+    assert off.event_to_entry[0] == 0
+
+
+# ------------------------------------------------------------------------------------------ HV
+def test_hallucination_verification_keeps_splits_revises_and_discards() -> None:
+    session = make_session("s", "Maya", [
+        ("I adopted a beagle named Biscuit in March.", "Nice!"),
+        ("I moved to Lisbon for a job at Nordvik Labs.", "Great."),
+    ])
+    groups = session.turn_groups()
+    entries = [
+        Candidate("Maya adopted a beagle named Biscuit.", "draft"),                    # entailed as a whole
+        Candidate("Maya moved to Lisbon and bought a sailboat.", "draft"),             # one part supported
+        Candidate("Maya adopted Biscuit in April.", "recovered"),                      # wrong month: revise
+    ]
+    decompositions = {
+        "Maya moved to Lisbon and bought a sailboat.": ["Maya moved to Lisbon.", "Maya bought a sailboat."],
+        "Maya adopted Biscuit in April.": ["Maya adopted Biscuit in April."],
+    }
+    asked: list[str] = []
+
+    def adjudicate(fields: dict[str, str]) -> dict[str, Any]:
+        asked.append(fields["fact"])
+        if "April" in fields["fact"]:
+            return {"action": "REVISE", "revised_fact": "Maya adopted Biscuit in March."}
+        return {"action": "DISCARD", "revised_fact": None}
+
+    llm = ScriptedLLM(rules={"decompose": lambda f: {"facts": decompositions[f["entry"]]}, "adjudicate": adjudicate})
+    engine = Engine(scripted_config(), llm=llm)
+    turn_of = np.array([0, 1, 0], np.int64)
+    score = np.array([0.9, 0.8, 0.7], np.float32)
+    nodes, became = run_one(engine, lambda ctx: verify_entries(session, groups, entries, turn_of, score, ctx, True))
+    texts = [(n.text, n.origin, n.verification) for n in nodes]
+    assert texts == [
+        ("Maya adopted a beagle named Biscuit.", "draft", "entailed"),
+        ("Maya moved to Lisbon.", "draft", "atomic"),
+        ("Maya adopted Biscuit in March.", "revised", "revised"),
+    ]
+    assert sorted(asked) == ["Maya adopted Biscuit in April.", "Maya bought a sailboat."]
+    assert became == [[0], [1], [2]]
+    assert nodes[1].parent == 1 and nodes[1].turn_ids == [1]
+    assert nodes[2].turn_ids == [0]
+
+
+def test_hv_switched_off_keeps_every_entry_unverified() -> None:
+    session = make_session("s", "Maya", [("I like tea.", "ok")])
+    entries = [Candidate("Maya likes tea.", "draft"), Candidate("Maya owns a boat.", "recovered")]
+    engine = Engine(scripted_config())
+    nodes, became = run_one(engine, lambda ctx: verify_entries(
+        session, session.turn_groups(), entries, np.zeros(2, np.int64), np.ones(2, np.float32), ctx, False))
+    assert [n.verification for n in nodes] == ["unverified", "unverified"]
+    assert became == [[0], [1]]
+
+
+# ------------------------------------------------------------------------------------------ REL
+def _nodes(texts: list[str]) -> list[MemoryEntry]:
+    return [MemoryEntry(id=i, text=t, origin="draft", verification="entailed", turn_ids=[i]) for i, t in enumerate(texts)]
+
+
+def test_relation_verification_drops_implicit_and_unsupported_edges() -> None:
+    session = make_session("s", "Maya", [
+        ("I hurt my knee in March.", "Sorry to hear."),
+        ("Because of the knee I switched to swimming.", "Smart."),
+        ("I also like jazz.", "Cool."),
+    ])
+    nodes = _nodes(["Maya hurt her knee.", "Maya switched to swimming.", "Maya likes jazz.",
+                    "Maya switched to swimming because of her knee."])
+    # candidate edges: 0->1 causal (implicit: node 3 says it), 1->2 temporal (unsupported), 0->2 causal (kept),
+    # plus a self-loop, a duplicate and an edge to a discarded node (-1)
+    types = scripted_config().pipeline.relation_types
+    rid = {t: i for i, t in enumerate(types)}
+    src = np.array([0, 1, 0, 2, 0, 0], np.int64)
+    rel = np.array([rid["causal"], rid["temporal"], rid["causal"], rid["causal"], rid["causal"], rid["causal"]])
+    dst = np.array([1, 2, 2, 2, 2, -1], np.int64)
+
+    def probe(f: dict[str, str]) -> dict[str, str]:
+        return {"question": f"Q[{f['source']}|{f['target']}]"}
+
+    def answer_flat(f: dict[str, str]) -> dict[str, Any]:
+        implicit = f["question"] == "Q[Maya hurt her knee.|Maya switched to swimming.]"
+        return {"answerable": implicit, "answer": "because of her knee" if implicit else None}
+
+    def verify(f: dict[str, str]) -> dict[str, bool]:
+        return {"supported": f["target"] != "Maya likes jazz." or f["source"] == "Maya hurt her knee."}
+
+    llm = ScriptedLLM(rules={"probe": probe, "answer_flat": answer_flat, "verify_relation": verify})
+    engine = Engine(scripted_config(), llm=llm)
+    edges = run_one(engine, lambda ctx: verify_relations(session, session.turn_groups(), nodes, [0, 1, 2, 1],
+                                                          src, rel, dst, ctx))
+    assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
+    assert edges[0].probe == "Q[Maya hurt her knee.|Maya likes jazz.]"
+
+
+# ------------------------------------------------------------------------------------------ DA
+def test_details_anchor_to_entries_grounded_in_the_same_turn() -> None:
+    details = [Detail("Biscuit", 0), Detail("beagle", 0), Detail("Lisbon", 1), Detail("Ana", 2)]
+    nodes = [MemoryEntry(0, "a", "draft", "entailed", [1]), MemoryEntry(1, "b", "draft", "entailed", [0]),
+             MemoryEntry(2, "c", "draft", "entailed", [0]), MemoryEntry(3, "d", "draft", "entailed", [])]
+    engine = Engine(scripted_config())
+    anchored = run_one(engine, lambda ctx: anchor_details(details, nodes, {0: 0, 1: 1, 2: 2}))
+    assert [n.details for n in nodes] == [[2], [0, 1], [0, 1], []]
+    assert anchored == 3  # "Ana" (turn 2) has no entry
+
+
+# ------------------------------------------------------------------------------------------ whole session
+def test_full_session_statistics_add_up(maya: Any) -> None:
+    engine = Engine(scripted_config())
+    (graph,) = engine.extract([maya])
+    c = graph.stats.counts
+    assert c["nodes"] == len(graph.nodes) > 0
+    assert c["details"] == len(graph.details)
+    assert c["draft_entries"] + c.get("recovered", 0) == c["hv_checked"]
+    assert c.get("edges_kept", 0) == len(graph.edges)
+    assert c["edges_candidate"] >= c["edges_kept"]
+    assert {"draft", "cc", "hv", "da", "rel"} <= set(graph.stats.stages)
+    assert sum(s.calls for s in graph.stats.stages.values()) == engine.summary.stats.total().calls
+    for edge in graph.edges:
+        assert 0 <= edge.source < len(graph.nodes) and 0 <= edge.target < len(graph.nodes)
+        assert edge.source != edge.target
+    for node in graph.nodes:
+        assert all(graph.details[i].turn_id == node.turn_ids[0] for i in node.details)
+
+
+@pytest.mark.parametrize("switch,stage", [("completeness_check", None), ("detail_anchoring", "da"),
+                                          ("relations", None), ("hallucination_verification", None)])
+def test_ablation_switches_remove_their_module(maya: Any, switch: str, stage: str | None) -> None:
+    full = Engine(scripted_config()).extract([maya])[0]
+    cut = Engine(scripted_config(**{switch: False})).extract([maya])[0]
+    if switch == "completeness_check":
+        assert "recovered" not in {n.origin for n in cut.nodes}
+        assert cut.stats.counts.get("recovered", 0) == 0
+    if switch == "detail_anchoring":
+        assert cut.details == [] and "da" not in cut.stats.stages and full.details
+    if switch == "relations":
+        assert cut.edges == [] and cut.stats.counts.get("edges_candidate", 0) == 0
+    if switch == "hallucination_verification":
+        assert {n.verification for n in cut.nodes} == {"unverified"}
+        assert cut.stats.stages["hv"].nli_pairs == 0
+
+
+def test_one_off_mode_is_a_single_draft_prompt(maya: Any) -> None:
+    config = scripted_config(mode="one-off")
+    graph = Engine(config).extract([maya])[0]
+    assert set(graph.stats.stages) == {"draft"}
+    assert graph.stats.stages["draft"].calls == 1
+    assert graph.edges == [] and graph.details == [] and graph.mode == "one-off"
+    assert graph.nodes and all(n.verification == "unverified" for n in graph.nodes)
