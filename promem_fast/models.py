@@ -282,7 +282,8 @@ def onnx_export(
         log.warning("TorchScript ONNX export failed (%s); retrying with the dynamo exporter", exc)
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence")
-    shapes = tuple({0: batch, 1: sequence} for _ in input_names)
+    # ``forward(*tensors)`` takes one variadic argument, so the shapes are one tuple nested in the outer one.
+    shapes = (tuple({0: batch, 1: sequence} for _ in input_names),)
     program = torch.onnx.export(
         module, inputs, input_names=list(input_names), output_names=[output_name], opset_version=opset,
         dynamic_shapes=shapes, dynamo=True,

@@ -3,7 +3,7 @@
 - HaluMem (Chen et al. 2025), the primary benchmark: gold memory points per session, so extraction
   itself can be judged (integrity, accuracy), plus QA.
 - LoCoMo (Maharana et al. 2024): long peer-to-peer conversations with QA by category.
-- LongMemEval (Wu et al. 2025): one question per haystack of user–assistant sessions.
+- LongMemEval (Wu et al. 2025): one question per haystack of user-assistant sessions.
 
 Every malformed record raises :class:`~promem_fast.errors.InputError` naming the file, the line (JSONL)
 or the record index inside the field path (JSON), the session and the field, so it can be found and fixed.
@@ -66,10 +66,7 @@ class _Loc:
     path: str = ""
 
     def child(self, part: str | int, session_id: str | None = None) -> _Loc:
-        if isinstance(part, int):
-            sub = f"[{part}]"
-        else:
-            sub = f".{part}" if self.path else part
+        sub = f"[{part}]" if isinstance(part, int) else f".{part}" if self.path else part
         return _Loc(self.file, self.line, session_id or self.session_id, self.path + sub)
 
     def error(self, message: str, key: str | None = None) -> InputError:
@@ -202,7 +199,8 @@ def _halumem_user(record: Any, loc: _Loc) -> EvalUser:
     if match:
         name = match.group(1)
     else:
-        log.warning("%s:%s: no 'Name:' in persona_info of user %s; using the uuid as the name", loc.file, loc.line, uuid)
+        log.warning("%s:%s: no 'Name:' in persona_info of user %s; using the uuid as the name",
+                    loc.file, loc.line, uuid)
         name = uuid
 
     sessions: list[Session] = []
@@ -271,7 +269,8 @@ def _halumem_session(raw: Any, sid: str, name: str, uuid: str, index: int, loc: 
         turn_ids: list[int] = _pair_turn_ids(roles)
     else:
         turn_ids = [n for n in numbers if n is not None]
-    turns = tuple(Turn(turn_id=t, role=r, text=x, timestamp=s) for t, r, x, s in zip(turn_ids, roles, texts, stamps))
+    turns = tuple(Turn(turn_id=t, role=r, text=x, timestamp=s)
+                  for t, r, x, s in zip(turn_ids, roles, texts, stamps, strict=True))
     meta: dict[str, Any] = {
         "dataset": "halumem",
         "user_id": uuid,
@@ -356,7 +355,6 @@ def load_locomo(path: PathLike, limit: int | None = None) -> Benchmark:
 
 def _locomo_sample(rec: Any, loc: _Loc) -> EvalUser:
     sample_id = str(loc.get(rec, "sample_id", (str, int)))
-    loc = _Loc(loc.file, loc.line, sample_id, loc.path)
     conv = loc.get(rec, "conversation", Mapping)
     cloc = loc.child("conversation")
     speakers = (cloc.get(conv, "speaker_a", str), cloc.get(conv, "speaker_b", str))
@@ -536,7 +534,7 @@ class _SessionRegistry:
         session = Session(
             session_id=sid,
             user="user",
-            turns=tuple(Turn(turn_id=t, role=role, text=text) for t, (role, text) in zip(ids, messages)),
+            turns=tuple(Turn(turn_id=t, role=role, text=text) for t, (role, text) in zip(ids, messages, strict=True)),
             timestamp=date,
             metadata={"dataset": "longmemeval", "haystack_session_id": raw_id},
             owner_role="user",
@@ -555,8 +553,8 @@ def _lme_item(rec: Any, loc: _Loc, registry: _SessionRegistry) -> EvalUser:
                         f"haystack_dates ({len(dates)}) differ in length", "haystack_sessions")
     sessions: list[Session] = []
     resolved: dict[str, str] = {}
-    evidence_turns: dict[str, list[int]] = {}
-    for j, (raw_id, date, raw) in enumerate(zip(ids, dates, raw_sessions)):
+    evidence_turns: dict[str, list[int | str]] = {}
+    for j, (raw_id, date, raw) in enumerate(zip(ids, dates, raw_sessions, strict=True)):
         sloc = _Loc(loc.file, loc.line, raw_id, f"{loc.path}.haystack_sessions[{j}]")
         if not isinstance(raw, list):
             raise sloc.error(f"expected a list of messages, got {type(raw).__name__}")
@@ -571,7 +569,7 @@ def _lme_item(rec: Any, loc: _Loc, registry: _SessionRegistry) -> EvalUser:
         session = registry.resolve(raw_id, date, messages)
         sessions.append(session)
         resolved[raw_id] = session.session_id
-        hits = [turn.turn_id for turn, hit in zip(session.turns, flagged) if hit]
+        hits = [turn.turn_id for turn, hit in zip(session.turns, flagged, strict=True) if hit]
         if hits:
             evidence_turns[session.session_id] = list(_dedup(hits))
     answer_ids = [str(x) for x in loc.get(rec, "answer_session_ids", list, [])]

@@ -333,7 +333,10 @@ def longmemeval_scores(labels: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     everything: list[int] = []
     abstention: list[int] = []
     for i, row in enumerate(labels):
-        raw = row["autoeval_label"]["label"] if "label" not in row and "autoeval_label" in row else _need(row, "label", i)
+        if "label" not in row and "autoeval_label" in row:
+            raw = row["autoeval_label"]["label"]
+        else:
+            raw = _need(row, "label", i)
         correct = int(judge_says_yes(raw))
         by_type.setdefault(_need(row, "question_type", i), []).append(correct)
         everything.append(correct)

@@ -1,0 +1,135 @@
+"""Input validation (every error names file, line, session and field) and crash-safe output files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from conftest import make_session, scripted_config
+from promem_fast.engine import Engine
+from promem_fast.errors import InputError
+from promem_fast.io import GraphWriter, RejectWriter, export_graphs, load_sessions, parse_timestamp, read_sessions
+from promem_fast.types import MemoryGraph
+
+GOOD = {"session_id": "a", "user": "Ann", "turns": [{"turn_id": 0, "role": "user", "text": "I like tea."}]}
+
+
+def write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def errors_of(path: Path) -> list[InputError]:
+    return [x for x in read_sessions(path) if isinstance(x, InputError)]
+
+
+@pytest.mark.parametrize("record,field,message", [
+    ({"user": "Ann", "turns": GOOD["turns"]}, "session_id", "missing field"),
+    ({"session_id": 3.5, "user": "Ann", "turns": GOOD["turns"]}, "session_id", "must be a string"),
+    ({"session_id": "x", "turns": GOOD["turns"]}, "user", "missing field"),
+    ({"session_id": "x", "user": "Ann", "turns": []}, "turns", "no turns"),
+    ({"session_id": "x", "user": "Ann", "turns": "hello"}, "turns", "must be a list"),
+    ({"session_id": "x", "user": "Ann"}, "turns", "missing field"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "  "}]}, "turns[0].text", "no text"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": 7}]}, "turns[0].text", "must be a string"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"text": "hi"}]}, "turns[0].role", "missing field"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "hi", "turn_id": [1]}]},
+     "turns[0].turn_id", "integer or string"),
+    ({"session_id": "x", "user": "Ann", "timestamp": "next tuesday-ish", "turns": GOOD["turns"]},
+     "timestamp", "unknown timestamp"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "x" * 300_000}]},
+     "turns[0].text", "exceeds max_turn_chars"),
+])
+def test_each_bad_field_is_named(tmp_path: Path, record: dict, field: str, message: str) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD).encode(), json.dumps(record).encode()])
+    (error,) = errors_of(path)
+    assert error.field == field and message in error.message
+    assert error.line == 2 and error.file == str(path)
+    assert str(path) + ":2" in str(error)
+    if "session_id" in record and isinstance(record["session_id"], str):
+        assert error.session_id == record["session_id"]
+
+
+def test_bad_lines_among_good_ones_do_not_stop_the_good_ones(tmp_path: Path) -> None:
+    good2 = {**GOOD, "session_id": "b"}
+    path = write_lines(tmp_path / "in.jsonl", [
+        json.dumps(GOOD).encode(), b"{not json", b'{"session_id": "c", "user": "\xff\xfe", "turns": []}',
+        json.dumps(GOOD).encode(), json.dumps(good2).encode()])
+    items = list(read_sessions(path))
+    kinds = [type(x).__name__ for x in items]
+    assert kinds == ["Session", "InputError", "InputError", "InputError", "Session"]
+    assert "invalid JSON" in items[1].message and items[1].line == 2
+    assert "invalid UTF-8" in items[2].message and items[2].line == 3
+    assert "duplicated session id" in items[3].message and items[3].session_id == "a" and items[3].line == 4
+    with pytest.raises(InputError, match="line 2|in.jsonl:2"):
+        load_sessions(path)
+
+
+def test_openai_messages_form_assigns_turn_ids_and_skips_system(tmp_path: Path) -> None:
+    record = {"session_id": "m", "user": "Ann", "messages": [
+        {"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"}, {"role": "user", "content": "I like tea."},
+        {"role": "assistant", "content": "noted"}, {"role": "assistant", "content": "anything else?"}]}
+    (session,) = load_sessions(write_lines(tmp_path / "m.jsonl", [json.dumps(record).encode()]))
+    assert [(t.turn_id, t.role) for t in session.turns] == [
+        (0, "user"), (0, "assistant"), (1, "user"), (1, "assistant"), (1, "assistant")]
+    assert len(session.turn_groups()) == 2
+
+
+@pytest.mark.parametrize("text", ["Sep 04, 2025, 09:05:32", "1:56 pm on 8 May, 2023", "2023/05/20 (Sat) 02:21",
+                                  "2025-03-14T09:30:00Z", "2025-03-14"])
+def test_dataset_timestamp_formats_parse(text: str) -> None:
+    assert parse_timestamp(text) is not None
+
+
+def test_resume_drops_a_torn_last_line_and_reports_done_ids(tmp_path: Path) -> None:
+    graphs = Engine(scripted_config()).extract([make_session("a", "Ann", [("I like tea.", "ok")]),
+                                                make_session("b", "Ben", [("I like jazz.", "ok")])])
+    out = tmp_path / "out.jsonl"
+    out.write_text(graphs[0].to_json() + "\n" + graphs[1].to_json()[:40], encoding="utf-8")
+    writer = GraphWriter(out, resume=True)
+    assert writer.done == {"a"}
+    writer.write(graphs[1])
+    writer.close()
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["session_id"] for line in lines] == ["a", "b"]
+    assert MemoryGraph.from_json(lines[1]).to_json() == graphs[1].to_json()
+
+
+def test_without_resume_the_output_starts_empty(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"session_id": "old"}\n', encoding="utf-8")
+    assert GraphWriter(out, resume=False).done == set()
+    assert out.read_text() == ""
+
+
+def test_rejects_are_written_once_across_resumed_runs(tmp_path: Path) -> None:
+    error = InputError("invalid JSON", file="in.jsonl", line=3)
+    for resume in (False, True):
+        rejects = RejectWriter(tmp_path / "r.jsonl", resume=resume)
+        rejects.input_error(error)
+        rejects.close()
+    (line,) = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert json.loads(line) == {"kind": "input", "file": "in.jsonl", "line": 3, "session_id": None, "field": None,
+                                "error": "invalid JSON"}
+
+
+def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: ignore[no-untyped-def]
+    (graph,) = Engine(scripted_config()).extract([maya])
+    assert MemoryGraph.from_json(graph.to_json()).to_json() == graph.to_json()
+    g = graph.to_networkx()
+    assert g.number_of_nodes() == len(graph.nodes) and g.number_of_edges() == len(graph.edges)
+    node = graph.nodes[0]
+    assert g.nodes[node.id]["text"] == node.text
+    assert g.nodes[node.id]["details"] == [graph.details[i].text for i in node.details]
+    out = tmp_path / "g.jsonl"
+    out.write_text(graph.to_json() + "\n", encoding="utf-8")
+    (nl,) = export_graphs(out, tmp_path / "nl", "node-link")
+    back = nx.node_link_graph(json.loads(nl.read_text()), edges="edges")
+    assert back.number_of_nodes() == len(graph.nodes)
+    (gml,) = export_graphs(out, tmp_path / "gml", "graphml")
+    read = nx.read_graphml(gml)
+    assert read.number_of_nodes() == len(graph.nodes) and read.number_of_edges() == len(graph.edges)

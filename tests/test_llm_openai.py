@@ -1,0 +1,267 @@
+"""The OpenAI-compatible backend against a small real HTTP server on 127.0.0.1 started by the test."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from promem_fast.backends.base import GenerationRequest
+from promem_fast.backends.llm_openai import OpenAICompatLLM, estimate_tokens
+from promem_fast.config import LLMConfig
+from promem_fast.errors import BackendError, BackendUnavailable, ContextOverflow
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+class FakeServer:
+    """Records every request, answers a scripted number of failures first, counts overlapping requests."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str, dict[str, Any] | None, dict[str, str]]] = []
+        self.failures: list[tuple[int, dict[str, str]]] = []
+        """(status, headers) answered, in order, to the next chat completion requests."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay_s = 0.0
+        self.tokenize = True
+        self.usage = True
+        self.models: list[dict[str, Any]] = [{"id": "served-model", "object": "model", "max_model_len": 2048}]
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def chat_bodies(self) -> list[dict[str, Any]]:
+        return [body for method, path, body, _ in self.requests if path == "/v1/chat/completions" and body]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                with server.lock:
+                    server.requests.append(("GET", self.path, None, dict(self.headers)))
+                if self.path == "/v1/models":
+                    self._reply(200, {"object": "list", "data": server.models})
+                else:
+                    self._reply(404, {"error": {"message": "no such route"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append(("POST", self.path, body, dict(self.headers)))
+                if self.path == "/tokenize":
+                    if not server.tokenize:
+                        self._reply(404, {"detail": "Not Found"})
+                        return
+                    words = sum(len(m["content"].split()) + 2 for m in body["messages"]) + 1
+                    self._reply(200, {"count": words, "max_model_len": 2048, "tokens": list(range(words))})
+                    return
+                if self.path != "/v1/chat/completions":
+                    self._reply(404, {"error": {"message": "no such route"}})
+                    return
+                with server.lock:
+                    failure = server.failures.pop(0) if server.failures else None
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if server.delay_s:
+                        time.sleep(server.delay_s)
+                    if failure is not None:
+                        self._reply(failure[0], {"error": {"message": f"scripted {failure[0]}"}}, failure[1])
+                        return
+                    last = body["messages"][-1]["content"]
+                    if last == "BAD":
+                        self._reply(400, {"object": "error", "message": "the request is malformed", "code": 400})
+                        return
+                    text = json.dumps({"echo": last})
+                    payload: dict[str, Any] = {
+                        "id": "cmpl-1", "object": "chat.completion", "model": body["model"],
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                     "finish_reason": "length" if body["max_tokens"] < 5 else "stop"}],
+                    }
+                    if server.usage:
+                        payload["usage"] = {"prompt_tokens": len(last), "completion_tokens": 5,
+                                            "total_tokens": len(last) + 5}
+                    self._reply(200, payload)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    fake = FakeServer()
+    fake.thread.start()
+    yield fake
+    fake.httpd.shutdown()
+    fake.httpd.server_close()
+    fake.thread.join(timeout=5)
+
+
+def _backend(url: str, **overrides: Any) -> OpenAICompatLLM:
+    fields: dict[str, Any] = {"backend": "openai", "base_url": url, "model": "served-model", "max_retries": 3,
+                              "timeout_s": 10.0, "options": {"backoff_s": 0.01}, "api_key_env": "PROMEM_TEST_KEY",
+                              **overrides}
+    return OpenAICompatLLM(LLMConfig(**fields))
+
+
+def _request(text: str, **kw: Any) -> GenerationRequest:
+    fields: dict[str, Any] = {"schema": None, "max_tokens": 16, **kw}
+    return GenerationRequest(messages=({"role": "system", "content": "rules"}, {"role": "user", "content": text}),
+                             **fields)
+
+
+def test_answers_in_input_order_with_usage(server: FakeServer) -> None:
+    server.delay_s = 0.01
+    backend = _backend(server.url, max_concurrency=4)
+    texts = [f"message {i}" for i in range(12)]
+    out = backend.generate([_request(t) for t in texts])
+    assert [json.loads(c.text)["echo"] for c in out] == texts
+    assert [c.prompt_tokens for c in out] == [len(t) for t in texts]
+    assert all(c.completion_tokens == 5 and c.finish_reason == "stop" for c in out)
+
+
+def test_concurrency_is_bounded(server: FakeServer) -> None:
+    server.delay_s = 0.05
+    backend = _backend(server.url, max_concurrency=3)
+    backend.generate([_request(f"m{i}") for i in range(10)])
+    assert server.max_in_flight == 3
+
+
+def test_request_body(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMEM_TEST_KEY", "sekrit")
+    backend = _backend(server.url, ignore_eos=True, options={"backoff_s": 0.01, "top_p": 0.5})
+    backend.generate([_request("a", schema=SCHEMA, seed=4, temperature=0.3, max_tokens=3), _request("b")])
+    first, second = sorted(server.chat_bodies(), key=lambda b: b["messages"][-1]["content"])
+    assert first["response_format"] == {"type": "json_schema",
+                                        "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}}
+    assert (first["seed"], first["temperature"], first["max_tokens"]) == (4, 0.3, 3)
+    assert first["model"] == "served-model" and first["ignore_eos"] is True and first["top_p"] == 0.5
+    assert "response_format" not in second
+    headers = [h for _, path, _, h in server.requests if path == "/v1/chat/completions"]
+    assert all(h.get("Authorization") == "Bearer sekrit" for h in headers)
+
+
+def test_no_key_sends_no_authorization(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROMEM_TEST_KEY", raising=False)
+    _backend(server.url).generate([_request("a")])
+    assert all("Authorization" not in h for _, _, _, h in server.requests)
+
+
+def test_retries_on_429_and_500_then_succeeds(server: FakeServer) -> None:
+    server.failures = [(429, {"Retry-After": "0"}), (500, {}), (503, {})]
+    backend = _backend(server.url, max_concurrency=1)
+    (out,) = backend.generate([_request("persist")])
+    assert json.loads(out.text) == {"echo": "persist"}
+    assert len(server.chat_bodies()) == 4
+
+
+def test_retries_run_out(server: FakeServer) -> None:
+    server.failures = [(503, {})] * 3
+    with pytest.raises(BackendUnavailable, match="HTTP 503 after 3 attempts"):
+        _backend(server.url, max_retries=2).generate([_request("x")])
+    server.failures = [(500, {})] * 3
+    with pytest.raises(BackendError, match="HTTP 500 after 3 attempts"):
+        _backend(server.url, max_retries=2).generate([_request("x")])
+
+
+def test_client_error_fails_fast(server: FakeServer) -> None:
+    backend = _backend(server.url, max_concurrency=1)
+    with pytest.raises(BackendError, match="HTTP 400: the request is malformed"):
+        backend.generate([_request("BAD")])
+    assert len(server.chat_bodies()) == 1
+
+
+def test_unreachable_server_is_unavailable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = _backend(f"http://127.0.0.1:{port}/v1", max_retries=1, context_length=4096)
+    with pytest.raises(BackendUnavailable, match="no answer after 2 attempts"):
+        backend.generate([_request("anyone?")])
+
+
+def test_exact_counts_from_tokenize(server: FakeServer) -> None:
+    backend = _backend(server.url)
+    messages = _request("three little words").messages
+    assert backend.count_tokens(messages) == (1 + 2) + (3 + 2) + 1
+    backend.count_tokens(messages)
+    tokenize = [b for _, path, b, _ in server.requests if path == "/tokenize"]
+    assert len(tokenize) == 1 and tokenize[0]["add_generation_prompt"] is True
+    assert tokenize[0]["messages"] == [dict(m) for m in messages]
+
+
+def test_estimate_without_tokenize_and_usage(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    server.tokenize = False
+    server.usage = False
+    backend = _backend(server.url)
+    request = _request("x" * 30)
+    assert backend.count_tokens(request.messages) == estimate_tokens(request.messages)
+    assert estimate_tokens(request.messages) > 30 // 4
+    with caplog.at_level("WARNING"):
+        out = backend.generate([request, _request("y")])
+    assert out[0].prompt_tokens == estimate_tokens(request.messages)
+    assert out[0].completion_tokens > 0
+    assert sum("no usage counts" in r.message for r in caplog.records) == 1
+
+
+def test_context_length_from_models(server: FakeServer) -> None:
+    assert _backend(server.url).context_length == 2048
+    server.models = [{"id": "served-model", "object": "model"}]
+    assert _backend(server.url).context_length == 8192
+    assert _backend(server.url, context_length=1000).context_length == 1000
+    assert _backend(server.url, model=None).model == "served-model"
+
+
+def test_context_overflow_before_sending(server: FakeServer) -> None:
+    backend = _backend(server.url, context_length=20)
+    with pytest.raises(ContextOverflow, match="request 1"):
+        backend.generate([_request("short", max_tokens=4), _request("word " * 30, max_tokens=4)])
+    assert server.chat_bodies() == []
+
+
+def test_length_finish_reason(server: FakeServer) -> None:
+    (out,) = _backend(server.url).generate([_request("cut", max_tokens=2)])
+    assert out.finish_reason == "length"
+
+
+def test_backoff_honours_retry_after_and_is_deterministic(server: FakeServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import promem_fast.backends.llm_openai as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", slept.append)
+    for _ in range(2):
+        server.failures = [(429, {"Retry-After": "7"}), (503, {}), (502, {})]
+        _backend(server.url, max_concurrency=1).generate([_request("wait")])
+    assert slept[0] == slept[3] == 7.0
+    assert slept[1:3] == slept[4:6]
+    assert 0.01 <= slept[1] <= 0.02 and 0.02 <= slept[2] <= 0.04
