@@ -50,22 +50,27 @@ class Services:
                  embedder: Embedder | None = None, similarity: Similarity | None = None) -> None:
         self.config = config
         self._llms: dict[str, LLMBackend] = {}
+        self._by_role: dict[str, LLMBackend] = {}
         self._llm_override = llm
         self._nli = nli
         self._embedder = embedder
         self._similarity = similarity
         self._overhead: dict[int, int] = {}
+        self._token_cache: dict[tuple[int, str], int] = {}
 
     def llm(self, role: str) -> LLMBackend:
-        cfg = self.config.llm_for(role)
-        key = repr(cfg)
-        if key not in self._llms:
-            if self._llm_override is not None and cfg is self.config.llm:
-                self._llms[key] = self._llm_override
-            else:
-                log.info("loading %s LLM backend (model %s)", cfg.backend, cfg.model or "default")
-                self._llms[key] = create("llm", cfg.backend, cfg)
-        return self._llms[key]
+        backend = self._by_role.get(role)
+        if backend is None:
+            cfg = self.config.llm_for(role)
+            key = repr(cfg)
+            if key not in self._llms:
+                if self._llm_override is not None and cfg is self.config.llm:
+                    self._llms[key] = self._llm_override
+                else:
+                    log.info("loading %s LLM backend (model %s)", cfg.backend, cfg.model or "default")
+                    self._llms[key] = create("llm", cfg.backend, cfg)
+            backend = self._by_role[role] = self._llms[key]
+        return backend
 
     @property
     def nli(self) -> NLIBackend:
@@ -100,12 +105,22 @@ class Services:
         return self.llm(role).count_tokens(messages)
 
     def text_tokens(self, role: str, text: str) -> int:
-        """Tokens ``text`` adds to a prompt of ``role`` (the chat template's own tokens subtracted)."""
+        """Tokens ``text`` adds to a prompt of ``role`` (the chat template's own tokens subtracted).
+
+        Cached per backend: a session's turns are measured by the detail, event and draft stages alike.
+        """
         backend = self.llm(role)
-        ident = id(backend)
-        if ident not in self._overhead:
-            self._overhead[ident] = backend.count_tokens([{"role": "user", "content": ""}])
-        return max(backend.count_tokens([{"role": "user", "content": text}]) - self._overhead[ident], 0)
+        key = (id(backend), text)
+        found = self._token_cache.get(key)
+        if found is None:
+            ident = id(backend)
+            if ident not in self._overhead:
+                self._overhead[ident] = backend.count_tokens([{"role": "user", "content": ""}])
+            found = max(backend.count_tokens([{"role": "user", "content": text}]) - self._overhead[ident], 0)
+            if len(self._token_cache) >= 65536:
+                self._token_cache.clear()
+            self._token_cache[key] = found
+        return found
 
     def close(self) -> None:
         for backend in [*self._llms.values(), self._nli, self._embedder, self._similarity]:
@@ -186,6 +201,8 @@ class RunSummary:
     rounds: int = 0
     backend_calls: dict[str, int] = field(default_factory=dict)
     """Backend invocations per request kind (generate, entail, embed, match, anchor, clean_edges)."""
+    backend_seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds inside model backends per request kind; the rest of ``wall_seconds`` is the engine's."""
 
     def add(self, graph: MemoryGraph) -> None:
         self.sessions += 1
@@ -396,7 +413,9 @@ class Engine:
                     f"{outcomes[-1]!r}") from outcomes[-1]
         else:
             self._failed_batches = 0
-        return outcomes, time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        self.summary.backend_seconds[kind] = self.summary.backend_seconds.get(kind, 0.0) + seconds
+        return outcomes, seconds
 
     def _isolate(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]) -> list[Any]:
         self.summary.backend_calls[kind] = self.summary.backend_calls.get(kind, 0) + 1

@@ -70,7 +70,7 @@ def _loads_lenient(raw: str, schema: Mapping[str, Any], repairs: list[str]) -> A
 
 def _first_opener(raw: str, schema: Mapping[str, Any]) -> int:
     """Index of the first ``{`` or ``[`` that can start the expected value (objects preferred for objects)."""
-    wanted = "{" if _types(schema) == {"object"} else None
+    wanted = "{" if _types(schema) == ("object",) else None
     positions = [i for i in (raw.find("{"), raw.find("[")) if i >= 0]
     if not positions:
         return -1
@@ -168,11 +168,11 @@ def _close_truncated(text: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------- schema
-def _types(schema: Mapping[str, Any]) -> set[str]:
+def _types(schema: Mapping[str, Any]) -> tuple[str, ...]:
     t = schema.get("type")
     if t is None:
-        return set()
-    return {t} if isinstance(t, str) else set(t)
+        return ()
+    return (t,) if isinstance(t, str) else tuple(t)
 
 
 def validate(value: Any, schema: Mapping[str, Any], repairs: list[str], path: str = "$") -> Any:
@@ -193,7 +193,7 @@ def validate(value: Any, schema: Mapping[str, Any], repairs: list[str], path: st
         if isinstance(value, list) and len(arrays) == 1 and set(schema.get("required", [])) <= {arrays[0]}:
             repairs.append(f"{path}: bare list wrapped as {arrays[0]!r}")
             value = {arrays[0]: value}
-        elif not ({"array", "string", "integer", "number", "boolean"} & types):
+        elif not any(t in types for t in ("array", "string", "integer", "number", "boolean")):
             raise ReplyError(f"{path}: expected an object, got {type(value).__name__}")
     if isinstance(value, dict) and "object" in types:
         out: dict[str, Any] = {}

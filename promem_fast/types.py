@@ -157,7 +157,10 @@ class RunStats:
     failures: list[StepFailure] = field(default_factory=list)
 
     def stage(self, name: str) -> StageStats:
-        return self.stages.setdefault(name, StageStats())
+        found = self.stages.get(name)
+        if found is None:
+            found = self.stages[name] = StageStats()
+        return found
 
     def bump(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n

@@ -79,6 +79,10 @@ def anchor_inputs(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], lis
     dt = draw(st.lists(turns, min_size=n, max_size=n))
     es = draw(st.lists(st.sampled_from(session_pool), min_size=m, max_size=m))
     et = draw(st.lists(turns, min_size=m, max_size=m))
+    if draw(st.booleans()):
+        # Extraction order (by session, then turn): each key is one contiguous run of details.
+        pairs = sorted(zip(ds, dt))
+        ds, dt = [p[0] for p in pairs], [p[1] for p in pairs]
     return ds, dt, es, et
 
 
@@ -187,6 +191,21 @@ def test_anchor_large_random_matches_reference() -> None:
     assert np.array_equal(indices, ref_indices)
 
 
+def test_anchor_large_in_extraction_order_matches_reference() -> None:
+    rng = np.random.default_rng(3)
+    n, m = 40_000, 3_000
+    ds = rng.integers(0, 100, n)
+    dt = rng.integers(-1, 40, n)
+    order = np.lexsort((dt, ds))
+    ds, dt = ds[order], dt[order]
+    es = rng.integers(0, 100, m)
+    et = rng.integers(-1, 40, m)
+    offsets, indices = native.anchor_details(ds, dt, es, et)
+    ref_offsets, ref_indices = anchor_details_ref(ds.tolist(), dt.tolist(), es.tolist(), et.tolist())
+    assert np.array_equal(offsets, ref_offsets)
+    assert np.array_equal(indices, ref_indices)
+
+
 # ---------------------------------------------------------------------------------------- clean_edges
 
 @PROPERTY
@@ -218,6 +237,14 @@ def test_edges_empty_and_all_dropped() -> None:
 
 def test_edges_sessions_keep_duplicates_apart() -> None:
     assert native.clean_edges([0, 1, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0], [2, 2, 2, 2]).tolist() == [0, 1]
+
+
+def test_edges_many_copies_of_one_edge() -> None:
+    e = 5_000
+    s, a, r, b = np.zeros(e, np.int64), np.ones(e, np.int64), np.zeros(e, np.int64), np.full(e, 2, np.int64)
+    a[1::2], b[1::2] = 2, 1
+    assert native.clean_edges(s, a, r, b).tolist() == [0, 1]
+    assert native.clean_edges(s, a, r, b, symmetric=[True]).tolist() == [0]
 
 
 def test_edges_large_random_matches_reference() -> None:

@@ -62,7 +62,7 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 _COUNT_CACHE_SIZE = 8192
 
 
-@dataclass
+@dataclass(eq=False)
 class _Retryable(Exception):
     """A failure worth another attempt: an HTTP status (``None`` for no answer) and the server's hint."""
 

@@ -20,6 +20,14 @@ from promem_fast.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+TIE_TOLERANCE = 1e-5
+"""Scores this close to a row's best count as tied with it, and the lowest index among them wins.
+
+Exact float equality is not a usable notion of a tie: BLAS kernels round a dot product differently
+depending on where a row sits in the matrix and on how many queries share the call, so two identical keys
+(a repeated "ok, thanks" turn) can score one ulp apart. Float32 rounding of a unit-vector inner product
+stays well below this for the dimensions in use (384 to 4096), and cosines that close are the same match."""
+
 FIRST_K = 4
 """Candidates fetched per query on the first pass. Only rows whose every candidate ties with the best one
 are searched again with a wider k, so exact ties are broken by index without scanning all keys."""
@@ -54,13 +62,14 @@ def no_match(m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def resolve_ties(scores: np.ndarray, ids: np.ndarray, can_widen: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pick the lowest index among the candidates that share the best score.
+    """Pick the lowest index among the candidates tied with the best score (see :data:`TIE_TOLERANCE`).
 
-    Returns ``(index, score, open_rows)``; ``open_rows`` are rows where every candidate ties with the best,
-    so a key outside the candidate list might tie too (and have a lower index) — those need a wider search.
+    Returns ``(index, best score, open_rows)``; ``open_rows`` are rows where every candidate ties with the
+    best, so a key outside the candidate list might tie too (and have a lower index): those need a wider
+    search.
     """
     best = scores.max(axis=1)
-    tied = (scores == best[:, None]) & (ids >= 0)
+    tied = (scores >= best[:, None] - TIE_TOLERANCE) & (ids >= 0)
     index = np.where(tied, ids, np.iinfo(np.int64).max).min(axis=1).astype(np.int64)
     open_rows = np.flatnonzero(tied[:, -1]) if can_widen else np.empty(0, dtype=np.int64)
     return index, best.astype(np.float32), open_rows
@@ -78,8 +87,8 @@ class FaissSimilarity:
     are sent there.
 
     Ties: FAISS does not promise an order among equal scores, so a few candidates are fetched and the
-    lowest index among those equal to the best wins; if all of them tie, the row is searched again with a
-    wider k until the tie is closed (see :func:`resolve_ties`).
+    lowest index among those tied with the best (within :data:`TIE_TOLERANCE`) wins; if all of them tie,
+    the row is searched again with a wider k until the tie is closed (see :func:`resolve_ties`).
     """
 
     def __init__(self, config: SimilarityConfig) -> None:

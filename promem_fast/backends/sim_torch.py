@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends._deps import require
-from promem_fast.backends.sim_faiss import check_pair, no_match
+from promem_fast.backends.sim_faiss import TIE_TOLERANCE, check_pair, no_match
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError
 
@@ -59,8 +59,10 @@ def buckets(shapes: Sequence[tuple[int, int, int]], waste: float) -> list[list[i
 class TorchSimilarity:
     """Exact inner-product top-1 via ``torch.mm`` / padded ``torch.bmm``; lowest index wins ties.
 
-    Ties are closed explicitly (the smallest column index whose score equals the row maximum) rather than
-    trusting ``max``'s index, whose choice among equal values is not promised on every device.
+    Ties are closed explicitly (the smallest column index within
+    :data:`~promem_fast.backends.sim_faiss.TIE_TOLERANCE` of the row maximum) rather than trusting
+    ``max``'s index: its choice among equal values is not promised on every device, and ``mm`` and a padded
+    ``bmm`` round the same product differently.
     """
 
     def __init__(self, config: SimilarityConfig) -> None:
@@ -98,11 +100,12 @@ class TorchSimilarity:
         return results
 
     def _first_max(self, scores: Any) -> tuple[Any, Any]:
-        """Row maximum and the smallest column index that reaches it (last axis)."""
+        """Row maximum and the smallest column index tied with it (last axis)."""
         torch = self._torch
         best = scores.amax(dim=-1)
         columns = torch.arange(scores.shape[-1], device=scores.device)
-        index = torch.where(scores == best.unsqueeze(-1), columns, scores.shape[-1]).amin(dim=-1)
+        tied = scores >= (best - TIE_TOLERANCE).unsqueeze(-1)
+        index = torch.where(tied, columns, scores.shape[-1]).amin(dim=-1)
         return index, best
 
     def _single(self, queries: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

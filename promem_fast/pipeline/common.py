@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from promem_fast.backends.base import NLIResult
@@ -71,7 +72,9 @@ def entailed(ctx: RunContext, result: Any) -> bool | None:
     return result["label"] == "entailment"
 
 
+@lru_cache(maxsize=16384)
 def turn_text(group: TurnGroup) -> str:
+    """``[turn 3] user: ...`` lines of a turn (cached: every stage shows the same turns)."""
     tid, messages = group
     return format_turn(messages, tid)
 

@@ -86,10 +86,11 @@ class LLMEngine:
 
 
 def default_responder(prompt_ids: list[int], params: SamplingParams) -> tuple[str, list[int], str]:
-    """Three tokens of reply naming the prompt length (cut to ``max_tokens``)."""
+    """Three tokens of reply naming the prompt length, cut to ``max_tokens`` (all of them under ``ignore_eos``)."""
     limit = params.max_tokens or 16
-    n = limit if params.ignore_eos else min(3, limit)
-    return f'{{"prompt_len": {len(prompt_ids)}}}', list(range(100, 100 + n)), "stop" if n == 3 else "length"
+    ended = not params.ignore_eos and limit >= 3
+    n = 3 if ended else limit
+    return f'{{"prompt_len": {len(prompt_ids)}}}', list(range(100, 100 + n)), "stop" if ended else "length"
 
 
 @dataclass

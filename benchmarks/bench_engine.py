@@ -1,0 +1,74 @@
+"""Engine overhead per session and peak memory, flat in the number of sessions.
+
+Run: ``python -m pytest benchmarks/bench_engine.py --benchmark-only -s -q``. The backends are the instant
+null LLM, the hashing embedder, lexical NLI and numpy similarity, so what is measured is the driver and
+the session programs. Overhead = wall time minus the time spent inside the model backends
+(``RunSummary.backend_seconds``), per session.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine_load import NullLLM, synthetic_sessions  # noqa: E402
+
+from promem_fast import Engine, EngineConfig  # noqa: E402
+
+RESULTS: dict[int, float] = {}
+
+
+def _run(n: int, window: int = 256) -> tuple[float, float]:
+    config = EngineConfig.profile("scripted")
+    config.max_in_flight = window
+    engine = Engine(config, llm=NullLLM())
+    started = time.perf_counter()
+    count = sum(1 for _ in engine.extract_stream(synthetic_sessions(n)))
+    wall = time.perf_counter() - started
+    assert count == n
+    return wall, (wall - sum(engine.summary.backend_seconds.values())) / n
+
+
+@pytest.mark.parametrize("n", [10, 100, 1_000, 10_000])
+def test_engine_overhead_per_session(benchmark: pytest.FixtureRequest, n: int) -> None:
+    out: dict[str, float] = {}
+
+    def once() -> None:
+        out["wall"], out["per_session"] = _run(n)
+
+    benchmark.pedantic(once, rounds=1, iterations=1)
+    RESULTS[n] = out["per_session"]
+    benchmark.extra_info["overhead_ms_per_session"] = round(out["per_session"] * 1e3, 3)
+    base = RESULTS.get(10) or RESULTS[n]
+    benchmark.extra_info["ratio_to_10_sessions"] = round(out["per_session"] / base, 3)
+    print(f"\n{n:>6} sessions: {out['per_session'] * 1e3:.3f} ms/session engine overhead "
+          f"({out['per_session'] / base:.2f}x the 10-session figure)")
+
+
+def test_peak_memory_is_flat_with_a_bounded_window(benchmark: pytest.FixtureRequest) -> None:
+    peaks = {}
+
+    def once() -> None:
+        for n in (500, 5_000):
+            config = EngineConfig.profile("scripted")
+            config.max_in_flight = 64
+            engine = Engine(config, llm=NullLLM())
+            tracemalloc.start()
+            for _ in engine.extract_stream(synthetic_sessions(n)):
+                pass
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+
+    benchmark.pedantic(once, rounds=1, iterations=1)
+    ratio = peaks[5_000] / peaks[500]
+    benchmark.extra_info.update({"peak_mb_500": round(peaks[500] / 2**20, 2),
+                                 "peak_mb_5000": round(peaks[5_000] / 2**20, 2), "ratio": round(ratio, 3)})
+    print(f"\npeak traced memory: {peaks[500] / 2**20:.1f} MiB at 500 sessions, "
+          f"{peaks[5_000] / 2**20:.1f} MiB at 5,000 (ratio {ratio:.2f})")
+    assert ratio < 1.5

@@ -1,0 +1,205 @@
+"""Plain torch generation with Hugging Face ``transformers``, batched with left padding.
+
+For machines without vLLM (a CPU box, a small GPU) and for checking the vLLM backend against a second
+implementation. The model and tokenizer come from a local folder or hub id (``LLMConfig.model``) and the
+prompt is rendered with the tokenizer's own chat template. ``dtype="auto"`` means bfloat16 on CUDA and
+float32 on the CPU. ``LLMConfig.options`` goes to ``AutoModelForCausalLM.from_pretrained``.
+``LLMConfig.n_threads``, when set, caps torch's CPU threads for the whole process: on a shared or small
+machine fewer threads than cores is much faster for small models, whose matrix products are too small to
+split.
+
+No JSON grammar is enforced here: the schema only reaches the model as the instruction in the prompt, and
+the engine repairs or retries a reply that does not parse.
+
+Decoding: greedy at temperature 0, else temperature sampling from the full distribution with a
+``torch.Generator`` seeded by the request's own seed. That choice is made per row inside one batch by a
+logits processor that leaves greedy rows alone and, for sampled rows, draws the token with the row's
+generator and masks every other token, so the (greedy) search picks it. A request's draw therefore
+depends on its own seed and logits, never on its batch mates, and requests with different temperatures
+and seeds share a batch. The model's ``generation_config`` (top-p, top-k, repetition penalty, ...) is
+replaced by a neutral one so runs are the same as with the other backends.
+
+Batching: requests are sorted by prompt length (ties by position) and cut into batches of
+``LLMConfig.batch_size``, so a batch wastes little on padding and the grouping is a pure function of the
+request set. ``max_new_tokens`` of a batch is its largest ``max_tokens``; a stopping criterion ends each row
+at its own ``max_tokens``. Left padding is masked out of attention, so a row's answer is the same in
+any batch up to floating-point rounding: matrix shapes change with the batch, and on a near-tie of the two
+best tokens greedy decoding can flip. ``ignore_eos`` masks the end tokens so every reply runs to
+``max_tokens`` (throughput runs on random weights).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from promem_fast.backends._deps import require
+from promem_fast.backends.base import Completion, GenerationRequest, Message
+from promem_fast.config import LLMConfig
+from promem_fast.errors import ConfigError, ContextOverflow
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT = 2048
+"""Window assumed when neither the config nor the model says (``max_position_embeddings``)."""
+
+
+class _RowDecoder:
+    """Logits processor: masks end tokens under ``ignore_eos``, then samples the rows with a temperature.
+
+    Plain callable with the ``(input_ids, scores)`` signature that ``LogitsProcessorList`` calls.
+    """
+
+    def __init__(self, torch: Any, temperatures: Sequence[float], seeds: Sequence[int], banned: Sequence[int],
+                 device: Any) -> None:
+        self.torch = torch
+        self.temperatures = list(temperatures)
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) if t > 0 else None
+                           for t, s in zip(temperatures, seeds)]
+        self.banned = list(banned)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        torch = self.torch
+        if self.banned:
+            scores[:, self.banned] = -float("inf")
+        for row, (temperature, generator) in enumerate(zip(self.temperatures, self.generators)):
+            if generator is None:
+                continue
+            probs = torch.softmax(scores[row].float() / temperature, dim=-1)
+            choice = torch.multinomial(probs, 1, generator=generator)
+            scores[row] = -float("inf")
+            scores[row, choice] = 0.0
+        return scores
+
+
+class _RowBudget:
+    """Stopping criterion: row ``i`` is done once it has ``budgets[i]`` new tokens."""
+
+    def __init__(self, torch: Any, prompt_width: int, budgets: Sequence[int], device: Any) -> None:
+        self.prompt_width = prompt_width
+        self.budgets = torch.tensor(list(budgets), device=device)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        return (input_ids.shape[1] - self.prompt_width) >= self.budgets
+
+
+def _dtype_keyword(transformers: Any) -> str:
+    """``from_pretrained`` takes ``dtype`` since transformers 4.56 and ``torch_dtype`` before."""
+    parts = [int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit()]
+    return "dtype" if tuple(parts) >= (4, 56) else "torch_dtype"
+
+
+class TransformersLLM:
+    """``AutoModelForCausalLM`` + ``AutoTokenizer``; batched, left padded, per-request seeds."""
+
+    def __init__(self, config: LLMConfig) -> None:
+        if not config.model:
+            raise ConfigError("llm.model must name a local folder or hub id for the transformers backend")
+        torch = require("torch", "cpu")
+        transformers = require("transformers", "cpu")
+        self.torch = torch
+        self.config = config
+        if config.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            self.device = torch.device(config.device)
+        if config.n_threads and self.device.type == "cpu":
+            torch.set_num_threads(config.n_threads)
+        if config.dtype == "auto":
+            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            dtype = getattr(torch, config.dtype)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(config.model)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ConfigError(f"{config.model}: the tokenizer has no chat template")
+        options = {_dtype_keyword(transformers): dtype, **config.options}
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(config.model, **options)
+        self.model.to(self.device).eval()
+
+        eos: list[int] = []
+        for source in (self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id):
+            for token in source if isinstance(source, (list, tuple)) else [source]:
+                if token is not None and int(token) not in eos:
+                    eos.append(int(token))
+        if not eos:
+            raise ConfigError(f"{config.model}: neither the tokenizer nor the model names an end token")
+        self.eos_ids = eos
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        # A neutral generation config: the model's own may ask for top-p sampling or a repetition penalty.
+        self.model.generation_config = transformers.GenerationConfig(
+            bos_token_id=self.tokenizer.bos_token_id, eos_token_id=eos, pad_token_id=self.pad_id)
+        self._processors = transformers.LogitsProcessorList
+        self._criteria = transformers.StoppingCriteriaList
+
+        window = config.context_length or getattr(self.model.config, "max_position_embeddings", None)
+        if not window:
+            logger.warning("%s states no context window; assuming %d tokens", config.model, DEFAULT_CONTEXT)
+        self.context_length = int(window or DEFAULT_CONTEXT)
+        logger.info("transformers model %s on %s (%s), window %d", config.model, self.device, dtype,
+                    self.context_length)
+
+    # ------------------------------------------------------------------------------------ tokens
+    def _render(self, messages: Sequence[Message]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False)
+        return [int(t) for t in ids]
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self._render(messages))
+
+    # -------------------------------------------------------------------------------- generation
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Answers in input order; :class:`ContextOverflow` before any work if a prompt does not fit."""
+        prompts = [self._render(r.messages) for r in requests]
+        for index, (ids, request) in enumerate(zip(prompts, requests)):
+            if len(ids) + request.max_tokens > self.context_length:
+                raise ContextOverflow(
+                    f"request {index} of the batch: {len(ids)} prompt tokens + max_tokens {request.max_tokens} "
+                    f"exceed the context window of {self.context_length} tokens ({self.config.model})")
+        order = sorted(range(len(requests)), key=lambda i: (len(prompts[i]), i))
+        results: list[Completion | None] = [None] * len(requests)
+        size = max(1, self.config.batch_size)
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            for i, completion in zip(chunk, self._run([prompts[i] for i in chunk], [requests[i] for i in chunk])):
+                results[i] = completion
+        done = [r for r in results if r is not None]
+        assert len(done) == len(requests)
+        return done
+
+    def _run(self, prompts: list[list[int]], requests: list[GenerationRequest]) -> list[Completion]:
+        """One left-padded ``model.generate`` call for a batch."""
+        torch = self.torch
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        budgets = [r.max_tokens for r in requests]
+        decoder = _RowDecoder(torch, [r.temperature for r in requests], [r.seed for r in requests],
+                              self.eos_ids if self.config.ignore_eos else [], self.device)
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                max_new_tokens=max(budgets),
+                do_sample=False,
+                logits_processor=self._processors([decoder]),
+                stopping_criteria=self._criteria([_RowBudget(torch, width, budgets, self.device)]),
+            )
+        new_tokens = output[:, width:].tolist()
+        completions = []
+        eos = set(self.eos_ids)
+        for ids, tokens, budget in zip(prompts, new_tokens, budgets):
+            tokens = tokens[:budget]
+            end = next((k for k, t in enumerate(tokens) if t in eos), None)
+            if end is None:
+                text_ids, count, finish = tokens, len(tokens), "length"
+            else:
+                text_ids, count, finish = tokens[:end], end + 1, "stop"
+            completions.append(Completion(
+                text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                prompt_tokens=len(ids), completion_tokens=count, finish_reason=finish))
+        return completions

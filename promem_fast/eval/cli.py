@@ -1,0 +1,97 @@
+"""The ``promem eval`` and ``promem convert`` commands, added to the main parser by :func:`add_eval_parser`.
+
+The main CLI's helpers (``_config_args``, ``build_config``) are imported inside the functions: the main CLI
+imports this module, and heavy modules wait until a command runs so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .datasets import LOADERS
+
+_KINDS = tuple(LOADERS)
+_VARIANTS = ("full", "one-off", "no-cc", "no-hv", "no-da", "no-rel", "native-rag")
+"""The keys of :data:`promem_fast.eval.runner.VARIANTS`, repeated here so building the parser imports
+nothing heavy (a test checks the two agree)."""
+
+
+def add_eval_parser(subparsers: Any) -> None:
+    """Add ``eval`` and ``convert`` to the ``promem`` subcommands (``subparsers`` from ``add_subparsers``)."""
+    from promem_fast.cli import _config_args
+
+    p = subparsers.add_parser(
+        "eval", help="evaluate extraction and QA on HaluMem, LoCoMo or LongMemEval (one variant per run)",
+        description="Extract (or reuse) memory graphs for a benchmark, answer its questions from them, judge "
+                    "with the configured LLM, and write OUT/result-<kind>-<variant>.json plus a report of "
+                    "every variant in OUT (OUT/report-<kind>.md, OUT/variants-<kind>.png).")
+    p.add_argument("kind", choices=_KINDS, help="benchmark")
+    p.add_argument("--data", type=Path, required=True, help="the benchmark file (HaluMem JSONL, LoCoMo or "
+                   "LongMemEval JSON)")
+    p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
+    p.add_argument("--variant", choices=_VARIANTS, default="full",
+                   help="full ProMem, an ablation (one-off, no-cc, no-hv, no-da, no-rel) or the NativeRAG "
+                        "baseline (raw turns retrieved, nothing extracted); default: full")
+    p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
+    p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
+                   "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
+    _config_args(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = subparsers.add_parser("convert", help="write a benchmark's sessions as promem input JSONL",
+                              description="Convert a benchmark file into the session JSONL that "
+                                          "`promem extract` reads (one session per line, each once).")
+    p.add_argument("kind", choices=_KINDS, help="benchmark")
+    p.add_argument("--data", type=Path, required=True, help="the benchmark file")
+    p.add_argument("-o", "--output", type=Path, required=True, help="sessions JSONL to write")
+    p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
+    p.set_defaults(func=cmd_convert)
+
+
+def headline(kind: str, result: dict[str, Any]) -> str:
+    """The main figures of a result on one line (percentages, then extraction tokens per session)."""
+    from .runner import HEADLINE_METRICS
+
+    head = result["headline"]
+    parts = [f"{name} {'-' if head[key] is None else f'{100 * head[key]:.2f}'}"
+             for name, key in HEADLINE_METRICS[kind]]
+    tokens = head["tokens_per_session"]
+    parts.append(f"tokens/session {'-' if tokens is None else f'{tokens / 1000:.2f}K'}")
+    return "  ".join(parts)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from promem_fast.cli import build_config
+
+    from .runner import run_eval
+
+    result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, variant=args.variant,
+                      out_dir=args.out_dir, graphs_path=args.graphs)
+    counts = result["counts"]
+    print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
+          f"{counts['questions']} questions, {counts['graphs']} graphs")
+    print(headline(args.kind, result))
+    if counts["failed_answers"] or counts["failed_eval_steps"]:
+        print(f"failed answers {counts['failed_answers']}, failed evaluation steps {counts['failed_eval_steps']} "
+              f"(see eval_failures in the result)")
+    for name in ("result", "report", "chart", "graphs"):
+        if result["files"][name]:
+            print(f"{name}: {result['files'][name]}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .datasets import load_benchmark
+
+    bench = load_benchmark(args.kind, args.data, args.limit)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with args.output.open("w", encoding="utf-8") as handle:
+        for session in bench.iter_sessions():
+            handle.write(json.dumps(session.to_dict(), ensure_ascii=False) + "\n")
+            n += 1
+    print(f"wrote {n} sessions of {bench.name} to {args.output}")
+    return 0

@@ -1,0 +1,285 @@
+"""Question answering over extracted memory (and over raw turns, the NativeRAG baseline), batched.
+
+How a question is answered (the paper's QA setting, §4.1): the memory of every session in the question's
+history is one pool of retrievable *units*; the question is embedded as a query, the ``qa_top_k`` units
+with the highest cosine are kept, each stamped with the date of its conversation, and the chat model
+answers in a few words from them alone.
+
+- For ProMem memory a unit is one graph node, shown with its anchored details and its relation edges
+  (that is what detail anchoring and relation verification add at question time) and embedded with its
+  details, so a question about a detail ("how far…") can reach the entry that carries it.
+- For NativeRAG a unit is one raw dialogue turn (a user message and its reply), nothing extracted.
+
+Units are embedded once per session (:func:`build_index`), not once per question: LongMemEval shares the
+same haystack sessions between hundreds of questions. Both steps are session programs for
+:meth:`promem_fast.engine.Engine.run`, so every question's requests of one kind travel in one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from promem_fast.engine import Engine, RunContext
+from promem_fast.requests import Embed, Failure, Generate, Program
+from promem_fast.types import MemoryGraph, RunStats, Session
+
+from .prompts import eval_schema, render_eval
+from .records import Question
+
+log = logging.getLogger(__name__)
+
+Source = Literal["memory", "turns"]
+"""What a question is answered from: extracted memory graphs, or raw turns (NativeRAG)."""
+
+_TEMPLATE_OF: dict[str, str] = {"memory": "qa_memory", "turns": "qa_dialogue"}
+_FIELD_OF: dict[str, str] = {"memory": "memories", "turns": "excerpts"}
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One retrievable item of a session: a memory entry or a raw turn."""
+
+    session_id: str
+    key: str
+    """The text that is embedded for retrieval."""
+    body: str
+    """The text shown to the answerer (its date is added per question, since LongMemEval re-dates sessions)."""
+
+
+def memory_units(graph: MemoryGraph) -> list[Unit]:
+    """One unit per graph node: ``text | details: a; b | links: causal → other entry; …``.
+
+    Edges are listed on both ends (``→`` from the source, ``←`` at the target) so a retrieved entry brings
+    its neighbours' meaning even when the neighbour itself is not among the top-k.
+    """
+    text_of = {node.id: node.text for node in graph.nodes}
+    links: dict[int, list[str]] = {}
+    for edge in graph.edges:
+        if edge.source in text_of and edge.target in text_of:
+            links.setdefault(edge.source, []).append(f"{edge.relation} → {text_of[edge.target]}")
+            links.setdefault(edge.target, []).append(f"{edge.relation} ← {text_of[edge.source]}")
+    units = []
+    for node, details in graph.iter_anchored():
+        facts = [d.text for d in details]
+        body = node.text
+        if facts:
+            body += " | details: " + "; ".join(facts)
+        if node.id in links:
+            body += " | links: " + "; ".join(links[node.id])
+        key = node.text + (" (" + "; ".join(facts) + ")" if facts else "")
+        units.append(Unit(graph.session_id, key, body))
+    return units
+
+
+def turn_units(session: Session) -> list[Unit]:
+    """One unit per dialogue turn, its messages joined as ``speaker: text / speaker: text``."""
+    units = []
+    for _, messages in session.turn_groups():
+        text = " / ".join(f"{m.role}: {m.text}" for m in messages)
+        units.append(Unit(session.session_id, text, text))
+    return units
+
+
+@dataclass
+class RetrievalIndex:
+    """Every session's units and their embeddings (normalised float32 rows, one per unit)."""
+
+    units: dict[str, list[Unit]]
+    vectors: dict[str, np.ndarray]
+    stats: RunStats = field(default_factory=RunStats)
+    """What embedding the units cost (stage ``qa``)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Sessions whose units could not be embedded, and why (their units are then not retrievable)."""
+
+
+def with_stats(ctx: RunContext, program: Program[Any]) -> Program[tuple[Any, RunStats]]:
+    """Run ``program`` and return its value with the requests' accounting (``engine.run`` yields only the
+    value, and evaluation reports what answering and judging cost)."""
+    value = yield from program
+    return value, ctx.stats
+
+
+def _embed_units(units: Sequence[Unit]) -> Program[np.ndarray]:
+    if not units:
+        return np.zeros((0, 0), np.float32)
+    (vectors,) = yield [Embed(stage="qa", texts=tuple(u.key for u in units))]
+    if isinstance(vectors, Failure):
+        raise RuntimeError(f"embedding failed: {vectors.error}")
+    return vectors
+
+
+def build_index(engine: Engine, units: Mapping[str, list[Unit]]) -> RetrievalIndex:
+    """Embed every session's units, all sessions batched together."""
+    index = RetrievalIndex(units=dict(units), vectors={})
+
+    def programs() -> Iterable[tuple[str, Callable[[RunContext], Program[Any]]]]:
+        for sid, items in units.items():
+            yield sid, (lambda ctx, items=items: with_stats(ctx, _embed_units(items)))
+
+    for sid, outcome in engine.run(programs()):
+        if isinstance(outcome, BaseException):
+            log.error("units of session %s could not be embedded and will not be retrieved: %s", sid, outcome)
+            index.failed[sid] = f"{type(outcome).__name__}: {outcome}"
+            index.vectors[sid] = np.zeros((0, 0), np.float32)
+            continue
+        vectors, stats = outcome
+        index.vectors[sid] = vectors
+        index.stats.merge(stats)
+    return index
+
+
+def top_k(query: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` key rows with the highest inner product with ``query`` (a cosine: rows are normalised),
+    best first, the lower index first on ties (so retrieval never depends on anything but the scores)."""
+    if k <= 0 or keys.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    scores = keys @ query
+    order = np.argsort(-scores, kind="stable")[:k]
+    return order.astype(np.int64), scores[order]
+
+
+@dataclass
+class Retrieved:
+    """One unit put in an answer's context."""
+
+    session_id: str
+    date: str | None
+    text: str
+    score: float
+    rank: int
+    """0 = the best match."""
+
+    def line(self) -> str:
+        return f"[{self.date}] {self.text}" if self.date else self.text
+
+
+@dataclass
+class Answer:
+    """A question's answer and everything that went into it."""
+
+    question_id: str
+    question: str
+    question_type: str
+    gold: str | None
+    prediction: str | None
+    """``None`` when the answering step failed (see ``error``)."""
+    source: Source
+    retrieved: list[Retrieved] = field(default_factory=list)
+    """The context as shown to the answerer (chronological)."""
+    candidates: int = 0
+    """Units the question could retrieve from (its history's, duplicates removed)."""
+    dropped_for_budget: int = 0
+    """Top-k units left out because the prompt would not fit the model's context."""
+    missing_sessions: list[str] = field(default_factory=list)
+    """History sessions with no memory (extraction failed or was not run for them)."""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question_id": self.question_id, "question": self.question, "question_type": self.question_type,
+            "gold": self.gold, "prediction": self.prediction, "source": self.source, "error": self.error,
+            "candidates": self.candidates, "dropped_for_budget": self.dropped_for_budget,
+            "missing_sessions": list(self.missing_sessions),
+            "retrieved": [{"session_id": r.session_id, "date": r.date, "rank": r.rank,
+                           "score": round(r.score, 6), "text": r.text} for r in self.retrieved],
+        }
+
+
+def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: RunContext, *,
+                   source: Source = "memory") -> Program[Answer]:
+    """Retrieve the top-k units of ``question``'s history and answer from them (one embed, one generate)."""
+    answer = Answer(question.question_id, question.question, question.question_type, question.answer, None, source)
+    dates = list(question.session_dates) + [None] * (len(question.session_ids) - len(question.session_dates))
+    pool: list[tuple[Unit, str | None, int]] = []
+    blocks: list[np.ndarray] = []
+    for position, (sid, date) in enumerate(zip(question.session_ids, dates)):
+        vectors = index.vectors.get(sid)
+        if vectors is None or sid in index.failed:
+            answer.missing_sessions.append(sid)
+            continue
+        if vectors.shape[0]:
+            blocks.append(vectors)
+            pool.extend((unit, date, position) for unit in index.units[sid])
+    if answer.missing_sessions:
+        log.debug("question %s: no memory for sessions %s", question.question_id, answer.missing_sessions)
+
+    (query,) = yield [Embed(stage="qa", texts=(question.question,), query=True)]
+    if isinstance(query, Failure):
+        ctx.fail(query)
+        answer.error = f"query embedding failed: {query.error}"
+        return answer
+
+    picked: list[tuple[int, float]] = []
+    if pool:
+        keys = np.concatenate(blocks)
+        order, scores = top_k(query[0], keys, keys.shape[0])
+        seen: set[tuple[str | None, str]] = set()
+        for i, score in zip(order.tolist(), scores.tolist()):
+            unit, date, _ = pool[i]
+            if (date, unit.body) in seen:  # LoCoMo: both speakers' copies of one turn
+                continue
+            seen.add((date, unit.body))
+            if len(picked) < ctx.config.qa_top_k:
+                picked.append((i, score))
+        answer.candidates = len(seen)
+
+    template = _TEMPLATE_OF[source]
+    fields = {"user": user, "question": question.question,
+              "question_time": question.question_time or "an unknown date", _FIELD_OF[source]: ""}
+    budget = ctx.prompt_budget("qa", render_eval(template, **fields))
+    used = 0
+    kept: list[tuple[int, int, Retrieved]] = []
+    for rank, (i, score) in enumerate(picked):
+        unit, date, position = pool[i]
+        item = Retrieved(unit.session_id, date, unit.body, float(score), rank)
+        size = ctx.text_tokens("qa", item.line()) + 1
+        if used + size > budget:
+            answer.dropped_for_budget += 1
+            continue
+        used += size
+        kept.append((position, i, item))
+    # shown in conversation order (history position, then order within the session), not by score: with
+    # every unit dated, the answerer reads the history as it happened, which is what "latest value" and
+    # "how long after" questions need
+    answer.retrieved = [item for _, _, item in sorted(kept, key=lambda t: t[:2])]
+    fields[_FIELD_OF[source]] = "\n".join(r.line() for r in answer.retrieved) or "(none)"
+
+    (reply,) = yield [Generate(stage="qa", role="qa", messages=render_eval(template, **fields),
+                               schema=eval_schema(template), max_tokens=ctx.config.pipeline.max_tokens["qa"],
+                               item=question.question_id)]
+    if isinstance(reply, Failure):
+        ctx.fail(reply)
+        answer.error = f"answer failed: {reply.error}"
+        return answer
+    answer.prediction = reply["answer"].strip()
+    return answer
+
+
+def answer_questions(engine: Engine, questions: Sequence[tuple[Question, str]], index: RetrievalIndex, *,
+                     source: Source = "memory") -> tuple[list[Answer], RunStats]:
+    """Answer ``(question, memory owner's name)`` pairs in one batched run; answers in input order and the
+    accounting of the run. A question whose program crashed gets an answer holding the error."""
+    stats = RunStats()
+    answers: list[Answer] = []
+
+    def programs() -> Iterable[tuple[Question, Callable[[RunContext], Program[Any]]]]:
+        for question, user in questions:
+            yield question, (lambda ctx, q=question, u=user: with_stats(
+                ctx, answer_program(q, u, index, ctx, source=source)))
+
+    for question, outcome in engine.run(programs()):
+        if isinstance(outcome, BaseException):
+            log.error("question %s could not be answered: %s", question.question_id, outcome)
+            answers.append(Answer(question.question_id, question.question, question.question_type,
+                                  question.answer, None, source, error=f"{type(outcome).__name__}: {outcome}"))
+            continue
+        answer, run_stats = outcome
+        answers.append(answer)
+        stats.merge(run_stats)
+    return answers, stats
+

@@ -1,0 +1,252 @@
+"""End-to-end evaluation with the scripted engine: graphs, answers, labels, the result file, the report and
+its chart, resuming from existing graphs, every variant, the three benchmarks and the two commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, scripted_config
+from promem_fast import prompts
+from promem_fast.backends import llm_scripted
+from promem_fast.backends.base import Completion, GenerationRequest
+from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.cli import main
+from promem_fast.eval import cli as eval_cli
+from promem_fast.eval import metrics
+from promem_fast.eval.datasets import load_benchmark
+from promem_fast.eval.prompts import EVAL_TEMPLATES
+from promem_fast.eval.runner import VARIANTS, extraction_cost, load_results, run_eval, variant_config
+from promem_fast.eval.scripted import EVAL_RULES
+from promem_fast.io import load_sessions, read_graphs
+
+FIXTURES = ROOT / "tests" / "fixtures"
+HALUMEM = FIXTURES / "halumem_mini.jsonl"
+LOCOMO = FIXTURES / "locomo_mini.json"
+LONGMEMEVAL = FIXTURES / "longmemeval_mini.json"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What wiring the evaluation into the scripted backend does: its prompts known to ``parse_rendered``
+    and its rules among the scripted backend's defaults."""
+    for name, template in EVAL_TEMPLATES.items():
+        monkeypatch.setitem(prompts.TEMPLATES, name, template)
+    for name, rule in EVAL_RULES.items():
+        monkeypatch.setitem(llm_scripted.DEFAULT_RULES, name, rule)
+
+
+class NoExtraction(ScriptedLLM):
+    """The scripted model, refusing every extraction prompt: proves a run reused its graphs."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        for request in requests:
+            parsed = prompts.parse_rendered(request.messages)
+            assert parsed is not None and parsed[0] in EVAL_TEMPLATES, f"extraction prompt sent: {parsed}"
+        return super().generate(requests)
+
+
+def evaluate(kind: str, data: Path, out: Path, variant: str = "full", **kw: Any) -> dict[str, Any]:
+    config = scripted_config()
+    return run_eval(kind, data, config, variant=variant, out_dir=out, llm=kw.pop("llm", None) or ScriptedLLM(config.llm),
+                    **kw)
+
+
+def table(report: str, title: str) -> list[list[str]]:
+    """The body rows of the markdown table under the heading that starts with ``title``."""
+    section = report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+# ============================================================================================= HaluMem
+def test_halumem_end_to_end_report_matches_the_raw_labels(wired: None, tmp_path: Path) -> None:
+    result = evaluate("halumem", HALUMEM, tmp_path, limit=2)
+    stored = json.loads((tmp_path / "result-halumem-full.json").read_text())
+    assert stored["headline"] == result["headline"]
+    bench = load_benchmark("halumem", HALUMEM, 2)
+    labels = stored["labels"]
+
+    # every gold point of every non-distractor session judged once; every extracted entry judged once
+    graphs = {g.session_id: g for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl")}
+    assert set(graphs) == {s.session_id for s in bench.sessions}
+    assert len(labels["integrity"]) == len(bench.memory_points)
+    judged = {p.session_id for p in bench.memory_points}
+    assert len(labels["accuracy"]) == sum(len(graphs[sid].nodes) for sid in judged)
+    assert [lab["question_id"] for lab in labels["qa"]] == [q.question_id for q in bench.questions]
+    assert all(lab["judge_reply"] is not None and lab["error"] is None for group in labels.values() for lab in group)
+    assert len(stored["answers"]) == len(bench.questions) and all(a["retrieved"] for a in stored["answers"])
+    assert stored["counts"]["failed_eval_steps"] == 0
+
+    # aggregates recomputed from the stored raw labels alone
+    extraction = metrics.halumem_extraction(labels["integrity"], labels["accuracy"])
+    qa = metrics.halumem_qa(labels["qa"])
+    head = stored["headline"]
+    assert head["memory_integrity"] == pytest.approx(extraction["memory_integrity"])
+    assert head["memory_accuracy"] == pytest.approx(extraction["memory_accuracy"])
+    assert (head["qa_accuracy"], head["qa_hallucination"], head["qa_omission"]) == pytest.approx(
+        (qa["correct"], qa["hallucination"], qa["omission"]))
+    assert 0 < head["memory_integrity"] < 1 and head["qa_accuracy"] > 0  # the scripted judges vary their grades
+
+    # the report: every section, numbers as the labels give them
+    report = (tmp_path / "report-halumem.md").read_text()
+    for heading in ("## Runs", "## Table 1: memory extraction and QA", "## Table 2: ablation",
+                    "## Table 6: extraction cost per session", "## Extraction in detail", "## QA by question type",
+                    "## Evaluation cost", "![Variants compared](variants-halumem.png)"):
+        assert heading in report
+    tokens = sum(g.stats.total().tokens for g in graphs.values()) / len(graphs)
+    assert table(report, "Table 1") == [["ProMem (Full)", pct(extraction["memory_integrity"]),
+                                         pct(extraction["memory_accuracy"]), pct(extraction["memory_f1"]),
+                                         pct(qa["correct"]), f"{tokens / 1000:.2f}K"]]
+    assert table(report, "Table 2") == [["ProMem (Full)", pct(extraction["memory_integrity"]),
+                                         pct(extraction["memory_accuracy"]), pct(qa["correct"]),
+                                         pct(qa["hallucination"]), pct(qa["omission"])]]
+    (cost_row,) = table(report, "Table 6")
+    per_stage = extraction_cost(list(graphs.values()))["per_session"]
+    assert cost_row[0] == "ProMem (Full)" and len(cost_row) == 9
+    assert cost_row[1] == f"{per_stage['draft']['tokens'] / 1000:.3f}K ({pct(per_stage['draft']['share'])}%)"
+    assert cost_row[6] == f"{tokens / 1000:.2f}K"
+    calls = sum(g.stats.total().calls for g in graphs.values()) / len(graphs)
+    assert cost_row[7] == f"{calls:.2f}"
+    assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
+
+
+def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(wired: None, tmp_path: Path) -> None:
+    evaluate("halumem", HALUMEM, tmp_path, limit=1)
+    graphs_file = tmp_path / "graphs-halumem-full.jsonl"
+    first = graphs_file.read_text()
+    again = evaluate("halumem", HALUMEM, tmp_path, limit=1, llm=NoExtraction())
+    assert graphs_file.read_text() == first  # nothing extracted again
+    lines = first.splitlines(keepends=True)
+    graphs_file.write_text("".join(lines[:-1]))  # as if the last session had not finished
+    evaluate("halumem", HALUMEM, tmp_path, limit=1)
+    assert [json.loads(x)["session_id"] for x in graphs_file.read_text().splitlines()] == [
+        json.loads(x)["session_id"] for x in lines]
+    assert again["counts"]["graphs"] == len(lines)
+
+
+def test_an_explicit_graphs_file_from_promem_extract_is_used(wired: None, tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions.jsonl"
+    graphs = tmp_path / "graphs.jsonl"
+    parser = argparse.ArgumentParser()
+    eval_cli.add_eval_parser(parser.add_subparsers())
+    args = parser.parse_args(["convert", "halumem", "--data", str(HALUMEM), "-o", str(sessions), "--limit", "1"])
+    assert args.func(args) == 0
+    assert main(["extract", str(sessions), "-o", str(graphs), "--profile", "scripted", "--no-progress"]) == 0
+    result = evaluate("halumem", HALUMEM, tmp_path / "out", limit=1, graphs_path=graphs, llm=NoExtraction())
+    assert result["files"]["graphs"] == str(graphs) and result["counts"]["graphs"] == result["counts"]["sessions"]
+    assert not (tmp_path / "out" / "graphs-halumem-full.jsonl").exists()
+
+
+def test_every_variant_lands_in_one_report(wired: None, tmp_path: Path) -> None:
+    results = {v: evaluate("halumem", HALUMEM, tmp_path, variant=v, limit=2) for v in VARIANTS}
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert [row[0] for row in table(report, "Table 2")] == list(VARIANTS.values())
+    rows = {row[0]: row for row in table(report, "Table 1")}
+    assert rows["NativeRAG"][1:4] == ["-", "-", "-"] and rows["NativeRAG"][5] == "-"
+    assert rows["NativeRAG"][4] == pct(results["native-rag"]["headline"]["qa_accuracy"])
+    cost = {row[0]: row for row in table(report, "Table 6")}
+    assert cost["One-off Extract"][2:6] == ["-"] * 4  # only the draft runs
+    assert cost["w/o DA"][4] == "-" and cost["w/o Rel"][5] == "-"
+    assert results["native-rag"]["labels"]["integrity"] == [] and results["native-rag"]["files"]["graphs"] is None
+    one_off = [g for g in read_graphs(tmp_path / "graphs-halumem-one-off.jsonl")]
+    assert {g.mode for g in one_off} == {"one-off"}
+    assert [r["variant"] for r in load_results(tmp_path, "halumem")] == list(VARIANTS)
+
+
+def test_variant_config_switches_one_module_each() -> None:
+    base = scripted_config(relations=False)
+    assert variant_config(base, "full").pipeline.relations is True  # full means every module on
+    assert variant_config(base, "one-off").pipeline.mode == "one-off"
+    for variant, field in (("no-cc", "completeness_check"), ("no-hv", "hallucination_verification"),
+                           ("no-da", "detail_anchoring"), ("no-rel", "relations")):
+        pipeline = variant_config(base, variant).pipeline
+        switches = {f: getattr(pipeline, f) for f in ("completeness_check", "hallucination_verification",
+                                                      "detail_anchoring", "relations")}
+        assert switches == {f: f != field for f in switches} and pipeline.mode == "promem"
+    assert variant_config(base, "native-rag") is base
+    with pytest.raises(Exception, match="unknown variant"):
+        variant_config(base, "w/o everything")
+    assert set(eval_cli._VARIANTS) == set(VARIANTS)
+
+
+# ============================================================================================= LoCoMo, LongMemEval
+def test_locomo_report_has_its_per_category_tables(wired: None, tmp_path: Path) -> None:
+    result = evaluate("locomo", LOCOMO, tmp_path)
+    rows = result["labels"]["qa"]
+    assert {r["category"] for r in rows} == {1, 2, 3, 4, 5} and all("f1" in r and "llm_correct" in r for r in rows)
+    f1 = metrics.locomo_scores(rows, overall_categories=(1, 2, 3, 4))
+    main_rows = [r for r in rows if r["category"] != 5]
+    accuracy = sum(bool(r["llm_correct"]) for r in main_rows) / len(main_rows)
+    report = (tmp_path / "report-locomo.md").read_text()
+    (row,) = table(report, "Table 1")
+    assert row[:3] == ["ProMem (Full)", pct(accuracy), pct(f1["overall"])]
+    categories = table(report, "Per category: LLM-judge accuracy")
+    assert [r[0] for r in categories] == ["single-hop", "multi-hop", "temporal", "open-domain", "adversarial"]
+    assert table(report, "Per category: F1")[0] == [
+        "single-hop", "2", pct(f1["by_category"]["single-hop"]["mean"])]
+    assert "## Table 6" in report and (tmp_path / "variants-locomo.png").read_bytes().startswith(PNG)
+
+
+def test_longmemeval_report_has_its_per_type_table(wired: None, tmp_path: Path) -> None:
+    result = evaluate("longmemeval", LONGMEMEVAL, tmp_path)
+    labels = result["labels"]["qa"]
+    assert {lab["template"] for lab in labels} == {"judge_lme", "judge_lme_abstention", "judge_lme_update"}
+    scores = metrics.longmemeval_scores(labels)
+    report = (tmp_path / "report-longmemeval.md").read_text()
+    assert table(report, "Table 1")[0][:4] == ["ProMem (Full)", pct(scores["overall"]), pct(scores["task_average"]),
+                                               pct(scores["abstention"]["accuracy"])]
+    types = {r[0]: r for r in table(report, "Per question type")}
+    assert set(types) == {"knowledge-update", "single-session-user", "temporal-reasoning", "abstention (any type)"}
+    assert types["knowledge-update"][2] == pct(scores["by_type"]["knowledge-update"]["accuracy"])
+    # sessions shared between questions are extracted once; each question sees its own dates
+    graphs = list(read_graphs(tmp_path / "graphs-longmemeval-full.jsonl"))
+    assert len(graphs) == len({g.session_id for g in graphs}) == result["counts"]["sessions"]
+
+
+# ============================================================================================= commands
+def test_convert_writes_promem_input(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    eval_cli.add_eval_parser(parser.add_subparsers())
+    for kind, data in (("halumem", HALUMEM), ("locomo", LOCOMO), ("longmemeval", LONGMEMEVAL)):
+        out = tmp_path / f"{kind}.jsonl"
+        args = parser.parse_args(["convert", kind, "--data", str(data), "-o", str(out)])
+        assert args.func(args) == 0
+        assert load_sessions(out) == load_benchmark(kind, data).sessions
+
+
+def test_eval_command_through_its_parser(wired: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    eval_cli.add_eval_parser(parser.add_subparsers())
+    args = parser.parse_args(["eval", "halumem", "--data", str(HALUMEM), "--limit", "2", "--profile", "scripted",
+                              "--no-progress", "-o", str(tmp_path)])
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "result-halumem-full.json").read_text())
+    assert f"result: {tmp_path / 'result-halumem-full.json'}" in printed
+    assert f"report: {tmp_path / 'report-halumem.md'}" in printed
+    assert f"Mem. Int. {pct(result['headline']['memory_integrity'])}" in printed
+
+
+def test_promem_eval_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the installed ``promem`` entry point, with the scripted profile answering the evaluation
+    prompts itself (no test wiring)."""
+    status = main(["eval", "halumem", "--data", str(HALUMEM), "--limit", "2", "--profile", "scripted",
+                   "--no-progress", "-o", str(tmp_path)])
+    assert status == 0
+    result = json.loads((tmp_path / "result-halumem-full.json").read_text())
+    assert result["counts"]["failed_answers"] == 0 and result["counts"]["failed_eval_steps"] == 0
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert "## Table 1" in report and "## Table 2" in report and "## Table 6" in report
+    assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
+    assert f"report: {tmp_path / 'report-halumem.md'}" in capsys.readouterr().out
