@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends import create
-from promem_fast.backends.base import Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
+from promem_fast.backends.base import Compressor, Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
 from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import (
-    Anchor, CleanEdges, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
+    Anchor, Attend, CleanEdges, Compress, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
 )
 from promem_fast.types import MemoryGraph, RunStats, Session
 
@@ -47,7 +47,8 @@ class Services:
     """
 
     def __init__(self, config: EngineConfig, *, llm: LLMBackend | None = None, nli: NLIBackend | None = None,
-                 embedder: Embedder | None = None, similarity: Similarity | None = None) -> None:
+                 embedder: Embedder | None = None, similarity: Similarity | None = None,
+                 compressor: Compressor | None = None) -> None:
         self.config = config
         self._llms: dict[str, LLMBackend] = {}
         self._by_role: dict[str, LLMBackend] = {}
@@ -55,6 +56,7 @@ class Services:
         self._nli = nli
         self._embedder = embedder
         self._similarity = similarity
+        self._compressor = compressor
         self._overhead: dict[int, int] = {}
         self._token_cache: dict[tuple[int, str], int] = {}
 
@@ -97,6 +99,12 @@ class Services:
             self._similarity = create("similarity", name, cfg)
         return self._similarity
 
+    @property
+    def compressor(self) -> Compressor:
+        if self._compressor is None:
+            self._compressor = create("compressor", "llmlingua2", self.config.compression)
+        return self._compressor
+
     # -------------------------------------------------------------------------------- token budget
     def context_length(self, role: str) -> int:
         return self.llm(role).context_length
@@ -123,7 +131,7 @@ class Services:
         return found
 
     def close(self) -> None:
-        for backend in [*self._llms.values(), self._nli, self._embedder, self._similarity]:
+        for backend in [*self._llms.values(), self._nli, self._embedder, self._similarity, self._compressor]:
             closer = getattr(backend, "close", None)
             if callable(closer):
                 closer()
@@ -243,9 +251,10 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None, *, llm: LLMBackend | None = None,
                  nli: NLIBackend | None = None, embedder: Embedder | None = None,
-                 similarity: Similarity | None = None) -> None:
+                 similarity: Similarity | None = None, compressor: Compressor | None = None) -> None:
         self.config = (config or EngineConfig()).validate()
-        self.services = Services(self.config, llm=llm, nli=nli, embedder=embedder, similarity=similarity)
+        self.services = Services(self.config, llm=llm, nli=nli, embedder=embedder, similarity=similarity,
+                                 compressor=compressor)
         self.summary = RunSummary()
         self._failed_batches = 0
         self.on_session_error: Callable[[Session, BaseException], None] | None = None
@@ -383,6 +392,7 @@ class Engine:
         handlers: dict[type, Callable[[list[tuple[_Run, int]]], None]] = {
             Generate: self._dispatch_generate, Entail: self._dispatch_entail, Embed: self._dispatch_embed,
             Match: self._dispatch_match, Anchor: self._dispatch_anchor, CleanEdges: self._dispatch_clean_edges,
+            Compress: self._dispatch_compress, Attend: self._dispatch_attend,
         }
         for kind, handler in handlers.items():
             if kind in jobs:
@@ -563,6 +573,40 @@ class Engine:
         for (run, slot), outcome in zip(jobs, outcomes):
             if isinstance(outcome, BaseException):
                 self._settle_error(run, slot, run.pending[slot], outcome, "match")
+            else:
+                run.results[slot] = outcome
+
+    def _dispatch_compress(self, jobs: list[tuple[_Run, int]]) -> None:
+        cfg = self.config.compression
+        texts = [t for run, slot in jobs for t in run.pending[slot].texts]
+        compressor = self.services.compressor
+
+        def call(items: list[str]) -> list[str]:
+            return compressor.compress(items, cfg.rate, cfg.force_tokens)
+
+        outcomes, seconds = self._call("compress", call, texts)
+        self._share(jobs, seconds, [len(run.pending[slot].texts) for run, slot in jobs])
+        pos = 0
+        for run, slot in jobs:
+            req = run.pending[slot]
+            part, pos = outcomes[pos:pos + len(req.texts)], pos + len(req.texts)
+            bad = next((o for o in part if isinstance(o, BaseException)), None)
+            if bad is not None:
+                self._settle_error(run, slot, req, bad, "compress")
+            else:
+                run.results[slot] = list(part)
+
+    def _dispatch_attend(self, jobs: list[tuple[_Run, int]]) -> None:
+        compressor = self.services.compressor
+
+        def call(items: list[tuple[str, ...]]) -> list[np.ndarray]:
+            return [compressor.sentence_attention(texts) for texts in items]
+
+        outcomes, seconds = self._call("attend", call, [run.pending[slot].texts for run, slot in jobs])
+        self._share(jobs, seconds)
+        for (run, slot), outcome in zip(jobs, outcomes):
+            if isinstance(outcome, BaseException):
+                self._settle_error(run, slot, run.pending[slot], outcome, "attend")
             else:
                 run.results[slot] = outcome
 

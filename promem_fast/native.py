@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 try:
     from promem_fast import _native
-except ImportError as exc:  # pragma: no cover - depends on the build state
+except ImportError as exc:
     raise ImportError(
         "promem_fast._native (the C++ extension) is not built or cannot be loaded "
         f"({exc}). Rebuild it from the source tree with `pip install -e .` or "

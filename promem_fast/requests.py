@@ -91,7 +91,24 @@ class CleanEdges:
     symmetric: np.ndarray | None = None
 
 
-Request = Union[Generate, Entail, Embed, Match, Anchor, CleanEdges]
+@dataclass(frozen=True, eq=False, slots=True)
+class Compress:
+    """Token compression (LLMLingua-2) of ``texts``, answered with the compressed texts in order."""
+
+    stage: str
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Attend:
+    """Sentence-level attention between consecutive ``texts`` (LightMem's coarse topic cut), answered with
+    an ``(n, n)`` row-normalised float32 matrix."""
+
+    stage: str
+    texts: tuple[str, ...]
+
+
+Request = Union[Generate, Entail, Embed, Match, Anchor, CleanEdges, Compress, Attend]
 
 
 @dataclass(slots=True)
@@ -113,5 +130,5 @@ Program = Generator[list[Request], list[Any], T]
 """A session program: yields request lists, receives result lists, returns its final value."""
 
 __all__ = [
-    "Anchor", "CleanEdges", "Embed", "Entail", "Failure", "Generate", "Match", "NLIResult", "Program", "ReplyError", "Request",
+    "Anchor", "Attend", "CleanEdges", "Compress", "Embed", "Entail", "Failure", "Generate", "Match", "NLIResult", "Program", "ReplyError", "Request",
 ]

@@ -19,8 +19,9 @@ Verification = Literal["entailed", "atomic", "revised", "unverified"]
 """What HV concluded: the whole entry entailed; an entailed atomic fact of a split entry; a fact revised
 by the adjudicator; or not checked (HV switched off, one-off mode)."""
 
-STAGES: tuple[str, ...] = ("draft", "cc", "hv", "da", "rel", "qa", "judge")
-"""Accounting stages: the paper's Table 6 columns (Draft, CC, HV, DA, REL) plus evaluation's QA and judge."""
+STAGES: tuple[str, ...] = ("compress", "draft", "cc", "hv", "da", "rel", "qa", "judge")
+"""Accounting stages: the paper's Table 6 columns (Draft, CC, HV, DA, REL), LLMLingua-2 compression before
+them, and evaluation's QA and judge."""
 
 
 @dataclass(frozen=True, slots=True)

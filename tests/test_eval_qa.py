@@ -259,7 +259,8 @@ def test_a_session_with_no_memories_scores_every_point_zero_without_asking() -> 
     engine = engine_with(llm)
     points = [point("Maya adopted a beagle."), point("Maya lives in Lisbon.")]
     integrity, accuracy = run_programs(engine, [
-        lambda ctx: integrity_program(SESSION, points, None, ctx), lambda ctx: accuracy_program(SESSION, points, None, ctx)])
+        lambda ctx: integrity_program(SESSION, points, None, ctx),
+        lambda ctx: accuracy_program(SESSION, points, None, ctx)])
     assert [lab["memory_integrity_score"] for lab in integrity] == [0, 0] and accuracy == []
     assert integrity[0]["rule"] == "no memories" and llm.seen == []
 
@@ -278,8 +279,7 @@ def test_long_dialogues_are_cut_to_the_grounded_and_most_similar_turns() -> None
 
 
 def qa_case(prediction: str | None, **kw: Any) -> tuple[Question, Answer]:
-    q = question(kw.pop("qid", "q"), kw.pop("text", "What pet does Maya have?"), ["s"], answer=kw.pop("answer", "a beagle"),
-                 **kw)
+    q = question(kw.pop("qid", "q"), "What pet does Maya have?", ["s"], answer="a beagle", **kw)
     return q, Answer(q.question_id, q.question, q.question_type, q.answer, prediction, "memory",
                      error=None if prediction is not None else "answer failed: boom")
 

@@ -54,8 +54,8 @@ class NoExtraction(ScriptedLLM):
 
 def evaluate(kind: str, data: Path, out: Path, variant: str = "full", **kw: Any) -> dict[str, Any]:
     config = scripted_config()
-    return run_eval(kind, data, config, variant=variant, out_dir=out, llm=kw.pop("llm", None) or ScriptedLLM(config.llm),
-                    **kw)
+    llm = kw.pop("llm", None) or ScriptedLLM(config.llm)
+    return run_eval(kind, data, config, variant=variant, out_dir=out, llm=llm, **kw)
 
 
 def table(report: str, title: str) -> list[list[str]]:

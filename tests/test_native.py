@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from native_reference import (  # noqa: E402
     clean_edges_ref,
 )
 
+import promem_fast  # noqa: E402
 from promem_fast import _native, native  # noqa: E402
 
 I64_MIN = int(np.iinfo(np.int64).min)
@@ -350,3 +352,11 @@ def test_results_are_fresh_arrays() -> None:
     again = native.anchor_details(ds, dt, _i64([0]), _i64([1]))[1]
     assert again.tolist() == [0, 1]
     assert ds.tolist() == [0, 0]
+
+
+def test_missing_extension_says_how_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "promem_fast._native", None)  # makes the import fail
+    monkeypatch.delattr(promem_fast, "_native")
+    monkeypatch.delitem(sys.modules, "promem_fast.native")
+    with pytest.raises(ImportError, match=r"not built.*pip install -e \.*build_ext --inplace"):
+        importlib.import_module("promem_fast.native")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from promem_fast.backends.base import (
     Completion,
+    Compressor,
     Embedder,
     GenerationRequest,
     LLMBackend,
@@ -21,7 +22,7 @@ from promem_fast.backends.base import (
 )
 from promem_fast.errors import ConfigError
 
-Kind = Literal["llm", "nli", "embedder", "similarity"]
+Kind = Literal["llm", "nli", "embedder", "similarity", "compressor"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ BACKENDS: tuple[BackendSpec, ...] = (
                 "FAISS inner-product search, on the GPU when FAISS sees one"),
     BackendSpec("similarity", "torch", "promem_fast.backends.sim_torch:TorchSimilarity", "cpu",
                 "batched torch matmul, on CUDA when present"),
+    BackendSpec("compressor", "llmlingua2", "promem_fast.backends.compress_llmlingua:LLMLingua2Compressor", "cpu",
+                "LLMLingua-2 token classification (compression) and encoder attention (LightMem coarse cut)"),
 )
 
 
@@ -85,6 +88,6 @@ def create(kind: Kind, name: str, config: Any) -> Any:
 
 
 __all__ = [
-    "BACKENDS", "BackendSpec", "Completion", "Embedder", "GenerationRequest", "LLMBackend", "NLIBackend",
+    "BACKENDS", "BackendSpec", "Completion", "Compressor", "Embedder", "GenerationRequest", "LLMBackend", "NLIBackend",
     "NLIResult", "Similarity", "create", "spec",
 ]

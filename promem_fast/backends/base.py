@@ -98,3 +98,17 @@ def label_from_scores(scores: Sequence[float]) -> NLILabel:
     """The arg-max label of (entailment, neutral, contradiction) scores; ties go to the earlier label."""
     order: tuple[NLILabel, ...] = ("entailment", "neutral", "contradiction")
     return order[int(np.argmax(np.asarray(scores, dtype=np.float64)))]
+
+
+@runtime_checkable
+class Compressor(Protocol):
+    """Prompt compression by token classification (LLMLingua-2).
+
+    ``compress`` keeps about ``rate`` of each text's tokens, always keeping ``force_tokens`` and the words
+    the model is most confident about; ``sentence_attention`` gives, for consecutive sentences, the
+    row-normalised sentence-to-sentence attention of the encoder that LightMem's coarse cut reads.
+    """
+
+    def compress(self, texts: Sequence[str], rate: float, force_tokens: Sequence[str] = ()) -> list[str]: ...
+
+    def sentence_attention(self, sentences: Sequence[str]) -> np.ndarray: ...

@@ -30,7 +30,7 @@ import numpy as np
 
 from promem_fast.engine import RunContext
 from promem_fast.prompts import format_turn
-from promem_fast.requests import Embed, Failure, Generate, Program
+from promem_fast.requests import Embed, Failure, Generate, Program, Request
 from promem_fast.types import MemoryGraph, Session
 
 from . import metrics
@@ -135,7 +135,7 @@ def integrity_program(session: Session, points: Sequence[GoldMemory], graph: Mem
     order: list[list[int]] | None = None
     if sum(sizes) > min(budgets):
         order = yield from _similarity_order(ctx, lines, [p.content for p in points])
-    requests = []
+    requests: list[Request] = []
     shown = []
     for k, point in enumerate(points):
         keep = list(range(len(lines))) if order is None else _choose(sizes, budgets[k], order[k])
@@ -145,7 +145,7 @@ def integrity_program(session: Session, points: Sequence[GoldMemory], graph: Mem
                                  item=f"integrity {session.session_id} point {point.index}"))
     results = yield requests
     labels = []
-    for b, result, n in zip(base, results, shown):
+    for b, result, n in zip(base, results, shown, strict=True):
         reply, record = _outcome(ctx, result)
         labels.append({**b, "memory_integrity_score": None if reply is None else reply["score"], **record,
                        "memories_shown": n})
@@ -169,7 +169,7 @@ def accuracy_program(session: Session, points: Sequence[GoldMemory], graph: Memo
     order: list[list[int]] | None = None
     if sum(sizes) > min(budgets):
         order = yield from _similarity_order(ctx, turns, [n.text for n in graph.nodes])
-    requests = []
+    requests: list[Request] = []
     shown = []
     for k, node in enumerate(graph.nodes):
         if order is None:
@@ -184,7 +184,7 @@ def accuracy_program(session: Session, points: Sequence[GoldMemory], graph: Memo
                                  item=f"accuracy {session.session_id} entry {node.id}"))
     results = yield requests
     labels = []
-    for node, result, n in zip(graph.nodes, results, shown):
+    for node, result, n in zip(graph.nodes, results, shown, strict=True):
         reply, record = _outcome(ctx, result)
         labels.append({
             "session_id": session.session_id, "entry_id": node.id, "memory": node.text, "origin": node.origin,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -113,13 +114,17 @@ def _embed_units(units: Sequence[Unit]) -> Program[np.ndarray]:
     return vectors
 
 
+def _embed_job(units: Sequence[Unit], ctx: RunContext) -> Program[tuple[np.ndarray, RunStats]]:
+    return with_stats(ctx, _embed_units(units))
+
+
 def build_index(engine: Engine, units: Mapping[str, list[Unit]]) -> RetrievalIndex:
     """Embed every session's units, all sessions batched together."""
     index = RetrievalIndex(units=dict(units), vectors={})
 
     def programs() -> Iterable[tuple[str, Callable[[RunContext], Program[Any]]]]:
         for sid, items in units.items():
-            yield sid, (lambda ctx, items=items: with_stats(ctx, _embed_units(items)))
+            yield sid, partial(_embed_job, items)
 
     for sid, outcome in engine.run(programs()):
         if isinstance(outcome, BaseException):
@@ -194,10 +199,11 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
                    source: Source = "memory") -> Program[Answer]:
     """Retrieve the top-k units of ``question``'s history and answer from them (one embed, one generate)."""
     answer = Answer(question.question_id, question.question, question.question_type, question.answer, None, source)
-    dates = list(question.session_dates) + [None] * (len(question.session_ids) - len(question.session_dates))
+    n = len(question.session_ids)
+    dates = list(question.session_dates[:n]) + [None] * (n - len(question.session_dates))
     pool: list[tuple[Unit, str | None, int]] = []
     blocks: list[np.ndarray] = []
-    for position, (sid, date) in enumerate(zip(question.session_ids, dates)):
+    for position, (sid, date) in enumerate(zip(question.session_ids, dates, strict=True)):
         vectors = index.vectors.get(sid)
         if vectors is None or sid in index.failed:
             answer.missing_sessions.append(sid)
@@ -219,7 +225,7 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
         keys = np.concatenate(blocks)
         order, scores = top_k(query[0], keys, keys.shape[0])
         seen: set[tuple[str | None, str]] = set()
-        for i, score in zip(order.tolist(), scores.tolist()):
+        for i, score in zip(order.tolist(), scores.tolist(), strict=True):
             unit, date, _ = pool[i]
             if (date, unit.body) in seen:  # LoCoMo: both speakers' copies of one turn
                 continue
@@ -260,6 +266,11 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
     return answer
 
 
+def _answer_job(question: Question, user: str, index: RetrievalIndex, source: Source, ctx: RunContext
+                ) -> Program[tuple[Answer, RunStats]]:
+    return with_stats(ctx, answer_program(question, user, index, ctx, source=source))
+
+
 def answer_questions(engine: Engine, questions: Sequence[tuple[Question, str]], index: RetrievalIndex, *,
                      source: Source = "memory") -> tuple[list[Answer], RunStats]:
     """Answer ``(question, memory owner's name)`` pairs in one batched run; answers in input order and the
@@ -269,8 +280,7 @@ def answer_questions(engine: Engine, questions: Sequence[tuple[Question, str]], 
 
     def programs() -> Iterable[tuple[Question, Callable[[RunContext], Program[Any]]]]:
         for question, user in questions:
-            yield question, (lambda ctx, q=question, u=user: with_stats(
-                ctx, answer_program(q, u, index, ctx, source=source)))
+            yield question, partial(_answer_job, question, user, index, source)
 
     for question, outcome in engine.run(programs()):
         if isinstance(outcome, BaseException):

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,9 @@ _SWITCH_OFF: dict[str, str] = {
     "no-rel": "relations",
 }
 
-EXTRACTION_STAGES: tuple[str, ...] = tuple(s for s in STAGES if s not in ("qa", "judge"))
-"""The paper's Table 6 columns: draft, cc, hv, da, rel."""
+TABLE6_STAGES: dict[str, str] = {"draft": "Initial Draft", "cc": "CC", "hv": "HV", "da": "DA", "rel": "REL"}
+"""The paper's Table 6 columns. Other extraction stages (``compress``, when LLMLingua-2 runs) get a column
+of their own only when a result has them, and always count in the total."""
 
 
 def variant_config(config: EngineConfig, variant: str) -> EngineConfig:
@@ -118,6 +120,11 @@ def extract_graphs(engine: Engine, bench: Benchmark, path: Path) -> dict[str, Me
     return graphs
 
 
+def _stage_key(name: str) -> tuple[int, str]:
+    """Stages in pipeline order (:data:`~promem_fast.types.STAGES`), unknown ones after, by name."""
+    return (STAGES.index(name) if name in STAGES else len(STAGES), name)
+
+
 def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     """Per-stage tokens, calls and seconds per session (the paper's Table 6), from the graphs' statistics."""
     totals: dict[str, StageStats] = {}
@@ -135,7 +142,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     grand = StageStats()
     for st in totals.values():
         grand.add(st)
-    order = [s for s in EXTRACTION_STAGES if s in totals] + sorted(set(totals) - set(EXTRACTION_STAGES))
+    order = sorted(totals, key=_stage_key)
     per_stage = {
         name: {"tokens": totals[name].tokens / n, "prompt_tokens": totals[name].prompt_tokens / n,
                "completion_tokens": totals[name].completion_tokens / n, "calls": totals[name].calls / n,
@@ -168,10 +175,16 @@ def _question_program(kind: str, question: Question, user: str, index: Retrieval
     return answer, label
 
 
-def _extraction_program(session: Session, points: list[GoldMemory], graph: MemoryGraph | None,
-                        ctx: RunContext) -> Program[list[list[dict[str, Any]]]]:
-    return (yield from gather(integrity_program(session, points, graph, ctx),
-                              accuracy_program(session, points, graph, ctx)))
+def _question_job(kind: str, question: Question, user: str, index: RetrievalIndex, source: Source,
+                  ctx: RunContext) -> Program[tuple[tuple[Answer, dict[str, Any]], RunStats]]:
+    return with_stats(ctx, _question_program(kind, question, user, index, source, ctx))
+
+
+def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None,
+                    ctx: RunContext) -> Program[tuple[list[list[dict[str, Any]]], RunStats]]:
+    """Integrity and accuracy of one session's extraction, their requests in the same rounds."""
+    return with_stats(ctx, gather(integrity_program(session, points, graph, ctx),
+                                  accuracy_program(session, points, graph, ctx)))
 
 
 def judged_sessions(bench: Benchmark) -> Iterator[tuple[Session, list[GoldMemory]]]:
@@ -204,12 +217,11 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
     def programs() -> Iterator[tuple[tuple[str, Any], Callable[[RunContext], Program[Any]]]]:
         for user in bench.users:
             for q in user.questions:
-                yield ("qa", q), (lambda ctx, q=q, name=user.name: with_stats(
-                    ctx, _question_program(kind, q, name, index, source, ctx)))
+                yield ("qa", q), partial(_question_job, kind, q, user.name, index, source)
         if kind == "halumem" and graphs is not None:
             for session, points in judged_sessions(bench):
-                yield ("extraction", (session, points)), (lambda ctx, s=session, p=points: with_stats(
-                    ctx, _extraction_program(s, p, graphs.get(s.session_id), ctx)))
+                yield ("extraction", (session, points)), partial(
+                    _extraction_job, session, points, graphs.get(session.session_id))
 
     for (what, item), outcome in engine.run(programs()):
         failed = isinstance(outcome, BaseException)
@@ -282,7 +294,8 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     eval_stats.merge(index.stats)
     eval_stats.merge(judged.stats)
     judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy)
-    files = {"result": str(result_path(out, kind, variant)), "report": str(out / f"report-{kind}.md"),
+    result_file = result_path(out, kind, variant)
+    files = {"result": str(result_file), "report": str(out / f"report-{kind}.md"),
              "chart": str(out / f"variants-{kind}.png"), "graphs": None if graphs_file is None else str(graphs_file)}
     result: dict[str, Any] = {
         "kind": kind,
@@ -318,7 +331,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "eval_failures": eval_stats.to_dict()["failures"],
         "files": files,
     }
-    Path(files["result"]).write_text(json.dumps(result, ensure_ascii=False, indent=1, default=_json_default),
+    result_file.write_text(json.dumps(result, ensure_ascii=False, indent=1, default=_json_default),
                                      encoding="utf-8")
     write_report(out, kind)
     log.info("wrote %s and %s", files["result"], files["report"])
@@ -372,20 +385,23 @@ def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
 
 def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
     """The paper's Table 6: extraction tokens per session by stage (with its share), calls and seconds."""
+    extra = {s for r in results if r["cost"]["extraction"] for s in r["cost"]["extraction"]["per_session"]}
+    stages = sorted(set(TABLE6_STAGES) | extra, key=_stage_key)
     rows = []
     for r in results:
         cost = r["cost"]["extraction"]
         if cost is None:
-            rows.append([r["label"]] + ["-"] * (len(EXTRACTION_STAGES) + 3))
+            rows.append([r["label"]] + ["-"] * (len(stages) + 3))
             continue
         cells = []
-        for stage in EXTRACTION_STAGES:
+        for stage in stages:
             st = cost["per_session"].get(stage)
             cells.append("-" if st is None else
                          f"{_kilo(st['tokens'], 3)} ({_pct(st['share'])}%)")
         rows.append([r["label"], *cells, _kilo(cost["tokens_per_session"]), _num(cost["calls_per_session"]),
                      _num(cost["seconds_per_session"])])
-    return _table(["Method", "Initial Draft", "CC", "HV", "DA", "REL", "Total", "LLM calls", "Seconds"], rows)
+    names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
+    return _table(["Method", *names, "Total", "LLM calls", "Seconds"], rows)
 
 
 def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -403,11 +419,13 @@ def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
     out = ["## Table 1: memory extraction and QA", ""]
     out += _table(["Method", "Mem. Integrity", "Mem. Accuracy", "Mem. F1", "QA Accuracy", "# Tokens"],
                   [[r["label"], _pct(h["memory_integrity"]), _pct(h["memory_accuracy"]), _pct(h["memory_f1"]),
-                    _pct(h["qa_accuracy"]), _kilo(h["tokens_per_session"])] for r, h in zip(results, heads)])
+                    _pct(h["qa_accuracy"]), _kilo(h["tokens_per_session"])]
+                   for r, h in zip(results, heads, strict=True)])
     out += ["## Table 2: ablation", ""]
     out += _table(["Method", "Mem. Int.", "Mem. Acc.", "QA Acc.", "QA Halu.", "QA Om."],
                   [[r["label"], _pct(h["memory_integrity"]), _pct(h["memory_accuracy"]), _pct(h["qa_accuracy"]),
-                    _pct(h["qa_hallucination"]), _pct(h["qa_omission"])] for r, h in zip(results, heads)])
+                    _pct(h["qa_hallucination"]), _pct(h["qa_omission"])]
+                   for r, h in zip(results, heads, strict=True)])
     out += ["## Table 6: extraction cost per session", ""]
     out += _cost_table(results)
     out += ["## Extraction in detail", "",

@@ -3,6 +3,7 @@
 =====================  ==========================  ==========================================
 stage                  module                      paper
 =====================  ==========================  ==========================================
+compression (opt.)     :mod:`.compress`            App. C LLMLingua-2 before draft and events
 details per turn       :mod:`.details`             §3.2 fine-grained detail extraction
 topic segments         :mod:`.segment`             §3.2 topic clustering (LightMem fine cut)
 events, relations      :mod:`.events`              §3.2 event abstraction, relation inference
@@ -21,6 +22,7 @@ from __future__ import annotations
 from promem_fast.engine import RunContext
 from promem_fast.pipeline.anchor import anchor_details
 from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.compress import compress_turns
 from promem_fast.pipeline.completeness import check_completeness
 from promem_fast.pipeline.details import extract_details
 from promem_fast.pipeline.draft import draft_memory
@@ -37,8 +39,12 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
     groups = session.turn_groups()
     ordinal = {tid: i for i, (tid, _) in enumerate(groups)}
 
+    prompt_groups = groups
+    if ctx.config.compression.enabled:
+        prompt_groups = yield from compress_turns(groups, ctx)
+
     if cp.mode == "one-off":
-        draft = yield from draft_memory(session, groups, ctx)
+        draft = yield from draft_memory(session, prompt_groups, ctx)
         nodes = [MemoryEntry(id=i, text=t, origin="draft", verification="unverified", turn_ids=[])
                  for i, t in enumerate(draft)]
         return _graph(session, nodes, [], [], [], ctx, mode="one-off")
@@ -49,7 +55,8 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
         vectors = yield from embed_turns(groups, "cc" if need_events else "hv")
         if not need_events:
             return [], [], vectors
-        events, relations = yield from abstract_events(session, groups, vectors, ctx, with_relations=cp.relations)
+        events, relations = yield from abstract_events(session, prompt_groups, vectors, ctx,
+                                                       with_relations=cp.relations)
         return events, relations, vectors
 
     def details_branch() -> Program[list[Detail]]:
@@ -58,7 +65,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
         return (yield from extract_details(groups, ctx))
 
     (events, relations, turn_vecs), details, draft = yield from gather(
-        events_branch(), details_branch(), draft_memory(session, groups, ctx))
+        events_branch(), details_branch(), draft_memory(session, prompt_groups, ctx))
 
     completed = yield from check_completeness(events, draft, ctx, recover=cp.completeness_check)
     turn_of, score = yield from ground(completed.vectors, turn_vecs)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from promem_fast.backends.base import NLIResult
+from promem_fast.parsing import dominant_script
 from promem_fast.engine import RunContext
 from promem_fast.prompts import format_turn, render, schema_for
-from promem_fast.requests import Entail, Failure, Generate, Program, Request
+from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError, Request
 from promem_fast.types import Session, Turn
 
 TurnGroup = tuple[int | str, tuple[Turn, ...]]
@@ -131,3 +132,30 @@ def dedupe(texts: Sequence[str]) -> list[str]:
             seen.add(key)
             out.append(" ".join(text.split()))
     return out
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def same_language(source: str) -> Callable[[Any], tuple[Any, list[str]]]:
+    """A reply check: the reply must be written in the script of the text it was made from.
+
+    Small models sometimes answer in another language; such a reply is retried rather than stored,
+    since translating it back would mean inventing wording. Judged on the first 2,000 characters.
+    """
+    expected = dominant_script(source[:2000])
+
+    def check(value: Any) -> tuple[Any, list[str]]:
+        got = dominant_script(" ".join(_strings(value))[:2000])
+        if expected and got and got != expected:
+            raise ReplyError(f"reply written in {got} script, its source in {expected}")
+        return value, []
+
+    return check

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from promem_fast.engine import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, dedupe, turn_text, window_text
+from promem_fast.pipeline.common import TurnGroup, ask, dedupe, same_language, turn_text, window_text
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program
 from promem_fast.types import Detail
@@ -22,7 +22,8 @@ def extract_details(groups: list[TurnGroup], ctx: RunContext) -> Program[list[De
             ctx.stats.bump("windowed_turns")
         for piece in pieces:
             requests.append(Generate(stage="da", role="detail", messages=render("detail", turn=piece),
-                                     schema=schema, max_tokens=cp.max_tokens["detail"], item=f"turn {group[0]}"))
+                                     schema=schema, max_tokens=cp.max_tokens["detail"], item=f"turn {group[0]}",
+                                     check=same_language(piece)))
             owners.append(index)
     results = yield from ask(requests)
     per_turn: dict[int, list[str]] = {}

@@ -7,10 +7,12 @@ from typing import Any
 import numpy as np
 
 from promem_fast.engine import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, dedupe, turn_text, window_text
-from promem_fast.pipeline.segment import cap_tokens, fine_boundaries, segments_from_boundaries
+from promem_fast.pipeline.common import TurnGroup, ask, dedupe, same_language, turn_text, window_text
+from promem_fast.pipeline.segment import (
+    cap_tokens, coarse_boundaries, combine_boundaries, fine_boundaries, segments_from_boundaries,
+)
 from promem_fast.prompts import numbered, render, schema_for
-from promem_fast.requests import Embed, Failure, Generate, Program, ReplyError
+from promem_fast.requests import Attend, Embed, Failure, Generate, Program, ReplyError
 from promem_fast.types import Event, Session
 
 Relation = tuple[int, str, int]
@@ -24,9 +26,16 @@ def embed_turns(groups: list[TurnGroup], stage: str) -> Program[np.ndarray]:
     return vectors
 
 
-def segment(groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext) -> list[list[int]]:
+def segment(groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext) -> Program[list[list[int]]]:
+    """Topic segments: the embedding fine cut, narrowed by LightMem's attention coarse cut when configured."""
     cp = ctx.config.pipeline
     cuts = fine_boundaries(vectors, cp.theta_start, cp.theta_step, cp.theta_max)
+    if cp.segmenter == "lightmem" and len(groups) > 2:
+        (attention,) = yield [Attend(stage="cc", texts=tuple(turn_text(g) for g in groups))]
+        if isinstance(attention, Failure):
+            ctx.fail(attention)
+        else:
+            cuts = combine_boundaries(cuts, coarse_boundaries(attention))
     segments = segments_from_boundaries(len(groups), cuts)
     sizes = [ctx.text_tokens("event", turn_text(g)) for g in groups]
     return cap_tokens(segments, sizes.__getitem__, cp.max_segment_tokens)
@@ -36,7 +45,7 @@ def abstract_events(session: Session, groups: list[TurnGroup], vectors: np.ndarr
                     with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
     """Events of every segment in one round, then (optionally) one relation request over all events."""
     cp = ctx.config.pipeline
-    segments = segment(groups, vectors, ctx)
+    segments = yield from segment(groups, vectors, ctx)
     ctx.stats.bump("segments", len(segments))
     schema = schema_for("event", max_items=cp.max_list_items)
     budget = ctx.prompt_budget("event", render("event", user=session.user, segment=""))
@@ -50,7 +59,7 @@ def abstract_events(session: Session, groups: list[TurnGroup], vectors: np.ndarr
         for piece in pieces:
             requests.append(Generate(stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"],
                                      messages=render("event", user=session.user, segment=piece),
-                                     item=f"segment {number}"))
+                                     item=f"segment {number}", check=same_language(piece)))
             owners.append(number)
     results = yield from ask(requests)
     texts_by_segment: dict[int, list[str]] = {}

@@ -49,3 +49,32 @@ def cap_tokens(segments: list[list[int]], tokens: Callable[[int], int], max_toke
         if current:
             out.append(current)
     return out
+
+
+def coarse_boundaries(attention: np.ndarray) -> list[int]:
+    """LightMem's coarse cut: turn i starts a segment where its attention to turn i-1 is a local maximum.
+
+    ``attention`` is the row-normalised turn-to-turn attention of the compression encoder; the score of
+    turn i (1 <= i < n) is ``attention[i, i-1]`` and a candidate is a strict local maximum of that score
+    sequence (an end of the sequence counts when it beats its one neighbour).
+    """
+    n = len(attention)
+    if n < 3:
+        return []
+    score = np.array([attention[i, i - 1] for i in range(1, n)], np.float64)
+    cuts = []
+    for k, value in enumerate(score):
+        left = score[k - 1] if k > 0 else -np.inf
+        right = score[k + 1] if k + 1 < len(score) else -np.inf
+        if value > left and value > right:
+            cuts.append(k + 1)
+    return cuts
+
+
+def combine_boundaries(fine: Sequence[int], coarse: Sequence[int], within: int = 3) -> list[int]:
+    """Fine boundaries that lie within ``within`` turns of a coarse one; all fine ones when there is no
+    coarse boundary or none of the fine ones is near one (the coarse cut only ever narrows the fine one)."""
+    if not coarse:
+        return list(fine)
+    kept = [b for b in fine if any(abs(b - c) <= within for c in coarse)]
+    return kept or list(fine)

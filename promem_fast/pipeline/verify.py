@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from promem_fast.engine import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, turn_text
+from promem_fast.pipeline.common import (
+    TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, same_language, turn_text,
+)
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Match, Program
@@ -76,7 +78,7 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
     schema = schema_for("decompose", max_items=cp.max_list_items)
     decomposed = yield [Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
                                  messages=render("decompose", user=session.user, entry=entries[i].text),
-                                 item=entries[i].text) for i in suspect]
+                                 item=entries[i].text, check=same_language(entries[i].text)) for i in suspect]
     facts: list[tuple[int, str]] = []
     for i, result in zip(suspect, decomposed):
         if isinstance(result, Failure):
@@ -101,7 +103,8 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
         schema = schema_for("adjudicate")
         rulings = yield [Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
                                   messages=render("adjudicate", turn=turn_text(groups[int(turn_of[i])]) if turn_of[i] >= 0
-                                                  else "", fact=fact), item=fact) for i, fact in flagged]
+                                                  else "", fact=fact), item=fact, check=same_language(fact))
+                         for i, fact in flagged]
         for (i, fact), result in zip(flagged, rulings):
             if isinstance(result, Failure):
                 ctx.fail(result)

@@ -1,0 +1,35 @@
+"""Token compression of the dialogue before the draft and event prompts (the paper's Appendix C).
+
+Each message is compressed by LLMLingua-2 (one batched request for all sessions in flight). Only the
+prompts of the draft and of event abstraction see the compressed text; details, grounding, NLI and
+anchoring keep the original turns as the source of truth.
+"""
+
+from __future__ import annotations
+
+from promem_fast.engine import RunContext
+from promem_fast.pipeline.common import TurnGroup, turn_text
+from promem_fast.requests import Compress, Failure, Program
+from promem_fast.types import Turn
+
+
+def compress_turns(groups: list[TurnGroup], ctx: RunContext) -> Program[list[TurnGroup]]:
+    texts = tuple(m.text for _, messages in groups for m in messages)
+    (compressed,) = yield [Compress(stage="compress", texts=texts)]
+    if isinstance(compressed, Failure):
+        ctx.fail(compressed)
+        return groups
+    out: list[TurnGroup] = []
+    pos = 0
+    for tid, messages in groups:
+        new = []
+        for m in messages:
+            text = compressed[pos].strip() or m.text
+            pos += 1
+            new.append(Turn(turn_id=m.turn_id, role=m.role, text=text, timestamp=m.timestamp))
+        out.append((tid, tuple(new)))
+    before = sum(ctx.text_tokens("draft", turn_text(g)) for g in groups)
+    after = sum(ctx.text_tokens("draft", turn_text(g)) for g in out)
+    ctx.stats.bump("compression_tokens_before", before)
+    ctx.stats.bump("compression_tokens_after", after)
+    return out

@@ -1,0 +1,132 @@
+"""Fault injection: malformed replies, backend faults, context limits, fuzzed input. Nothing is lost silently."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import halumem_sessions, make_session, scripted_config
+from faulty import RAISE_FAULTS, REPLY_FAULTS, FaultyLLM, corrupt
+from promem_fast.engine import Engine
+from promem_fast.errors import InputError
+from promem_fast.io import session_from_dict
+from promem_fast.parsing import dominant_script, parse_reply
+from promem_fast.prompts import schema_for
+from promem_fast.requests import ReplyError
+
+
+@pytest.fixture(scope="module")
+def sample() -> list:  # type: ignore[type-arg]
+    return halumem_sessions(8)
+
+
+def clean_lines(sessions: list) -> list[str]:  # type: ignore[type-arg]
+    return [g.to_json(timings=False) for g in Engine(scripted_config()).extract(sessions)]
+
+
+def test_strictly_repairable_faults_change_nothing(sample: list) -> None:  # type: ignore[type-arg]
+    llm = FaultyLLM(["prose", "fence"], rate=0.5, sticky=1.0)
+    graphs = Engine(scripted_config(), llm=llm).extract(sample)
+    assert sum(llm.injected.values()) > 20
+    strip = [json.loads(line) for line in clean_lines(sample)]
+    for graph, clean in zip(graphs, strip):
+        got = json.loads(graph.to_json(timings=False))
+        assert got["nodes"] == clean["nodes"] and got["edges"] == clean["edges"] and got["details"] == clean["details"]
+        assert not graph.stats.failures
+    assert sum(g.stats.counts.get("repaired_replies", 0) for g in graphs) == sum(llm.injected.values())
+
+
+def test_every_fault_kind_is_survived_and_accounted_for(sample: list) -> None:  # type: ignore[type-arg]
+    llm = FaultyLLM([*REPLY_FAULTS, *RAISE_FAULTS], rate=0.35, sticky=0.4)
+    cfg = scripted_config(max_attempts=3)
+    graphs = Engine(cfg, llm=llm).extract(sample)
+    assert [g.session_id for g in graphs] == [s.session_id for s in sample]  # no session lost
+    assert set(llm.injected) == set(REPLY_FAULTS) | set(RAISE_FAULTS)
+    failures = [f for g in graphs for f in g.stats.failures]
+    assert failures, "sticky faults must end as recorded failures"
+    for f in failures:
+        assert f.error and f.stage in {"draft", "cc", "hv", "da", "rel"}
+        assert f.raw or f.error.startswith(("RuntimeError", "TimeoutError"))  # raw reply kept when there was one
+    for graph in graphs:
+        assert graph.nodes, "a session keeps what was verified"
+        for node in graph.nodes:
+            assert dominant_script(node.text) != "CJK"  # other-language replies are never stored
+        n = len(graph.nodes)
+        assert all(0 <= e.source < n and 0 <= e.target < n for e in graph.edges)
+        assert graph.stats.counts.get("failed_steps", 0) == len(graph.stats.failures)
+
+
+def test_faults_are_reproducible(sample: list) -> None:  # type: ignore[type-arg]
+    def run() -> list[str]:
+        llm = FaultyLLM([*REPLY_FAULTS, *RAISE_FAULTS], rate=0.35, sticky=0.4)
+        return [g.to_json(timings=False) for g in Engine(scripted_config(), llm=llm).extract(sample[:4])]
+
+    assert run() == run()
+
+
+@pytest.mark.parametrize("kind", REPLY_FAULTS)
+def test_each_malformed_reply_is_repaired_or_rejected(kind: str) -> None:
+    relations = json.dumps({"relations": [{"source": 0, "relation": "causal", "target": 1}]})
+    schema = schema_for("relation", n_events=3, relation_types=["causal"])
+    damaged = corrupt(kind, relations)
+    try:
+        value, _ = parse_reply(damaged, schema)
+    except ReplyError:
+        assert kind in ("truncated", "non_json", "empty", "wrong_types", "other_language")
+        return
+    # whatever parsed is a subset of the true answer: nothing was invented
+    assert all(r in json.loads(relations)["relations"] or r["target"] >= 3 for r in value["relations"])
+
+
+def test_a_turn_longer_than_the_context_is_windowed_not_cut() -> None:
+    import re
+
+    from promem_fast.backends.llm_scripted import ScriptedLLM
+
+    cfg = scripted_config()
+    cfg.llm.context_length = 1700
+    words = " ".join(f"I visited Town{i} in {2000 + i}." for i in range(300))
+    session = make_session("long-turn", "Ann", [(words, "Wow.")])
+    seen: list[str] = []
+
+    def towns(fields: dict[str, str]) -> dict[str, list[str]]:
+        found = re.findall(r"Town\d+", fields["turn"])
+        seen.append(fields["turn"])
+        return {"details": [found[0], found[-1]] if found else []}
+
+    graph = Engine(cfg, llm=ScriptedLLM(cfg.llm, rules={"detail": towns})).extract([session])[0]
+    assert graph.stats.counts.get("windowed_turns", 0) >= 1
+    assert len(seen) > 1 and all(len(s) < len(words) for s in seen)
+    assert not [f for f in graph.stats.failures if "ContextOverflow" in f.error]
+    assert {"Town0", "Town299"} <= {d.text for d in graph.details}  # the start and the end both reached the model
+
+
+def test_a_10_mb_turn_is_rejected_by_validation_with_its_field() -> None:
+    record = {"session_id": "huge", "user": "Ann", "turns": [{"role": "user", "text": "x" * 10_000_000}]}
+    with pytest.raises(InputError) as info:
+        session_from_dict(record, file="in.jsonl", line=7)
+    assert info.value.field == "turns[0].text" and info.value.line == 7 and info.value.session_id == "huge"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["session_id", "user", "turns", "messages", "role", "text", "content", "turn_id",
+                         "timestamp", "owner_role", "metadata", "x"]), children, max_size=6),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_the_validator_never_crashes_on_arbitrary_json(record: Any) -> None:
+    try:
+        session = session_from_dict(record, file="fuzz.jsonl", line=1)
+    except InputError as exc:
+        assert exc.file == "fuzz.jsonl" and exc.line == 1 and exc.message
+        return
+    assert session.turns and all(t.text.strip() for t in session.turns)
