@@ -11,6 +11,7 @@ $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 	$(PIP) install -e '.[cpu,dev]'
+	$(PY) setup.py -q build_ext --inplace
 	touch $(STAMP)
 
 install: $(STAMP)

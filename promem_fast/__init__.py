@@ -8,6 +8,7 @@ The public front is small and batch-first::
 
 from __future__ import annotations
 
+from promem_fast import native  # noqa: F401  - a broken native build must fail here, with the rebuild command
 from promem_fast.config import EngineConfig
 from promem_fast.engine import Engine, RunSummary
 from promem_fast.io import load_sessions

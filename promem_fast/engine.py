@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from promem_fast import native
 from promem_fast.backends import create
 from promem_fast.backends.base import Compressor, Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
@@ -611,8 +612,6 @@ class Engine:
                 run.results[slot] = outcome
 
     def _dispatch_anchor(self, jobs: list[tuple[_Run, int]]) -> None:
-        from promem_fast import native
-
         reqs: list[Anchor] = [run.pending[slot] for run, slot in jobs]
         d_sess = np.concatenate([np.full(len(r.detail_turns), i, np.int64) for i, r in enumerate(reqs)])
         e_sess = np.concatenate([np.full(len(r.entry_turns), i, np.int64) for i, r in enumerate(reqs)])
@@ -628,8 +627,6 @@ class Engine:
             e_base += n
 
     def _dispatch_clean_edges(self, jobs: list[tuple[_Run, int]]) -> None:
-        from promem_fast import native
-
         reqs: list[CleanEdges] = [run.pending[slot] for run, slot in jobs]
         sizes = [len(r.source) for r in reqs]
         session = np.concatenate([np.full(n, i, np.int64) for i, n in enumerate(sizes)])

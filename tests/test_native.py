@@ -26,7 +26,7 @@ from promem_fast import _native, native  # noqa: E402
 I64_MIN = int(np.iinfo(np.int64).min)
 I64_MAX = int(np.iinfo(np.int64).max)
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _i64(values: list[int]) -> np.ndarray:
@@ -358,5 +358,5 @@ def test_missing_extension_says_how_to_build(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "promem_fast._native", None)  # makes the import fail
     monkeypatch.delattr(promem_fast, "_native")
     monkeypatch.delitem(sys.modules, "promem_fast.native")
-    with pytest.raises(ImportError, match=r"not built.*pip install -e \.*build_ext --inplace"):
+    with pytest.raises(ImportError, match=r"not built.*pip install -e \..*build_ext --inplace"):
         importlib.import_module("promem_fast.native")

@@ -1,0 +1,143 @@
+"""Turn a pytest-benchmark JSON file into the committed summary: the JSON plus the machine, and a markdown table.
+
+Run after ``make bench`` (which writes ``benchmarks/results/latest.json``)::
+
+    python benchmarks/report.py                      # reads and updates benchmarks/results/latest.json
+    python benchmarks/report.py --json other.json --md other.md
+
+Timings from different machines (or from one noisy shared machine at different moments) cannot be compared,
+so every suite measures its alternatives side by side in one run and stores the ratio in ``extra_info``;
+this report puts those ratios next to the raw timings and says on what hardware and library versions
+they were taken. ``machine_info`` is also what the throughput harness records in its JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "onnxruntime", "faiss-cpu", "sentence-transformers",
+             "pytest-benchmark", "vllm")
+"""Distributions whose versions decide the figures (the ones not installed are reported as absent)."""
+
+
+def _cpu_model() -> str:
+    """``model name`` of the first processor in /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _gpus() -> list[str]:
+    """GPU names from ``nvidia-smi`` (no torch import needed: the report runs on CPU-only machines too)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, memory, GPUs, Python and the versions of the libraries that matter here."""
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cpu": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpus": _gpus(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "libraries": versions,
+    }
+
+
+def describe_machine(machine: dict[str, Any]) -> str:
+    """One paragraph for the top of the markdown report."""
+    libs = ", ".join(f"{k} {v}" for k, v in machine["libraries"].items() if v)
+    gpus = "; ".join(machine["gpus"]) or "none"
+    return (f"CPU: {machine['cpu']} ({machine['usable_cores']} usable of {machine['logical_cores']} logical cores), "
+            f"memory {machine['memory_gib']} GiB, GPUs: {gpus}. Python {machine['python']} on {machine['platform']}. "
+            f"Libraries: {libs}.")
+
+
+def _seconds(value: float) -> str:
+    """A timing with a unit that keeps three significant digits readable."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def _extra(info: dict[str, Any]) -> str:
+    return "; ".join(f"{k}={v}" for k, v in info.items()) if info else ""
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The report: machine paragraph, then one table row per benchmark (grouped by suite file)."""
+    lines = ["# Benchmark results", "", f"Taken {data.get('datetime', 'at an unknown time')}.", "",
+             describe_machine(data["machine"]), "",
+             "Each suite times its alternatives side by side in the same run; compare the ratios in the last "
+             "column, not absolute timings across machines.", ""]
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for bench in data.get("benchmarks", []):
+        by_file.setdefault(bench["fullname"].split("::", 1)[0], []).append(bench)
+    for suite, benches in sorted(by_file.items()):
+        lines += [f"## {suite}", "", "| benchmark | median | min | rounds | side-by-side figures |",
+                  "| --- | --- | --- | --- | --- |"]
+        for bench in benches:
+            stats = bench["stats"]
+            lines.append(f"| `{bench['name']}` | {_seconds(stats['median'])} | {_seconds(stats['min'])} | "
+                         f"{stats['rounds']} | {_extra(bench.get('extra_info', {}))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--json", type=Path, default=RESULTS / "latest.json",
+                        help="pytest-benchmark JSON (updated in place with the machine description)")
+    parser.add_argument("--md", type=Path, default=None, help="markdown output (default: the JSON's name, .md)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    data = json.loads(args.json.read_text(encoding="utf-8"))
+    data["machine"] = machine_info()
+    args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    md_path = args.md or args.json.with_suffix(".md")
+    md_path.write_text(markdown(data), encoding="utf-8")
+    log.info("%d benchmarks: %s and %s", len(data.get("benchmarks", [])), args.json, md_path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

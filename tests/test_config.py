@@ -1,0 +1,93 @@
+"""The configuration: paper defaults, files, --set overrides, profiles, per-role models, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import scripted_config
+from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.cli import main
+from promem_fast.config import EngineConfig, LLMConfig
+from promem_fast.engine import Engine
+from promem_fast.errors import ConfigError, MissingDependency
+
+
+def test_defaults_are_the_papers() -> None:
+    c = EngineConfig()
+    assert c.pipeline.tau_comp == 0.6 and c.qa_top_k == 20
+    assert (c.pipeline.theta_start, c.pipeline.theta_step, c.pipeline.theta_max) == (0.2, 0.05, 0.5)
+    assert c.pipeline.mode == "promem"
+    assert all([c.pipeline.completeness_check, c.pipeline.hallucination_verification, c.pipeline.detail_anchoring,
+                c.pipeline.relations])
+    assert (c.llm.backend, c.nli.backend, c.embedder.backend) == ("llamacpp", "llm", "sentence-transformers")
+
+
+@pytest.mark.parametrize("suffix,text", [
+    (".yaml", "profile: scripted\npipeline:\n  tau_comp: 0.5\n  relations: false\nroles:\n  draft: {temperature: 0.2}\n"),
+    (".toml", 'profile = "scripted"\n[pipeline]\ntau_comp = 0.5\nrelations = false\n[roles.draft]\ntemperature = 0.2\n'),
+    (".json", '{"profile": "scripted", "pipeline": {"tau_comp": 0.5, "relations": false},'
+              ' "roles": {"draft": {"temperature": 0.2}}}'),
+])
+def test_config_files(tmp_path: Path, suffix: str, text: str) -> None:
+    path = tmp_path / f"c{suffix}"
+    path.write_text(text)
+    c = EngineConfig.load(path)
+    assert c.llm.backend == "scripted" and c.pipeline.tau_comp == 0.5 and c.pipeline.relations is False
+    assert c.llm_for("draft").temperature == 0.2 and c.llm_for("draft").backend == "scripted"
+    assert c.llm_for("event") is c.llm
+
+
+@pytest.mark.parametrize("assignment,message", [
+    ("pipeline.tau_comp=high", "must be a number"),
+    ("pipeline.nope=1", "unknown config field 'pipeline.nope'"),
+    ("llm.backend=gpt5", "choose one of"),
+    ("roles.writer.model=x", "unknown role 'writer'"),
+    ("pipeline.relations=maybe", "true or false"),
+    ("tau", "section.field=value"),
+])
+def test_bad_overrides_name_the_field(assignment: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig().with_overrides([assignment])
+
+
+def test_range_checks() -> None:
+    with pytest.raises(ConfigError, match="tau_comp"):
+        EngineConfig().with_overrides(["pipeline.tau_comp=1.5"]).validate()
+    with pytest.raises(ConfigError, match="unknown profile"):
+        EngineConfig.profile("tpu")
+
+
+def test_gpu_profile_sets_every_backend() -> None:
+    g = EngineConfig.profile("gpu")
+    assert (g.llm.backend, g.llm.model) == ("vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (g.nli.backend, g.nli.device, g.nli.fp16) == ("onnx", "cuda", True)
+    assert g.embedder.model.startswith("Qwen/Qwen3-Embedding") and g.similarity.device == "cuda"
+
+
+def test_a_role_override_gets_its_own_backend(maya) -> None:  # type: ignore[no-untyped-def]
+    cfg = scripted_config()
+    cfg.roles["draft"] = LLMConfig(backend="scripted", context_length=8192, seed=7)
+    engine = Engine(cfg)
+    engine.extract([maya])
+    draft, event = engine.services.llm("draft"), engine.services.llm("event")
+    assert draft is not event and isinstance(draft, ScriptedLLM)
+    assert len(draft.calls) == 1 and sum(draft.calls) == 1  # only the draft went to the override
+    assert engine.services.llm("detail") is event
+
+
+def test_missing_optional_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    cfg = EngineConfig.profile("scripted")
+    cfg.llm = LLMConfig(backend="vllm", model="x")
+    with pytest.raises(MissingDependency, match=r"pip install 'promem-fast\[gpu\]'"):
+        Engine(cfg).services.llm("draft")
+
+
+def test_config_command_prints_the_effective_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "--profile", "scripted", "--set", "pipeline.tau_comp=0.55"]) == 0
+    out = capsys.readouterr().out
+    assert '"tau_comp": 0.55' in out and '"backend": "scripted"' in out
