@@ -6,20 +6,25 @@ Run after ``make bench`` (which writes ``benchmarks/results/latest.json``)::
     python benchmarks/report.py --json other.json --md other.md
 
 Timings from different machines (or from one noisy shared machine at different moments) cannot be compared,
-so every suite measures its alternatives side by side in one run and stores the ratio in ``extra_info``;
-this report puts those ratios next to the raw timings and says on what hardware and library versions
-they were taken. ``machine_info`` is also what the throughput harness records in its JSON.
+so every suite measures its alternatives side by side in one run (:func:`side_by_side`) and stores the
+rates and ratios in ``extra_info`` (:func:`ratio_info`); this report puts those figures next to the raw
+timings and says on what hardware and library versions they were taken. ``machine_info`` is also what the
+throughput harness records in its JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
+import statistics
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,80 @@ RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "onnxruntime", "faiss-cpu", "sentence-transformers",
              "pytest-benchmark", "vllm")
 """Distributions whose versions decide the figures (the ones not installed are reported as absent)."""
+
+
+def side_by_side(candidates: dict[str, Callable[[], Any]], rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds of each candidate, timed interleaved: every round runs each once, in an order rotated
+    per round. On a shared machine the load drifts within seconds; interleaving puts every candidate under
+    the same drift, so their ratio holds even when the absolute timings do not."""
+    names = list(candidates)
+    for _ in range(warmup):
+        for name in names:
+            candidates[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            started = time.perf_counter()
+            candidates[name]()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+THREADS_ENV = "PROMEM_BENCH_THREADS"
+"""Threads per library in the suites (default 1; 0 keeps each library's own default)."""
+
+
+def bench_threads() -> int:
+    return int(os.environ.get(THREADS_ENV, "1"))
+
+
+@contextlib.contextmanager
+def limit_threads(n: int) -> Iterator[None]:
+    """Cap numpy's BLAS, FAISS's OpenMP and torch at ``n`` threads inside the block (0: leave them).
+
+    Why: on a shared machine with more runnable processes than cores, a multi-threaded library spends its
+    time spin-waiting at barriers (a 100 x 300 product took ten times longer on two threads than on one
+    here), so a comparison would measure each runtime's spinning, not its code. One thread each is the
+    reproducible basis; set ``PROMEM_BENCH_THREADS`` on an idle machine to compare at full width.
+    """
+    if n <= 0:
+        yield
+        return
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def ort_session(path: Path, threads: int) -> Any:
+    """A CPU ONNX Runtime session of ``path`` with ``threads`` intra-op threads (0: ORT's default), built like
+    the backends build theirs; ORT's thread pool is not reached by :func:`limit_threads`."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads > 0:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def ratio_info(medians: dict[str, float], work: float, unit: str) -> dict[str, Any]:
+    """``extra_info`` of a comparison: each candidate's rate (``work`` items per second, in ``unit``), the
+    fastest one, and how many times slower each other one is than it."""
+    fastest = min(medians, key=medians.__getitem__)
+    info: dict[str, Any] = {f"{name}_{unit}": round(work / seconds, 1) for name, seconds in medians.items()}
+    info["fastest"] = fastest
+    for name, seconds in medians.items():
+        if name != fastest:
+            info[f"{name}_vs_{fastest}"] = round(seconds / medians[fastest], 2)
+    return info
 
 
 def _cpu_model() -> str:

@@ -193,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     _config_args(p)
     p.set_defaults(func=cmd_config)
 
+    from promem_fast.eval.cli import add_eval_parser
+
+    add_eval_parser(sub)
+
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -146,8 +146,10 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
 
     if len(messages) != 2:
         return None
+    from promem_fast.eval.prompts import EVAL_TEMPLATES
+
     system = messages[0]["content"]
-    for role, template in TEMPLATES.items():
+    for role, template in {**TEMPLATES, **EVAL_TEMPLATES}.items():
         if not system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
             continue
         fields: dict[str, str] = {}

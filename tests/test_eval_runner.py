@@ -13,7 +13,6 @@ import pytest
 
 from conftest import ROOT, scripted_config
 from promem_fast import prompts
-from promem_fast.backends import llm_scripted
 from promem_fast.backends.base import Completion, GenerationRequest
 from promem_fast.backends.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
@@ -22,7 +21,6 @@ from promem_fast.eval import metrics
 from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.runner import VARIANTS, extraction_cost, load_results, run_eval, variant_config
-from promem_fast.eval.scripted import EVAL_RULES
 from promem_fast.io import load_sessions, read_graphs
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -30,16 +28,6 @@ HALUMEM = FIXTURES / "halumem_mini.jsonl"
 LOCOMO = FIXTURES / "locomo_mini.json"
 LONGMEMEVAL = FIXTURES / "longmemeval_mini.json"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def wired(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What wiring the evaluation into the scripted backend does: its prompts known to ``parse_rendered``
-    and its rules among the scripted backend's defaults."""
-    for name, template in EVAL_TEMPLATES.items():
-        monkeypatch.setitem(prompts.TEMPLATES, name, template)
-    for name, rule in EVAL_RULES.items():
-        monkeypatch.setitem(llm_scripted.DEFAULT_RULES, name, rule)
 
 
 class NoExtraction(ScriptedLLM):
@@ -70,7 +58,7 @@ def pct(value: float | None) -> str:
 
 
 # ============================================================================================= HaluMem
-def test_halumem_end_to_end_report_matches_the_raw_labels(wired: None, tmp_path: Path) -> None:
+def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> None:
     result = evaluate("halumem", HALUMEM, tmp_path, limit=2)
     stored = json.loads((tmp_path / "result-halumem-full.json").read_text())
     assert stored["headline"] == result["headline"]
@@ -121,7 +109,7 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(wired: None, tmp_path:
     assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
 
 
-def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(wired: None, tmp_path: Path) -> None:
+def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(tmp_path: Path) -> None:
     evaluate("halumem", HALUMEM, tmp_path, limit=1)
     graphs_file = tmp_path / "graphs-halumem-full.jsonl"
     first = graphs_file.read_text()
@@ -135,7 +123,7 @@ def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(wired: N
     assert again["counts"]["graphs"] == len(lines)
 
 
-def test_an_explicit_graphs_file_from_promem_extract_is_used(wired: None, tmp_path: Path) -> None:
+def test_an_explicit_graphs_file_from_promem_extract_is_used(tmp_path: Path) -> None:
     sessions = tmp_path / "sessions.jsonl"
     graphs = tmp_path / "graphs.jsonl"
     parser = argparse.ArgumentParser()
@@ -148,7 +136,7 @@ def test_an_explicit_graphs_file_from_promem_extract_is_used(wired: None, tmp_pa
     assert not (tmp_path / "out" / "graphs-halumem-full.jsonl").exists()
 
 
-def test_every_variant_lands_in_one_report(wired: None, tmp_path: Path) -> None:
+def test_every_variant_lands_in_one_report(tmp_path: Path) -> None:
     results = {v: evaluate("halumem", HALUMEM, tmp_path, variant=v, limit=2) for v in VARIANTS}
     report = (tmp_path / "report-halumem.md").read_text()
     assert [row[0] for row in table(report, "Table 2")] == list(VARIANTS.values())
@@ -162,6 +150,9 @@ def test_every_variant_lands_in_one_report(wired: None, tmp_path: Path) -> None:
     one_off = [g for g in read_graphs(tmp_path / "graphs-halumem-one-off.jsonl")]
     assert {g.mode for g in one_off} == {"one-off"}
     assert [r["variant"] for r in load_results(tmp_path, "halumem")] == list(VARIANTS)
+    assert "Warning" not in report
+    evaluate("halumem", HALUMEM, tmp_path, variant="no-cc", limit=1)  # a row over other data is flagged
+    assert "these results come from different data files or limits" in (tmp_path / "report-halumem.md").read_text()
 
 
 def test_variant_config_switches_one_module_each() -> None:
@@ -181,7 +172,7 @@ def test_variant_config_switches_one_module_each() -> None:
 
 
 # ============================================================================================= LoCoMo, LongMemEval
-def test_locomo_report_has_its_per_category_tables(wired: None, tmp_path: Path) -> None:
+def test_locomo_report_has_its_per_category_tables(tmp_path: Path) -> None:
     result = evaluate("locomo", LOCOMO, tmp_path)
     rows = result["labels"]["qa"]
     assert {r["category"] for r in rows} == {1, 2, 3, 4, 5} and all("f1" in r and "llm_correct" in r for r in rows)
@@ -198,7 +189,7 @@ def test_locomo_report_has_its_per_category_tables(wired: None, tmp_path: Path) 
     assert "## Table 6" in report and (tmp_path / "variants-locomo.png").read_bytes().startswith(PNG)
 
 
-def test_longmemeval_report_has_its_per_type_table(wired: None, tmp_path: Path) -> None:
+def test_longmemeval_report_has_its_per_type_table(tmp_path: Path) -> None:
     result = evaluate("longmemeval", LONGMEMEVAL, tmp_path)
     labels = result["labels"]["qa"]
     assert {lab["template"] for lab in labels} == {"judge_lme", "judge_lme_abstention", "judge_lme_update"}
@@ -225,7 +216,7 @@ def test_convert_writes_promem_input(tmp_path: Path) -> None:
         assert load_sessions(out) == load_benchmark(kind, data).sessions
 
 
-def test_eval_command_through_its_parser(wired: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_command_through_its_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     eval_cli.add_eval_parser(parser.add_subparsers())
     args = parser.parse_args(["eval", "halumem", "--data", str(HALUMEM), "--limit", "2", "--profile", "scripted",
@@ -239,8 +230,7 @@ def test_eval_command_through_its_parser(wired: None, tmp_path: Path, capsys: py
 
 
 def test_promem_eval_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Through the installed ``promem`` entry point, with the scripted profile answering the evaluation
-    prompts itself (no test wiring)."""
+    """Through the ``promem`` entry point, the scripted profile answering the evaluation prompts itself."""
     status = main(["eval", "halumem", "--data", str(HALUMEM), "--limit", "2", "--profile", "scripted",
                    "--no-progress", "-o", str(tmp_path)])
     assert status == 0

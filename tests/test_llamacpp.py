@@ -121,6 +121,19 @@ def test_integer_bounds_become_an_enum_and_type_lists_keep_their_keywords() -> N
         "enum": [1, 2]}
 
 
+def test_every_schema_of_the_prompts_converts_to_a_grammar() -> None:
+    pytest.importorskip("llama_cpp")
+    from promem_fast import prompts
+
+    roles = ["detail", "event", "draft", "decompose", "relation", "adjudicate", "nli", "probe", "answer_flat",
+             "verify_relation"]
+    for role in roles:
+        schema = prompts.schema_for(role, max_items=8, n_events=5, relation_types=("causal", "temporal"))
+        assert "root ::=" in llm_llamacpp.gbnf_for(schema), role
+    relation = llm_llamacpp.gbnf_for(prompts.schema_for("relation", n_events=5, relation_types=("causal",)))
+    assert '"0" | "1" | "2" | "3" | "4"' in relation
+
+
 # ------------------------------------------------------------------------------ the real model
 @pytest.mark.slow
 def test_backend_shape(llm: Any) -> None:
@@ -158,13 +171,20 @@ def test_too_long_prompts_raise_context_overflow(llm: Any) -> None:
 
 @pytest.mark.slow
 def test_same_request_same_text_alone_and_in_a_batch(llm: Any) -> None:
-    """No state leaks between requests: the cache of an earlier prompt with the same prefix changes nothing."""
+    """No state leaks between requests: a cached prefix of an earlier prompt changes nothing, and the answer
+    is the one from a cleared KV cache."""
     target = ask("List the facts as JSON:\n", DETAILS, max_tokens=24)
     [alone] = llm.generate([target])
     batch = llm.generate([ask("List the facts as JSON, briefly:\n", DETAILS, max_tokens=24), target,
                           ask("Does the user have a dog?\n", ANSWERABLE, max_tokens=8), target])
     assert batch[1] == alone
     assert batch[3] == alone
+    reuse, llm.reuses_prefix = llm.reuses_prefix, False
+    try:
+        [cleared] = llm.generate([target])
+    finally:
+        llm.reuses_prefix = reuse
+    assert cleared == alone
 
 
 @pytest.mark.slow
@@ -179,3 +199,4 @@ def test_tiny_budget_ends_with_length(llm: Any) -> None:
     [reply] = llm.generate([ask("Describe the user in detail:\n", max_tokens=3)])
     assert reply.finish_reason == "length"
     assert reply.completion_tokens == 3
+

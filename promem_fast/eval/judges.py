@@ -22,7 +22,6 @@ truncated mid-text; how much was shown is recorded on the label.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,8 +37,6 @@ from .datasets import LOCOMO_CATEGORIES
 from .prompts import LME_TEMPLATE_OF_TYPE, eval_schema, render_eval
 from .qa import Answer
 from .records import GoldMemory, Question
-
-log = logging.getLogger(__name__)
 
 LOCOMO_MAIN_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 """LoCoMo categories of the headline numbers: adversarial (5) questions have no gold answer and are left

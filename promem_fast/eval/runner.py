@@ -273,7 +273,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
 
     with Engine(cfg, llm=llm) as engine:
         graphs: dict[str, MemoryGraph] | None = None
-        units: dict[str, list[Unit]] = {}
+        units: dict[str, list[Unit]]
         if graphs_file is None:
             units = {s.session_id: turn_units(s) for s in bench.iter_sessions()}
         else:
@@ -331,18 +331,11 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "eval_failures": eval_stats.to_dict()["failures"],
         "files": files,
     }
-    result_file.write_text(json.dumps(result, ensure_ascii=False, indent=1, default=_json_default),
-                                     encoding="utf-8")
+    result_file.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
     write_report(out, kind)
     log.info("wrote %s and %s", files["result"], files["report"])
     return result
 
-
-def _json_default(value: Any) -> Any:
-    """Numpy scalars (scores) as plain JSON numbers."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 # ============================================================================================= the report
@@ -523,6 +516,9 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
            + f"; variants: {', '.join(r['variant'] for r in results)}. Scores are percentages; `# Tokens` "
              "and Table 6 count extraction tokens (prompt + completion) per session; `-` marks a number the "
              "variant cannot have (NativeRAG extracts nothing).", ""]
+    if len({(r["data"], r["limit"]) for r in results}) > 1:
+        out += ["**Warning:** these results come from different data files or limits, so their rows are not "
+                "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']}" for r in results), ""]
     out += ["## Runs", ""]
     out += _runs_table(results)
     out += _SECTIONS[kind](results)
