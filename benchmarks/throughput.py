@@ -646,15 +646,16 @@ def render(result: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------- NLI only
-def nli_pairs(sessions: Sequence[Session], count: int) -> list[tuple[str, str]]:
-    """(whole turn, one of its user sentences): the premise and hypothesis shapes of hallucination checks."""
+def nli_pairs(sessions: Sequence[Session], count: int, premise: str = "turn") -> list[tuple[str, str]]:
+    """(premise, one of the turn's user sentences): the shapes of hallucination checks. The premise is the
+    whole turn (``pipeline.premise = "turn"``) or only the user's message in it (``"speaker"``)."""
     pairs: list[tuple[str, str]] = []
     for session in sessions:
         for _, group in session.turn_groups():
-            premise = "\n".join(f"{t.role}: {t.text}" for t in group)
             said = next((t.text for t in group if t.role == session.owner_role), "")
+            text = "\n".join(f"{t.role}: {t.text}" for t in group if premise == "turn" or t.role == session.owner_role)
             hypothesis = said.split(". ")[0].rstrip(".") + "."
-            pairs.append((premise, hypothesis))
+            pairs.append((text, hypothesis))
     return [pairs[i % len(pairs)] for i in range(count)]
 
 

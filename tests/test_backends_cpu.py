@@ -16,7 +16,7 @@ from promem_fast.backends import create
 from promem_fast.config import EmbedderConfig, NLIConfig, SimilarityConfig
 from promem_fast.errors import MissingDependency
 
-SIMILARITY_BACKENDS = ("faiss", "torch")
+SIMILARITY_BACKENDS = ("numpy", "faiss", "torch")
 
 
 TIE = 1e-5

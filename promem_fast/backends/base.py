@@ -19,6 +19,14 @@ Message = Mapping[str, str]
 
 NLILabel = Literal["entailment", "neutral", "contradiction"]
 
+TIE_TOLERANCE = 1e-5
+"""Scores this close to a row's best count as tied with it, and the lowest index among them wins.
+
+Exact float equality is not a usable notion of a tie: BLAS kernels round a dot product differently
+depending on where a row sits in the matrix and on how many queries share the call, so two identical keys
+(a repeated "ok, thanks" turn) can score one ulp apart. Float32 rounding of a unit-vector inner product
+stays well below this for the dimensions in use (384 to 4096), and cosines that close are the same match."""
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
@@ -87,11 +95,33 @@ class Similarity(Protocol):
     """Best match of each query row among key rows, many independent (queries, keys) pairs per call.
 
     For each pair ``(Q (m, d), K (n, d))`` of normalised float32 rows it returns ``(index (m,) int64,
-    score (m,) float32)``: the key with the highest inner product, the lowest index on ties. With no keys
+    score (m,) float32)``: the key with the highest inner product, the lowest index among keys within
+    :data:`TIE_TOLERANCE` of it. With no keys
     (``n == 0``) every index is -1 and every score is ``-inf``.
     """
 
     def top1(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]: ...
+
+
+def check_pair(queries: np.ndarray, keys: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both matrices as C-contiguous float32 (no copy when they already are), shapes checked.
+
+    FAISS reads raw row-major float32 buffers, so anything else would be misread rather than rejected.
+    """
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    k = np.ascontiguousarray(keys, dtype=np.float32)
+    if q.ndim != 2 or k.ndim != 2:
+        raise ValueError(f"pair {position}: queries and keys must be 2-D, got shapes {q.shape} and {k.shape}")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"pair {position}: query dim {q.shape[1]} differs from key dim {k.shape[1]}")
+    if q.shape[1] == 0:
+        raise ValueError(f"pair {position}: vectors have dimension 0")
+    return q, k
+
+
+def no_match(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The contract's answer when there are no keys: index -1, score -inf for each of ``m`` queries."""
+    return np.full(m, -1, dtype=np.int64), np.full(m, -np.inf, dtype=np.float32)
 
 
 def label_from_scores(scores: Sequence[float]) -> NLILabel:

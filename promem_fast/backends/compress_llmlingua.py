@@ -61,7 +61,7 @@ import numpy as np
 from promem_fast.backends._deps import require
 from promem_fast.config import CompressionConfig
 from promem_fast.errors import ConfigError
-from promem_fast.models import offline_env, registry, resolve
+from promem_fast.models import entry, offline_env, registry
 
 log = logging.getLogger(__name__)
 
@@ -200,15 +200,20 @@ def attention_windows(lengths: Sequence[int], limit: int) -> list[list[int]]:
 
 
 def _model_folder(model: str | None) -> Path:
-    """The local model folder; the error names the fetch commands when there is none."""
-    folder = Path(resolve(model, DEFAULT_MODEL))
+    """The local model folder (a registry name or a path); the error says how to fetch one when there is none."""
+    name = DEFAULT_MODEL if model is None else model
+    if name in registry():
+        found = entry(name).locate()
+        if found is not None and (found / "config.json").is_file():
+            return found
+        raise ConfigError(f"compression.model: {name} is not on this machine (looked in {entry(name).local_path()}); "
+                          f"get it with `promem models fetch {name}`")
+    folder = Path(name)
     if not (folder / "config.json").is_file():
-        name = DEFAULT_MODEL if model is None else model
-        known = f"promem models fetch {name}" if name in registry() else (
-            f"promem models fetch {DEFAULT_MODEL} (or {SMALL_MODEL}, smaller and faster)")
         raise ConfigError(
-            f"compression.model: {name!r} is not a local LLMLingua-2 model folder ({folder}); get one with "
-            f"`{known}` and set compression.model=models/<name>")
+            f"compression.model: {name!r} is not a local LLMLingua-2 model folder (no config.json there); get one "
+            f"with `promem models fetch {DEFAULT_MODEL}` (or {SMALL_MODEL}, smaller and faster) and set "
+            "compression.model to it")
     return folder
 
 

@@ -36,9 +36,11 @@ above it, llama.cpp's top-k 40 / top-p 0.95 / min-p 0.05 chain seeded by the req
 Determinism. An identical request gets an identical answer whatever ran before it. Consecutive prompts
 that share a prefix (our prompts put the shared system text first) keep its KV cache and evaluate only
 the rest, which only preserves answers if a row of every matrix product comes out bit-identical whatever
-the batch shape. That holds for llama.cpp's CPU kernels (measured: identical logits with and without a
-reused prefix for SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2) but not for GPU kernels, which are picked by
-batch size. So prefix reuse is switched on only after a load-time check finds it bit-exact on the running
+the batch shape. On llama.cpp's CPU kernels that holds for every batch of two tokens or more (measured:
+identical logits with and without a reused prefix for SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2), while a
+one-token batch takes other kernels; so prompts are evaluated in chunks of at least two tokens and a kept
+prefix never reaches into generated tokens. GPU kernels are picked by batch size, so there is no such
+guarantee. So prefix reuse is switched on only after a load-time check finds it bit-exact on the running
 build and machine, never with layers on a GPU; otherwise the KV cache is cleared before every request.
 With reuse on, a batch runs in token order so prompts sharing a prefix are neighbours; answers come back
 in input order. llama.cpp's parallel sequences (several requests in one decode batch) were measured too,
@@ -290,6 +292,8 @@ class LlamaCppLLM:
                                                        sorted=False)
         self._all_view = np.ctypeslib.as_array(self._all)
         self._token_ids = np.arange(self._n_vocab, dtype=np.int32)
+        self._exact_upto = 0
+        """Leading KV positions that a prompt filled in chunks of two tokens or more (safe to keep)."""
         self.reuses_prefix = self._prefix_reuse_is_exact()
         logger.info("llama.cpp model %s loaded in %.2fs: window %d tokens (trained %s), %d threads, "
                     "prompt prefix reuse %s", path.name, self.load_seconds, self.context_length, trained, threads,
@@ -382,15 +386,20 @@ class LlamaCppLLM:
         )
 
     def _load_prompt(self, tokens: list[int], *, reuse: bool) -> None:
-        """Evaluate ``tokens`` so the next sample follows them; with ``reuse``, keep the KV cache of the
-        longest prefix shared with what the cache holds and evaluate only the rest (at least one token,
-        so the logits are those of this prompt)."""
+        """Evaluate ``tokens`` so the next sample follows them.
+
+        With ``reuse``, the KV cache of the longest prefix shared with the previous prompt is kept and only
+        the rest is evaluated. llama.cpp computes a one-token batch with other kernels than a longer one
+        (measured: a prompt replayed from its last token alone gets different logits bits), so prompts are
+        evaluated in chunks of at least two tokens, at least two tokens are always evaluated, and the kept
+        prefix never reaches into generated tokens, which are decoded one at a time.
+        """
         lib = self._llama_cpp
         keep = 0
         if reuse:
-            held = self._llm.input_ids[: self._llm.n_tokens]
-            width = min(len(held), len(tokens) - 1)
-            differ = np.flatnonzero(held[:width] != np.asarray(tokens[:width], dtype=held.dtype))
+            width = max(min(self._exact_upto, len(tokens) - 2), 0)
+            held = self._llm.input_ids[:width]
+            differ = np.flatnonzero(held != np.asarray(tokens[:width], dtype=held.dtype))
             keep = int(differ[0]) if differ.size else width
         if keep and not lib.llama_memory_seq_rm(lib.llama_get_memory(self._llm.ctx), -1, keep, -1):
             keep = 0
@@ -398,18 +407,27 @@ class LlamaCppLLM:
             self._llm.n_tokens = keep
         else:
             self._llm.reset()
-        self._llm.eval(tokens[keep:])
+        self._exact_upto = 0
+        step = self._llm.n_batch
+        start = keep
+        while start < len(tokens):
+            end = min(start + step, len(tokens))
+            if len(tokens) - end == 1:  # never leave a single token for a chunk of its own
+                end -= 1
+            self._llm.eval(tokens[start:end])
+            start = end
+        self._exact_upto = len(tokens) if len(tokens) - keep >= 2 else 0
 
     def _prefix_reuse_is_exact(self) -> bool:
         """Whether a prompt evaluated on top of a cached prefix gets bit-identical logits to the same prompt
         evaluated from scratch, on this build and machine.
 
         Checked once at load with a short probe (a few dozen tokens in all): the prompt replayed from its
-        last token, and its second half evaluated on top of a first half that was cached from the start.
-        On llama.cpp's CPU kernels each row of a matrix product is computed the same way whatever the batch
-        shape (measured so with SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2), so the check passes there; GPU
-        kernels are chosen by batch size, and recurrent models cannot drop part of their state, so reuse is
-        not tried for them.
+        last two tokens, and its second half evaluated on top of a first half that was cached from the
+        start. On llama.cpp's CPU kernels each row of a matrix product is computed the same way for any
+        batch of two tokens or more (measured so with SmolLM2 in Q4_1, Q4_0 and Q8_0 on AVX2), so the check
+        passes there; GPU kernels are chosen by batch size, and recurrent models cannot drop part of their
+        state, so reuse is not tried for them.
         """
         lib = self._llama_cpp
         if (self.config.n_gpu_layers != 0 or lib.llama_model_is_recurrent(self._llm.model)
@@ -424,12 +442,14 @@ class LlamaCppLLM:
 
         self._load_prompt(probe, reuse=False)
         reference = logits()
-        self._load_prompt(probe, reuse=True)  # replays the last token alone
+        self._load_prompt(probe, reuse=True)  # replays the last two tokens
         exact = np.array_equal(reference, logits())
-        self._load_prompt(probe[:half] + [(probe[half] + 1) % self._n_vocab], reuse=True)  # branches off
+        branch = [(probe[half] + 1) % self._n_vocab, probe[0]]
+        self._load_prompt(probe[:half] + branch, reuse=True)  # keeps the first half, then branches off
         self._load_prompt(probe, reuse=True)  # the second half on top of the first, kept from the start
         exact = exact and np.array_equal(reference, logits())
         self._llm.reset()
+        self._exact_upto = 0
         return exact
 
     def _sampler_chain(self, request: GenerationRequest) -> Any:

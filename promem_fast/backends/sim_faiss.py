@@ -15,18 +15,13 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends._deps import require
+from promem_fast.backends.base import TIE_TOLERANCE, check_pair, no_match
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-TIE_TOLERANCE = 1e-5
-"""Scores this close to a row's best count as tied with it, and the lowest index among them wins.
 
-Exact float equality is not a usable notion of a tie: BLAS kernels round a dot product differently
-depending on where a row sits in the matrix and on how many queries share the call, so two identical keys
-(a repeated "ok, thanks" turn) can score one ulp apart. Float32 rounding of a unit-vector inner product
-stays well below this for the dimensions in use (384 to 4096), and cosines that close are the same match."""
 
 FIRST_K = 4
 """Candidates fetched per query on the first pass. Only rows whose every candidate ties with the best one
@@ -43,27 +38,6 @@ more: 256 searches of 30 x 60 x 384 took 6.4 s with the default team and 0.09 s 
 
 GPU_MAX_K = 2048
 """Largest k FAISS's GPU k-selection accepts; wider tie checks fall back to the CPU."""
-
-
-def check_pair(queries: np.ndarray, keys: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """Both matrices as C-contiguous float32 (no copy when they already are), shapes checked.
-
-    FAISS reads raw row-major float32 buffers, so anything else would be misread rather than rejected.
-    """
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    k = np.ascontiguousarray(keys, dtype=np.float32)
-    if q.ndim != 2 or k.ndim != 2:
-        raise ValueError(f"pair {position}: queries and keys must be 2-D, got shapes {q.shape} and {k.shape}")
-    if q.shape[1] != k.shape[1]:
-        raise ValueError(f"pair {position}: query dim {q.shape[1]} differs from key dim {k.shape[1]}")
-    if q.shape[1] == 0:
-        raise ValueError(f"pair {position}: vectors have dimension 0")
-    return q, k
-
-
-def no_match(m: int) -> tuple[np.ndarray, np.ndarray]:
-    """The contract's answer when there are no keys: index -1, score -inf for each of ``m`` queries."""
-    return np.full(m, -1, dtype=np.int64), np.full(m, -np.inf, dtype=np.float32)
 
 
 def resolve_ties(scores: np.ndarray, ids: np.ndarray, can_widen: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

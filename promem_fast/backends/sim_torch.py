@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends._deps import require
-from promem_fast.backends.sim_faiss import TIE_TOLERANCE, check_pair, no_match
+from promem_fast.backends.base import TIE_TOLERANCE, check_pair, no_match
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError
 
@@ -60,7 +60,7 @@ class TorchSimilarity:
     """Exact inner-product top-1 via ``torch.mm`` / padded ``torch.bmm``; lowest index wins ties.
 
     Ties are closed explicitly (the smallest column index within
-    :data:`~promem_fast.backends.sim_faiss.TIE_TOLERANCE` of the row maximum) rather than trusting
+    :data:`~promem_fast.backends.base.TIE_TOLERANCE` of the row maximum) rather than trusting
     ``max``'s index: its choice among equal values is not promised on every device, and ``mm`` and a padded
     ``bmm`` round the same product differently.
     """
