@@ -34,11 +34,13 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -46,11 +48,13 @@ for _path in (str(ROOT), str(HERE)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from report import machine_info  # noqa: E402
+from report import limit_threads, machine_info  # noqa: E402
 from tiny_models import BOS, CHAT_TEMPLATE, EOS, ROLE_TOKENS, SPECIAL_TOKENS, build_random_llama  # noqa: E402
 
 from promem_fast import Engine, EngineConfig  # noqa: E402
-from promem_fast.backends.base import Completion, GenerationRequest, LLMBackend, Message  # noqa: E402
+from promem_fast.backends.base import (  # noqa: E402
+    Completion, Embedder, GenerationRequest, LLMBackend, Message, NLIBackend, NLIResult,
+)
 from promem_fast.backends.llm_scripted import ScriptedLLM, approx_tokens  # noqa: E402
 from promem_fast.config import EmbedderConfig, LLMConfig, NLIConfig, SimilarityConfig  # noqa: E402
 from promem_fast.prompts import PREAMBLE, TEMPLATES  # noqa: E402
@@ -335,7 +339,29 @@ class RoleTally:
     (the engine's own rule for stage seconds)."""
 
 
-class TimedReplay:
+class _Replay:
+    """What the replays share: the real backend's seconds and the stand-in's, kept apart."""
+
+    def __init__(self) -> None:
+        self.model_seconds = 0.0
+        self.replay_seconds = 0.0
+
+    def _both(self, real: Callable[[], Any], stand_in: Callable[[], Any]) -> tuple[Any, Any, float]:
+        """Run ``real`` (timed as the model) then ``stand_in`` (timed as replay); both results and the first's
+        seconds."""
+        started = time.perf_counter()
+        got = real()
+        middle = time.perf_counter()
+        answer = stand_in()
+        self.model_seconds += middle - started
+        self.replay_seconds += time.perf_counter() - middle
+        return got, answer, middle - started
+
+    def seconds(self) -> dict[str, float]:
+        return {"model_seconds": round(self.model_seconds, 3), "replay_seconds": round(self.replay_seconds, 3)}
+
+
+class TimedReplay(_Replay):
     """A real model's cost with the scripted backend's words.
 
     ``generate`` sends every request to ``model`` (schemas removed: a random model cannot follow a grammar,
@@ -346,11 +372,10 @@ class TimedReplay:
     """
 
     def __init__(self, model: LLMBackend, replay: ScriptedLLM | None = None) -> None:
+        super().__init__()
         self.model = model
         self.replay = replay or ScriptedLLM()
         self.context_length = model.context_length
-        self.model_seconds = 0.0
-        self.replay_seconds = 0.0
         self.batches = 0
         self.roles: dict[str, RoleTally] = {}
 
@@ -358,13 +383,9 @@ class TimedReplay:
         return self.model.count_tokens(messages)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        started = time.perf_counter()
-        real = self.model.generate([dataclasses.replace(r, schema=None) for r in requests])
-        model_done = time.perf_counter()
-        words = self.replay.generate([dataclasses.replace(r, max_tokens=REPLAY_MAX_TOKENS) for r in requests])
-        seconds = model_done - started
-        self.model_seconds += seconds
-        self.replay_seconds += time.perf_counter() - model_done
+        real, words, seconds = self._both(
+            lambda: self.model.generate([dataclasses.replace(r, schema=None) for r in requests]),
+            lambda: self.replay.generate([dataclasses.replace(r, max_tokens=REPLAY_MAX_TOKENS) for r in requests]))
         self.batches += 1
         weights = [c.prompt_tokens + c.completion_tokens for c in real]
         total = sum(weights) or 1
@@ -381,6 +402,31 @@ class TimedReplay:
                            finish_reason=w.finish_reason) for c, w in zip(real, words)]
 
 
+class ReplayNLI(_Replay):
+    """A random NLI classifier's cost with the lexical checker's labels: random logits would send a share of
+    entries to decomposition and adjudication that no trained model would, changing the LLM calls."""
+
+    def __init__(self, model: NLIBackend, stand_in: NLIBackend) -> None:
+        super().__init__()
+        self.model, self.stand_in = model, stand_in
+
+    def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]:
+        return self._both(lambda: self.model.entail(pairs), lambda: self.stand_in.entail(pairs))[1]
+
+
+class ReplayEmbedder(_Replay):
+    """A random embedder's cost with the hashing embedder's vectors: random-weight vectors are nearly all
+    alike, which would change topic cuts, grounding and the completeness check, hence the calls."""
+
+    def __init__(self, model: Embedder, stand_in: Embedder) -> None:
+        super().__init__()
+        self.model, self.stand_in = model, stand_in
+        self.dim = stand_in.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._both(lambda: self.model.embed(texts), lambda: self.stand_in.embed(texts))[1]
+
+
 # ------------------------------------------------------------------------------------------ configuring
 @dataclasses.dataclass
 class Setup:
@@ -390,6 +436,9 @@ class Setup:
     replay: TimedReplay | None
     device: str
     notes: list[str]
+    nli: ReplayNLI | None = None
+    embedder: ReplayEmbedder | None = None
+    """Random-weight aux models, injected with their replays; ``None`` = built by the engine from the config."""
 
 
 def resolve_device(requested: str) -> str:
@@ -402,27 +451,30 @@ def resolve_device(requested: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def configure_aux(config: EngineConfig, args: argparse.Namespace, device: str, texts: Sequence[str],
-                  work: Path, notes: list[str]) -> None:
+def configure_aux(setup: Setup, args: argparse.Namespace, texts: Sequence[str], work: Path) -> None:
     """Embedder, NLI and similarity: the scripted profile's on the CPU (``--real-aux``: MiniLM and a torch NLI
-    classifier), the GPU profile's on CUDA, with random stand-ins where the GPU profile needs weights."""
+    classifier), the GPU profile's on CUDA, with random stand-ins (replayed) where the GPU profile needs
+    weights that are not here."""
+    from promem_fast.backends import create
     from promem_fast.models import entry
 
+    config, device, notes = setup.config, setup.device, setup.notes
     encoder = TINY_ENCODER if args.tiny else None
     gpu = device == "cuda"
     if args.random_embedder:
         folder = prepare_random_embedder(args.random_embedder, encoder or MINILM, texts, device)
         config.embedder = EmbedderConfig(backend="sentence-transformers", model=str(folder), device=device,
                                          batch_size=256 if gpu else 64)
-        notes.append(f"embedder: random {'tiny' if encoder else 'MiniLM'}-shaped BERT on {device} (stands in for "
-                     "the GPU profile's Qwen3-Embedding-0.6B, which is about 25x the compute per token)")
+        setup.embedder = ReplayEmbedder(create("embedder", "sentence-transformers", config.embedder),
+                                        create("embedder", "hashing", EmbedderConfig(backend="hashing")))
+        notes.append(f"embedder: random {'tiny' if encoder else 'MiniLM'}-shaped BERT on {device}, replayed with "
+                     "the hashing embedder's vectors (stands in for the GPU profile's Qwen3-Embedding-0.6B, "
+                     "about 25x the compute per token)")
+    elif gpu and entry("qwen3-embedding-0.6b").locate() is not None:
+        config.embedder = EngineConfig.profile("gpu").embedder
+        notes.append("embedder: the GPU profile's Qwen3-Embedding-0.6B")
     elif gpu:
-        gpu_embedder = EngineConfig.profile("gpu").embedder
-        if entry("qwen3-embedding-0.6b").locate() is not None:
-            config.embedder = gpu_embedder
-            notes.append("embedder: the GPU profile's Qwen3-Embedding-0.6B")
-        else:
-            notes.append("embedder: hashing (Qwen3-Embedding-0.6B is not on this machine; pass --random-embedder)")
+        notes.append("embedder: hashing (Qwen3-Embedding-0.6B is not on this machine; pass --random-embedder)")
     elif args.real_aux:
         config.embedder = EmbedderConfig(backend="sentence-transformers", device="cpu")
         notes.append("embedder: all-MiniLM-L6-v2 (sentence-transformers, CPU)")
@@ -431,18 +483,18 @@ def configure_aux(config: EngineConfig, args: argparse.Namespace, device: str, t
 
     if args.random_nli or (args.real_aux and not gpu):
         folder = args.random_nli or work / "nli"
-        prepare_random_nli(folder, TINY_ENCODER if (args.tiny or not args.random_nli) else ROBERTA_LARGE, texts,
-                           device)
+        shape = ROBERTA_LARGE if args.random_nli and not args.tiny else TINY_ENCODER
+        prepare_random_nli(folder, shape, texts, device)
         config.nli = NLIConfig(backend="torch", model=str(folder), device=device, batch_size=256 if gpu else 32,
                                max_length=256)
-        notes.append(f"nli: random RoBERTa classifier at {folder} on torch/{device} (costs are real, labels random)")
+        setup.nli = ReplayNLI(create("nli", "torch", config.nli), create("nli", "lexical", NLIConfig(backend="lexical")))
+        notes.append(f"nli: random RoBERTa classifier ({shape['layers']} layers, hidden {shape['hidden']}) on "
+                     f"torch/{device}, replayed with the lexical checker's labels")
+    elif gpu and entry("roberta-large-mnli-onnx").locate() is not None:
+        config.nli = EngineConfig.profile("gpu").nli
+        notes.append("nli: the GPU profile's roberta-large-mnli on ONNX Runtime")
     elif gpu:
-        gpu_nli = EngineConfig.profile("gpu").nli
-        if entry("roberta-large-mnli-onnx").locate() is not None:
-            config.nli = gpu_nli
-            notes.append("nli: the GPU profile's roberta-large-mnli on ONNX Runtime")
-        else:
-            notes.append("nli: lexical (roberta-large-mnli-onnx is not on this machine; pass --random-nli)")
+        notes.append("nli: lexical (roberta-large-mnli-onnx is not on this machine; pass --random-nli)")
     else:
         notes.append("nli: lexical (scripted profile)")
     config.similarity = SimilarityConfig(backend="auto", device=device) if gpu else SimilarityConfig(backend="numpy")
@@ -451,28 +503,28 @@ def configure_aux(config: EngineConfig, args: argparse.Namespace, device: str, t
 
 def configure(args: argparse.Namespace, texts: Sequence[str], work: Path) -> Setup:
     device = "cpu" if args.backend == "scripted" else resolve_device(args.device)
-    notes: list[str] = []
     config = EngineConfig.profile("scripted")
     config.max_in_flight = args.max_in_flight
     config.progress = False
+    setup = Setup(config, None, None, device, [])
     if args.backend == "scripted":
-        notes.append("llm: scripted (deterministic rules; token counts are its characters/4 estimates): measures "
-                     "the engine's own overhead")
-        configure_aux(config, args, device, texts, work, notes)
-        return Setup(config, None, None, device, notes)
+        setup.notes.append("llm: scripted (deterministic rules; token counts are its characters/4 estimates): "
+                           "measures the engine's own overhead")
+        configure_aux(setup, args, texts, work)
+        return setup
 
     random_weights = args.model is None
     if random_weights:
         shape, name = (TINY_LLAMA, "tiny") if args.tiny or not args.random_llama_8b else (LLAMA_31_8B, "8b")
         folder = args.random_llama_8b if name == "8b" else (args.random_llama_8b or work / "tiny-llama")
-        weights = args.backend == "transformers"
         dtype = "bfloat16" if device == "cuda" else "float32"
-        model_path = str(prepare_random_llama(folder, shape, texts, weights=weights, dtype=dtype, device=device))
-        notes.append(f"llm: random-weight Llama ({'Llama-3.1-8B shape' if name == '8b' else '2-layer tiny'}) at "
-                     f"{model_path}, {args.backend} on {device} ({dtype})")
+        model_path = str(prepare_random_llama(folder, shape, texts, weights=args.backend == "transformers",
+                                              dtype=dtype, device=device))
+        setup.notes.append(f"llm: random-weight Llama ({'Llama-3.1-8B shape' if name == '8b' else '2-layer tiny'}) "
+                           f"at {model_path}, {args.backend} on {device} ({dtype})")
     else:
         model_path = str(args.model)
-        notes.append(f"llm: {model_path} on {args.backend}/{device} with its own replies and stops")
+        setup.notes.append(f"llm: {model_path} on {args.backend}/{device} with its own replies and stops")
     llm_config = LLMConfig(backend=args.backend, model=model_path, device=device, dtype="auto",
                            batch_size=args.batch_size, ignore_eos=random_weights,
                            context_length=args.context_length if args.backend == "transformers"
@@ -482,24 +534,25 @@ def configure(args: argparse.Namespace, texts: Sequence[str], work: Path) -> Set
     config.llm = llm_config
     if random_weights:
         config.pipeline.max_tokens.update(COMPLETION_TOKENS)
-    configure_aux(config, args, device, texts, work, notes)
+    configure_aux(setup, args, texts, work)
 
     from promem_fast.backends import create
 
     log.info("loading the %s backend", args.backend)
     started = time.perf_counter()
     model = create("llm", args.backend, llm_config)
-    notes.append(f"llm load: {time.perf_counter() - started:.1f} s")
+    setup.notes.append(f"llm load: {time.perf_counter() - started:.1f} s")
     model.generate([GenerationRequest(messages=({"role": "user", "content": "warm up"},), schema=None,
                                       max_tokens=4)])
     if not random_weights:
-        return Setup(config, model, None, device, notes)
-    replay = TimedReplay(model)
-    notes.append("TimedReplay: every request ran through the random-weight model above (its timings and token "
-                 "counts are the ones reported; replies forced to max_tokens with ignore_eos), then its reply "
-                 "text was replaced by the scripted backend's reply to the same request so the pipeline could "
-                 "proceed. These figures are the model's cost, not its memory quality.")
-    return Setup(config, replay, replay, device, notes)
+        setup.llm = model
+        return setup
+    setup.llm = setup.replay = TimedReplay(model)
+    setup.notes.append("TimedReplay: every request ran through the random-weight model above (its timings and "
+                       "token counts are the ones reported; replies forced to max_tokens with ignore_eos), then "
+                       "its reply text was replaced by the scripted backend's reply to the same request so the "
+                       "pipeline could proceed. These figures are the model's cost, not its memory quality.")
+    return setup
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -509,7 +562,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def run(setup: Setup, sessions: list[Session], profile_to: Path | None) -> tuple[Engine, bool, pstats.Stats | None]:
     """Extract every session; returns the engine, whether it finished, and the profile if one was asked."""
-    engine = Engine(setup.config, llm=setup.llm)
+    engine = Engine(setup.config, llm=setup.llm, nli=setup.nli, embedder=setup.embedder)
     step = max(1, len(sessions) // 10)
     profiler = cProfile.Profile() if profile_to else None
     finished = False
@@ -589,11 +642,14 @@ def summarize(engine: Engine, setup: Setup, args: argparse.Namespace, source: st
         "counts": summary.stats.counts,
         "machine": machine_info(),
     }
+    replays = {kind: r for kind, r in (("llm", replay), ("nli", setup.nli), ("embedder", setup.embedder)) if r}
+    if replays:
+        out["replays"] = {kind: r.seconds() for kind, r in replays.items()}
+        unreplayed = wall - sum(r.replay_seconds for r in replays.values())
+        out["sessions_per_hour_without_replay"] = round(n / unreplayed * 3600, 1) if n and unreplayed > 0 else None
     if replay is not None:
         out["model_seconds"] = round(replay.model_seconds, 3)
         out["replay_seconds"] = round(replay.replay_seconds, 3)
-        unreplayed = wall - replay.replay_seconds
-        out["sessions_per_hour_without_replay"] = round(n / unreplayed * 3600, 1) if n and unreplayed > 0 else None
         out["roles"] = {role: dataclasses.asdict(t) for role, t in sorted(replay.roles.items())}
         # A partial run finished no session, so the per-role tallies are its only token figures.
         out["model_prompt_tokens_per_second"] = round(
@@ -633,6 +689,10 @@ def render(result: dict[str, Any]) -> str:
                      f"replay seconds {result['replay_seconds']}; model alone: "
                      f"{result['model_prompt_tokens_per_second']} prompt tok/s, "
                      f"{result['model_completion_tokens_per_second']} completion tok/s")
+    aux = [f"{kind} {r['model_seconds']} s (replay {r['replay_seconds']} s)"
+           for kind, r in result.get("replays", {}).items() if kind != "llm"]
+    if aux:
+        lines.append("random aux models: " + ", ".join(aux))
     lines.append(f"{'stage':<7}{'calls':>7}{'prompt tok':>12}{'compl tok':>11}{'nli':>7}{'embeds':>8}"
                  f"{'seconds':>10}{'model s':>10}")
     for name, st in result["stages"].items():
@@ -706,6 +766,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16, help="transformers: prompts per forward pass")
     p.add_argument("--context-length", type=int, help="model window (vllm default 32768; transformers: the model's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--threads", type=int, help="CPU threads for torch and BLAS (default: 1 with --tiny, whose "
+                   "matrices are too small to split, else the libraries' own; 0 = theirs)")
     p.add_argument("--halumem", type=Path, default=DEFAULT_HALUMEM, help="HaluMem JSONL whose sessions are cycled")
     p.add_argument("--synthetic", action="store_true", help="generated HaluMem-shaped sessions instead")
     p.add_argument("--session-tokens", type=int, default=HALUMEM_SESSION_TOKENS,
@@ -736,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("promem_fast").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _on_sigterm)
     with ExitStack() as stack:
+        stack.enter_context(limit_threads(args.threads if args.threads is not None else int(args.tiny)))
         work = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="promem-throughput-")))
         if args.synthetic:
             base = synthetic_sessions(min(args.sessions, 64), args.session_tokens)

@@ -124,6 +124,25 @@ def no_match(m: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full(m, -1, dtype=np.int64), np.full(m, -np.inf, dtype=np.float32)
 
 
+def prepare_pairs(pairs: Sequence[tuple[np.ndarray, np.ndarray]]
+                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]], list[int]]:
+    """Checked float32 pairs, results already settled for pairs with no queries or no keys, and the
+    positions of the pairs that still need a search (shared by every :class:`Similarity` backend)."""
+    results: list[tuple[np.ndarray, np.ndarray]] = [no_match(0)] * len(pairs)
+    checked: list[tuple[np.ndarray, np.ndarray]] = []
+    work: list[int] = []
+    for position, (queries, keys) in enumerate(pairs):
+        q, k = check_pair(queries, keys, position)
+        checked.append((q, k))
+        if q.shape[0] == 0:
+            results[position] = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
+        elif k.shape[0] == 0:
+            results[position] = no_match(q.shape[0])
+        else:
+            work.append(position)
+    return results, checked, work
+
+
 def label_from_scores(scores: Sequence[float]) -> NLILabel:
     """The arg-max label of (entailment, neutral, contradiction) scores; ties go to the earlier label."""
     order: tuple[NLILabel, ...] = ("entailment", "neutral", "contradiction")

@@ -43,7 +43,8 @@ Sentence attention (LightMem)
     to its first half-window of tokens. The attention of layers 8-11 (those of them the model has; its last
     four layers when it has fewer than nine) is averaged over layers and heads, the special tokens are masked,
     and the token-to-token weights are summed over the blocks of each pair of sentences, then each row is
-    normalised to sum 1. A sentence with no tokens attends only to itself.
+    normalised to sum 1. A sentence with no tokens attends only to itself. The windows of one call run in
+    padded batches sized by the memory their attention weights take (:data:`ATTENTION_BYTES`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ ATTENTION_LAYERS = (8, 9, 10, 11)
 """Encoder layers whose attention LightMem reads (0-based)."""
 BATCH_TOKENS = 16384
 """Padded tokens per forward pass of compression (e.g. 32 chunks of 512)."""
+ATTENTION_BYTES = 1 << 30
+"""Attention weights (all layers and heads, fp32) one batch of windows may return, e.g. two 512-token windows
+of XLM-R large or seven of mBERT base."""
 PROB_DECIMALS = 3
 """Keep probabilities are rounded to this many decimals before ranking (batch-independent ranking)."""
 
@@ -242,7 +246,7 @@ class LLMLingua2Compressor:
         model = model.half() if self.device == "cuda" else model.float()
         self.model: Any = model.to(self.device).eval()
         positions = int(model.config.max_position_embeddings)
-        if model.config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        if model.config.model_type in ("roberta", "xlm-roberta"):
             positions -= int(model.config.pad_token_id) + 1  # these models number positions from pad_id + 1
         self.max_length = min(int(self.tokenizer.model_max_length), positions)
         """Tokens per sequence, the two special ones included."""
@@ -312,16 +316,20 @@ class LLMLingua2Compressor:
     def _keep_probs(self, rows: list[list[int]]) -> np.ndarray:
         """(rows, width) keep probabilities of ``[CLS] row [SEP]`` sequences padded on the right."""
         torch = self.torch
+        ids, mask = self._padded(rows)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            return torch.softmax(logits.float(), dim=-1)[..., KEEP_LABEL].cpu().numpy()
+
+    def _padded(self, rows: list[list[int]]) -> tuple[Any, Any]:
+        """``[CLS] row [SEP]`` sequences padded on the right, and their attention mask, as device tensors."""
         width = max(len(r) for r in rows) + 2
         ids = np.full((len(rows), width), self._pad, np.int64)
         mask = np.zeros((len(rows), width), np.int64)
         for k, row in enumerate(rows):
             ids[k, :len(row) + 2] = [self._bos, *row, self._eos]
             mask[k, :len(row) + 2] = 1
-        with torch.inference_mode():
-            logits = self.model(input_ids=torch.from_numpy(ids).to(self.device),
-                                attention_mask=torch.from_numpy(mask).to(self.device)).logits
-            return torch.softmax(logits.float(), dim=-1)[..., KEEP_LABEL].cpu().numpy()
+        return self.torch.from_numpy(ids).to(self.device), self.torch.from_numpy(mask).to(self.device)
 
     # ------------------------------------------------------------------------------------- attention
     def sentence_attention(self, sentences: Sequence[str]) -> np.ndarray:
@@ -332,16 +340,19 @@ class LLMLingua2Compressor:
         limit = self.max_length - 2
         ids = [row[:limit // 2] for row in
                self.tokenizer(list(sentences), add_special_tokens=False, verbose=False)["input_ids"]]
+        windows = [w for w in attention_windows([len(r) for r in ids], limit) if any(ids[s] for s in w)]
+        per_window = self._per_window_bytes(limit + 2)
         matrix = np.zeros((n, n), np.float64)
         with self._eager():
-            for window in attention_windows([len(r) for r in ids], limit):
-                members = np.repeat(np.arange(len(window)), [len(ids[s]) for s in window])
-                if not len(members):
-                    continue
-                att = self._token_attention([t for s in window for t in ids[s]])[1:-1, 1:-1]
-                onehot = np.zeros((len(members), len(window)), np.float64)
-                onehot[np.arange(len(members)), members] = 1.0
-                matrix[np.ix_(window, window)] += onehot.T @ att @ onehot
+            step = max(1, ATTENTION_BYTES // per_window)
+            for first in range(0, len(windows), step):
+                group = windows[first:first + step]
+                rows = [[t for s in window for t in ids[s]] for window in group]
+                for window, att in zip(group, self._token_attention(rows)):
+                    members = np.repeat(np.arange(len(window)), [len(ids[s]) for s in window])
+                    onehot = np.zeros((len(members), len(window)), np.float64)
+                    onehot[np.arange(len(members)), members] = 1.0
+                    matrix[np.ix_(window, window)] += onehot.T @ att @ onehot
         totals = matrix.sum(axis=1)
         empty = totals <= 0
         matrix[empty, :] = 0.0
@@ -349,15 +360,20 @@ class LLMLingua2Compressor:
         totals[empty] = 1.0
         return (matrix / totals[:, None]).astype(np.float32)
 
-    def _token_attention(self, row: list[int]) -> np.ndarray:
-        """(T, T) attention of ``[CLS] row [SEP]``, averaged over the chosen layers and all heads."""
+    def _per_window_bytes(self, width: int) -> int:
+        """Memory of the attention weights one window of ``width`` tokens returns (every layer, every head)."""
+        config = self.model.config
+        return int(config.num_hidden_layers) * int(config.num_attention_heads) * width * width * 4
+
+    def _token_attention(self, rows: list[list[int]]) -> list[np.ndarray]:
+        """For each row, the (len, len) attention among its tokens in ``[CLS] row [SEP]`` (special tokens
+        masked), averaged over the chosen layers and all heads; the rows run as one padded batch."""
         torch = self.torch
-        ids = torch.tensor([[self._bos, *row, self._eos]], dtype=torch.long, device=self.device)
+        ids, mask = self._padded(rows)
         with torch.inference_mode():
-            attentions = self.model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                    output_attentions=True).attentions
-            chosen = torch.stack([attentions[i][0].float() for i in self.layers])
-            return chosen.mean(dim=(0, 1)).cpu().numpy().astype(np.float64)
+            attentions = self.model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+            mean = torch.stack([attentions[i].float() for i in self.layers]).mean(dim=(0, 2)).cpu().numpy()
+        return [mean[k, 1:len(row) + 1, 1:len(row) + 1].astype(np.float64) for k, row in enumerate(rows)]
 
     @contextmanager
     def _eager(self) -> Iterator[None]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends._deps import require
-from promem_fast.backends.base import TIE_TOLERANCE, check_pair, no_match
+from promem_fast.backends.base import TIE_TOLERANCE, prepare_pairs
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError
 
@@ -84,19 +84,11 @@ class FaissSimilarity:
         log.info("FAISS similarity on %s (%d GPU(s) visible)", self.device, gpus)
 
     def top1(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        results: list[tuple[np.ndarray, np.ndarray]] = [no_match(0)] * len(pairs)
+        results, checked, work = prepare_pairs(pairs)
         groups: dict[int, list[int]] = {}
-        checked: list[tuple[np.ndarray, np.ndarray]] = []
-        for position, (queries, keys) in enumerate(pairs):
-            q, k = check_pair(queries, keys, position)
-            checked.append((q, k))
-            if q.shape[0] == 0:
-                results[position] = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
-            elif k.shape[0] == 0:
-                results[position] = no_match(q.shape[0])
-            else:
-                # The caller's key object identifies the group: it stays alive for the whole call.
-                groups.setdefault(id(keys), []).append(position)
+        for position in work:
+            # The caller's key object identifies the group: it stays alive for the whole call.
+            groups.setdefault(id(pairs[position][1]), []).append(position)
         for members in groups.values():
             keys = checked[members[0]][1]
             stacked = np.concatenate([checked[p][0] for p in members]) if len(members) > 1 else checked[members[0]][0]

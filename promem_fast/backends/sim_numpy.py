@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from promem_fast.backends.base import TIE_TOLERANCE, check_pair, no_match
+from promem_fast.backends.base import TIE_TOLERANCE, no_match, prepare_pairs
 from promem_fast.config import SimilarityConfig
 
 SMALL_PRODUCT = 1 << 24
@@ -26,16 +26,16 @@ class NumpySimilarity:
     def top1(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
         from threadpoolctl import threadpool_limits
 
-        pairs = [check_pair(q, k, i) for i, (q, k) in enumerate(pairs)]
-        small = [i for i, (q, k) in enumerate(pairs) if q.shape[0] * k.shape[0] * q.shape[1] < SMALL_PRODUCT]
-        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(pairs)
+        results, checked, work = prepare_pairs(pairs)
+        small = {i for i in work if checked[i][0].shape[0] * checked[i][1].shape[0] * checked[i][0].shape[1]
+                 < SMALL_PRODUCT}
         with threadpool_limits(limits=1, user_api="blas"):
             for i in small:
-                out[i] = top1_numpy(*pairs[i])
-        for i, (q, k) in enumerate(pairs):
-            if out[i] is None:
-                out[i] = top1_numpy(q, k)
-        return out  # type: ignore[return-value]
+                results[i] = top1_numpy(*checked[i])
+        for i in work:
+            if i not in small:
+                results[i] = top1_numpy(*checked[i])
+        return results
 
 
 def top1_numpy(queries: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

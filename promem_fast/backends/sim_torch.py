@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.backends._deps import require
-from promem_fast.backends.base import TIE_TOLERANCE, check_pair, no_match
+from promem_fast.backends.base import TIE_TOLERANCE, prepare_pairs
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError
 
@@ -75,18 +75,7 @@ class TorchSimilarity:
         log.info("torch similarity on %s", self.device)
 
     def top1(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        results: list[tuple[np.ndarray, np.ndarray]] = [no_match(0)] * len(pairs)
-        checked: list[tuple[np.ndarray, np.ndarray]] = []
-        work: list[int] = []
-        for position, (queries, keys) in enumerate(pairs):
-            q, k = check_pair(queries, keys, position)
-            checked.append((q, k))
-            if q.shape[0] == 0:
-                results[position] = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
-            elif k.shape[0] == 0:
-                results[position] = no_match(q.shape[0])
-            else:
-                work.append(position)
+        results, checked, work = prepare_pairs(pairs)
         shapes = [(checked[p][0].shape[0], checked[p][1].shape[0], checked[p][1].shape[1]) for p in work]
         with self._torch.inference_mode():
             for group in buckets(shapes, self._waste):
