@@ -369,12 +369,18 @@ class TimedReplay(_Replay):
     (a :class:`ScriptedLLM`, with an unbounded budget so its replies are never cut) for the same requests and
     returns the scripted texts, which parse, so each session takes the branches a working model would.
     Model and replay seconds are kept apart; the engine sees both inside its ``generate`` backend time.
+
+    ``chunk``: send the model one batch of this many requests at a time, formed as the transformers backend
+    forms its own (sorted by prompt length, ties by position), so the batches are the same but every one
+    is logged and tallied as it finishes: a run stopped at a time limit keeps all but the last. ``None``
+    sends each engine call whole (vLLM schedules a whole call better than any split of it).
     """
 
-    def __init__(self, model: LLMBackend, replay: ScriptedLLM | None = None) -> None:
+    def __init__(self, model: LLMBackend, replay: ScriptedLLM | None = None, chunk: int | None = None) -> None:
         super().__init__()
         self.model = model
         self.replay = replay or ScriptedLLM()
+        self.chunk = chunk
         self.context_length = model.context_length
         self.batches = 0
         self.roles: dict[str, RoleTally] = {}
@@ -383,6 +389,18 @@ class TimedReplay(_Replay):
         return self.model.count_tokens(messages)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        if not self.chunk or len(requests) <= self.chunk:
+            return self._batch(requests)
+        sizes = [self.model.count_tokens(r.messages) for r in requests]
+        order = sorted(range(len(requests)), key=lambda i: (sizes[i], i))
+        out: list[Completion | None] = [None] * len(requests)
+        for start in range(0, len(order), self.chunk):
+            chosen = order[start:start + self.chunk]
+            for i, completion in zip(chosen, self._batch([requests[i] for i in chosen])):
+                out[i] = completion
+        return [c for c in out if c is not None]
+
+    def _batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         real, words, seconds = self._both(
             lambda: self.model.generate([dataclasses.replace(r, schema=None) for r in requests]),
             lambda: self.replay.generate([dataclasses.replace(r, max_tokens=REPLAY_MAX_TOKENS) for r in requests]))
@@ -547,7 +565,7 @@ def configure(args: argparse.Namespace, texts: Sequence[str], work: Path) -> Set
     if not random_weights:
         setup.llm = model
         return setup
-    setup.llm = setup.replay = TimedReplay(model)
+    setup.llm = setup.replay = TimedReplay(model, chunk=args.batch_size if args.backend == "transformers" else None)
     setup.notes.append("TimedReplay: every request ran through the random-weight model above (its timings and "
                        "token counts are the ones reported; replies forced to max_tokens with ignore_eos), then "
                        "its reply text was replaced by the scripted backend's reply to the same request so the "

@@ -206,6 +206,16 @@ def test_attention_matrix_of_the_tiny_model(compressor: LLMLingua2Compressor) ->
     assert compressor.sentence_attention([]).shape == (0, 0)
 
 
+def test_attention_does_not_depend_on_how_windows_are_batched(compressor: LLMLingua2Compressor,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import promem_fast.backends.compress_llmlingua as module
+
+    turns = [t.text for t in halumem_sessions(1)[0].turns]
+    together = compressor.sentence_attention(turns)
+    monkeypatch.setattr(module, "ATTENTION_BYTES", 1)  # one window per forward pass
+    np.testing.assert_allclose(compressor.sentence_attention(turns), together, atol=1e-5)
+
+
 def test_xlm_roberta_shaped_model_with_fewer_layers(tmp_path: Path) -> None:
     """The default LLMLingua-2 model's shape: SentencePiece ``▁`` tokens, positions from pad_id + 1; with five
     layers the attention falls back to the last four."""
