@@ -240,3 +240,18 @@ def test_promem_eval_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "## Table 1" in report and "## Table 2" in report and "## Table 6" in report
     assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
     assert f"report: {tmp_path / 'report-halumem.md'}" in capsys.readouterr().out
+
+
+def test_a_compressed_run_is_its_own_row_with_lower_token_cost(tmp_path: Path) -> None:
+    from tiny_compressor import build_tiny_token_classifier
+
+    model = build_tiny_token_classifier(tmp_path / "lingua")
+    out = tmp_path / "out"
+    config = scripted_config()
+    run_eval("halumem", HALUMEM, config, out_dir=out, limit=1, llm=ScriptedLLM(config.llm))
+    config.compression.enabled, config.compression.rate, config.compression.model = True, 0.5, str(model)
+    squeezed = run_eval("halumem", HALUMEM, config, out_dir=out, limit=1, llm=ScriptedLLM(config.llm))
+    assert squeezed["tag"] == "full-r0.5" and (out / "result-halumem-full-r0.5.json").exists()
+    rows = {row[0]: row for row in table((out / "report-halumem.md").read_text(), "Table 1")}
+    full, half = rows["ProMem (Full)"], rows["ProMem (Full) (r=0.5)"]
+    assert float(half[-1].rstrip("K")) < float(full[-1].rstrip("K"))  # the # Tokens column

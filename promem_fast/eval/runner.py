@@ -265,11 +265,13 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
     cfg = variant_config(config, variant)
+    # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
+    tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
     bench = load_benchmark(kind, data_path, limit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source: Source = "turns" if variant == "native-rag" else "memory"
-    graphs_file = None if source == "turns" else Path(graphs_path or out / f"graphs-{kind}-{variant}.jsonl")
+    graphs_file = None if source == "turns" else Path(graphs_path or out / f"graphs-{kind}-{tag}.jsonl")
 
     with Engine(cfg, llm=llm) as engine:
         graphs: dict[str, MemoryGraph] | None = None
@@ -294,14 +296,16 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     eval_stats.merge(index.stats)
     eval_stats.merge(judged.stats)
     judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy)
-    result_file = result_path(out, kind, variant)
+    result_file = result_path(out, kind, tag)
     files = {"result": str(result_file), "report": str(out / f"report-{kind}.md"),
              "chart": str(out / f"variants-{kind}.png"), "graphs": None if graphs_file is None else str(graphs_file)}
     result: dict[str, Any] = {
         "kind": kind,
         "benchmark": bench.name,
         "variant": variant,
-        "label": VARIANTS[variant],
+        "tag": tag,
+        "label": VARIANTS[variant] + (f" (r={cfg.compression.rate:g})" if tag != variant else ""),
+        "compression_rate": cfg.compression.rate if tag != variant else None,
         "data": str(data_path),
         "limit": limit,
         "counts": {**bench.counts(), "graphs": len(ordered), "judged_sessions": judged.judged_sessions,
@@ -345,7 +349,8 @@ def load_results(out_dir: PathLike, kind: str) -> list[dict[str, Any]]:
     for path in sorted(Path(out_dir).glob(f"result-{kind}-*.json")):
         results.append(json.loads(path.read_text(encoding="utf-8")))
     rank = {name: i for i, name in enumerate(VARIANTS)}
-    return sorted(results, key=lambda r: (rank.get(r["variant"], len(rank)), r["variant"]))
+    return sorted(results, key=lambda r: (rank.get(r["variant"], len(rank)), r.get("compression_rate") or 2.0,
+                                          r["variant"]))
 
 
 def _pct(value: float | None) -> str:
