@@ -76,7 +76,7 @@ class LLMConfig:
     max_retries: int = 4
     """openai: retries with exponential backoff on HTTP 429 / 5xx / connection errors."""
     n_threads: int | None = None
-    """llamacpp: CPU threads (``None`` = all cores)."""
+    """llamacpp: CPU threads (``None`` = all cores but one); transformers: torch CPU threads."""
     n_gpu_layers: int = 0
     """llamacpp: layers offloaded to a GPU build of llama.cpp."""
     batch_size: int = 16

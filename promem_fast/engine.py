@@ -234,8 +234,10 @@ class RunSummary:
         lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.completion_tokens:>11}"
                      f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
         rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        lines.append(f"wall {self.wall_seconds:.2f} s  ({rate:.2f} sessions/s, {self.rounds} rounds, "
-                     f"backend calls {sum(self.backend_calls.values())})")
+        engine = self.wall_seconds - sum(self.backend_seconds.values())
+        lines.append(f"wall {self.wall_seconds:.2f} s  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
+                     f"{self.rounds} rounds, backend calls {sum(self.backend_calls.values())}, "
+                     f"engine {1e3 * engine / max(self.sessions, 1):.2f} ms/session)")
         failures = self.stats.counts.get("failed_steps", 0)
         if failures:
             lines.append(f"failed steps {failures} (see each record's stats.failures)")
