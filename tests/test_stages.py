@@ -221,3 +221,24 @@ def test_one_off_mode_is_a_single_draft_prompt(maya: Any) -> None:
     assert graph.stats.stages["draft"].calls == 1
     assert graph.edges == [] and graph.details == [] and graph.mode == "one-off"
     assert graph.nodes and all(n.verification == "unverified" for n in graph.nodes)
+
+
+def test_placeholder_and_fragment_facts_are_dropped_and_empty_replies_retried(maya: Any) -> None:
+    replies = iter([{"facts": ["sentence", "Biscuit", "Maya adopted a beagle named Biscuit."]}])
+    seen: list[int] = []
+
+    def draft(fields: dict[str, str]) -> dict[str, list[str]]:
+        seen.append(1)
+        return next(replies, {"facts": ["sentence"]})
+
+    cfg = scripted_config(completeness_check=False, hallucination_verification=False, relations=False,
+                          detail_anchoring=False)
+    graph = Engine(cfg, llm=ScriptedLLM(cfg.llm, rules={"draft": draft})).extract([maya])[0]
+    assert [n.text for n in graph.nodes] == ["Maya adopted a beagle named Biscuit."]
+    assert graph.stats.counts["repaired_replies"] == 1
+
+    seen.clear()
+    graph = Engine(cfg, llm=ScriptedLLM(cfg.llm, rules={"draft": draft})).extract([maya])[0]
+    assert graph.nodes == [] and len(seen) == cfg.pipeline.max_attempts
+    (failure,) = graph.stats.failures
+    assert "no item of 'facts' is a statement" in failure.error and failure.raw == ['{"facts": ["sentence"]}'] * 3

@@ -144,6 +144,29 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+PLACEHOLDERS = frozenset({"sentence", "fragment", "...", "detail", "fact", "event"})
+"""The example words of our reply formats: a small model that copies them back said nothing."""
+
+
+def statements(key: str, source: str, min_words: int = 3) -> Callable[[Any], tuple[Any, list[str]]]:
+    """A reply check for lists of memory statements: items shorter than ``min_words`` words or copied from
+    the format's placeholder are dropped (a strict repair: nothing is added), then the language check runs.
+    A reply left with no statement at all is retried when it had items to begin with."""
+    language = same_language(source)
+
+    def check(value: Any) -> tuple[Any, list[str]]:
+        items = value[key]
+        kept = [t for t in items if t.strip().lower() not in PLACEHOLDERS and len(t.split()) >= min_words]
+        if items and not kept:
+            raise ReplyError(f"no item of {key!r} is a statement (placeholders or fragments only)")
+        notes = [f"dropped {len(items) - len(kept)} non-statement item(s) of {key!r}"] if len(kept) < len(items) else []
+        value = {**value, key: kept}
+        value, more = language(value)
+        return value, notes + more
+
+    return check
+
+
 def same_language(source: str) -> Callable[[Any], tuple[Any, list[str]]]:
     """A reply check: the reply must be written in the script of the text it was made from.
 

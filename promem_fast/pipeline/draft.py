@@ -4,7 +4,7 @@ does not fit the model's context. A chunk that still overflows is halved and ask
 from __future__ import annotations
 
 from promem_fast.engine import RunContext
-from promem_fast.pipeline.common import TurnGroup, dedupe, same_language, turn_text, window_text
+from promem_fast.pipeline.common import TurnGroup, dedupe, statements, turn_text, window_text
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program
 from promem_fast.types import Session
@@ -47,7 +47,7 @@ def draft_memory(session: Session, groups: list[TurnGroup], ctx: RunContext, sta
     while chunks:
         requests = [Generate(stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"],
                              messages=render("draft", user=session.user, dialogue=chunk),
-                             item=f"draft chunk {i + 1}/{len(chunks)}", check=same_language(chunk))
+                             item=f"draft chunk {i + 1}/{len(chunks)}", check=statements("facts", chunk))
                     for i, chunk in enumerate(chunks)]
         results = yield requests
         retry: list[str] = []

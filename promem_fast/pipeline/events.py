@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.engine import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, dedupe, same_language, turn_text, window_text
+from promem_fast.pipeline.common import TurnGroup, ask, dedupe, statements, turn_text, window_text
 from promem_fast.pipeline.segment import (
     cap_tokens, coarse_boundaries, combine_boundaries, fine_boundaries, segments_from_boundaries,
 )
@@ -59,7 +59,7 @@ def abstract_events(session: Session, groups: list[TurnGroup], vectors: np.ndarr
         for piece in pieces:
             requests.append(Generate(stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"],
                                      messages=render("event", user=session.user, segment=piece),
-                                     item=f"segment {number}", check=same_language(piece)))
+                                     item=f"segment {number}", check=statements("events", piece)))
             owners.append(number)
     results = yield from ask(requests)
     texts_by_segment: dict[int, list[str]] = {}

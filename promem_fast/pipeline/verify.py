@@ -12,7 +12,7 @@ import numpy as np
 
 from promem_fast.engine import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, same_language, turn_text,
+    TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, same_language, statements, turn_text,
 )
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.prompts import render, schema_for
@@ -78,7 +78,8 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
     schema = schema_for("decompose", max_items=cp.max_list_items)
     decomposed = yield [Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
                                  messages=render("decompose", user=session.user, entry=entries[i].text),
-                                 item=entries[i].text, check=same_language(entries[i].text)) for i in suspect]
+                                 item=entries[i].text, check=statements("facts", entries[i].text, min_words=2))
+                       for i in suspect]
     facts: list[tuple[int, str]] = []
     for i, result in zip(suspect, decomposed):
         if isinstance(result, Failure):
