@@ -179,7 +179,8 @@ def _seconds(value: float) -> str:
 
 
 def _extra(info: dict[str, Any]) -> str:
-    return "; ".join(f"{k}={v}" for k, v in info.items()) if info else ""
+    """``extra_info`` as ``key=value`` pairs, floats to four significant digits."""
+    return "; ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -205,12 +206,16 @@ def markdown(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json",
-                        help="pytest-benchmark JSON (updated in place with the machine description)")
+                        help="pytest-benchmark JSON (updated in place: machine added, per-round samples dropped)")
     parser.add_argument("--md", type=Path, default=None, help="markdown output (default: the JSON's name, .md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     data = json.loads(args.json.read_text(encoding="utf-8"))
     data["machine"] = machine_info()
+    for bench in data.get("benchmarks", []):
+        # Every round's sample (18,000 for the native kernels) would make a committed file of megabytes;
+        # the summary statistics stay.
+        bench["stats"].pop("data", None)
     args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md_path = args.md or args.json.with_suffix(".md")
     md_path.write_text(markdown(data), encoding="utf-8")

@@ -86,12 +86,11 @@ stage's share is divided over its roles by the calls per session this engine mak
 (draft 1.0, event 5.7, decompose 2.7, adjudicate 3.1, detail 23, relation 1.0, probe 5.2, answer_flat 5.2,
 verify_relation 5.2) and by what each reply holds (a JSON list of about 24 facts for the draft, two
 sentences per event reply, a short list of fragments per detail reply, one question per probe, a boolean
-per verification). On the HaluMem sample this gives about 1.9K generated tokens per session."""
+per verification). On the HaluMem sample this gave 1,787 generated tokens per session."""
 
 ROLE_STAGE = {"draft": "draft", "event": "cc", "decompose": "hv", "adjudicate": "hv", "nli": "hv",
               "detail": "da", "relation": "rel", "probe": "rel", "answer_flat": "rel", "verify_relation": "rel"}
 """The stage each role's requests are issued in (``promem_fast.pipeline``), to attribute model seconds."""
-STAGES = ("draft", "cc", "hv", "da", "rel")
 
 # --------------------------------------------------------------------------------------------- shapes
 LLAMA_31_8B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "intermediate": 14336,
@@ -654,6 +653,8 @@ def summarize(engine: Engine, setup: Setup, args: argparse.Namespace, source: st
         "prompt_tokens_per_session": round(prompt / n) if n else None,
         "completion_tokens_per_session": round(completion / n) if n else None,
         "paper_tokens_per_session": PAPER_TOKENS_PER_SESSION,
+        "paper_stage_shares": PAPER_STAGE_SHARES,
+        "assumed_generated_tokens_per_session": GENERATED_TOKENS_PER_SESSION if setup.config.llm.ignore_eos else None,
         "engine_overhead_ms_per_session": round((wall - backend) / n * 1e3, 2) if n else None,
         "rounds": summary.rounds,
         "backend_calls": summary.backend_calls,

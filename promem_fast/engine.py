@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast import native
-from promem_fast.backends import create
+from promem_fast.backends import Kind, create
 from promem_fast.backends.base import Compressor, Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
 from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError
@@ -53,6 +53,8 @@ class Services:
         self.config = config
         self._llms: dict[str, LLMBackend] = {}
         self._by_role: dict[str, LLMBackend] = {}
+        self.load_seconds = 0.0
+        """Seconds spent building backends (loading models)."""
         self._llm_override = llm
         self._nli = nli
         self._embedder = embedder
@@ -60,6 +62,13 @@ class Services:
         self._compressor = compressor
         self._overhead: dict[int, int] = {}
         self._token_cache: dict[tuple[int, str], int] = {}
+
+    def _load(self, kind: Kind, name: str, config: Any) -> Any:
+        """Build a backend, timing the model load (kept apart from the engine's own time)."""
+        started = time.perf_counter()
+        backend = create(kind, name, config)
+        self.load_seconds += time.perf_counter() - started
+        return backend
 
     def llm(self, role: str) -> LLMBackend:
         backend = self._by_role.get(role)
@@ -71,7 +80,7 @@ class Services:
                     self._llms[key] = self._llm_override
                 else:
                     log.info("loading %s LLM backend (model %s)", cfg.backend, cfg.model or "default")
-                    self._llms[key] = create("llm", cfg.backend, cfg)
+                    self._llms[key] = self._load("llm", cfg.backend, cfg)
             backend = self._by_role[role] = self._llms[key]
         return backend
 
@@ -81,13 +90,13 @@ class Services:
             cfg = self.config.nli
             if cfg.backend == "llm":
                 raise PromemError("nli.backend = 'llm' is answered by the chat model, not an NLI backend")
-            self._nli = create("nli", cfg.backend, cfg)
+            self._nli = self._load("nli", cfg.backend, cfg)
         return self._nli
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = create("embedder", self.config.embedder.backend, self.config.embedder)
+            self._embedder = self._load("embedder", self.config.embedder.backend, self.config.embedder)
         return self._embedder
 
     @property
@@ -97,13 +106,13 @@ class Services:
             name = cfg.backend
             if name == "auto":
                 name = "faiss" if _faiss_has_gpu() and cfg.device != "cpu" else "numpy"
-            self._similarity = create("similarity", name, cfg)
+            self._similarity = self._load("similarity", name, cfg)
         return self._similarity
 
     @property
     def compressor(self) -> Compressor:
         if self._compressor is None:
-            self._compressor = create("compressor", "llmlingua2", self.config.compression)
+            self._compressor = self._load("compressor", "llmlingua2", self.config.compression)
         return self._compressor
 
     # -------------------------------------------------------------------------------- token budget
@@ -211,7 +220,9 @@ class RunSummary:
     backend_calls: dict[str, int] = field(default_factory=dict)
     """Backend invocations per request kind (generate, entail, embed, match, anchor, clean_edges)."""
     backend_seconds: dict[str, float] = field(default_factory=dict)
-    """Wall seconds inside model backends per request kind; the rest of ``wall_seconds`` is the engine's."""
+    """Wall seconds inside model backends per request kind."""
+    load_seconds: float = 0.0
+    """Wall seconds spent loading models; the rest of ``wall_seconds`` beyond the backends' is the engine's."""
 
     def add(self, graph: MemoryGraph) -> None:
         self.sessions += 1
@@ -234,8 +245,8 @@ class RunSummary:
         lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.completion_tokens:>11}"
                      f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
         rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        engine = self.wall_seconds - sum(self.backend_seconds.values())
-        lines.append(f"wall {self.wall_seconds:.2f} s  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
+        engine = self.wall_seconds - sum(self.backend_seconds.values()) - self.load_seconds
+        lines.append(f"wall {self.wall_seconds:.2f} s (models loaded in {self.load_seconds:.1f} s)  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
                      f"{self.rounds} rounds, backend calls {sum(self.backend_calls.values())}, "
                      f"engine {1e3 * engine / max(self.sessions, 1):.2f} ms/session)")
         failures = self.stats.counts.get("failed_steps", 0)
@@ -304,6 +315,7 @@ class Engine:
                 yield outcome
         finally:
             self.summary.wall_seconds += time.perf_counter() - started
+            self.summary.load_seconds = self.services.load_seconds
             if bar is not None:
                 bar.close()
 
