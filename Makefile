@@ -32,7 +32,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
-	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-json=benchmarks/results/latest.json -s
+	$(PY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only \
+		--benchmark-json=benchmarks/results/latest.json -s
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf build out .pytest_cache promem_fast/_native*.so

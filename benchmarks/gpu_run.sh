@@ -46,7 +46,10 @@ fi
 if [[ -z "${OUT:-}" ]]; then
   if (( SMOKE )); then OUT="$(mktemp -d /tmp/promem-gpu-smoke-out.XXXXXX)"; else OUT="$ROOT/out/gpu_run"; fi
 fi
-WORK="${WORK:-$(mktemp -d /tmp/promem-gpu-run.XXXXXX)}"
+if [[ -z "${WORK:-}" ]]; then
+  WORK="$(mktemp -d /tmp/promem-gpu-run.XXXXXX)"
+  trap 'rm -rf "$WORK"' EXIT   # the random models are rebuilt each run; 16 GB should not outlive it
+fi
 BUDGET="${BUDGET:-470}"
 mkdir -p "$OUT" "$WORK"
 
@@ -114,7 +117,11 @@ timeout -k 20 "$(slot 10 "$BUDGET")" "$PY" benchmarks/throughput.py --backend tr
   --device "$DEVICE" --random-embedder "$WORK/embedder" --random-nli "$WORK/nli" "${SESSIONS[@]}" \
   --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log"
 status=${PIPESTATUS[0]}
-log "step harness ended with status $status (124: stopped at the budget; partial figures in throughput.json)"
+if (( status == 124 )); then
+  log "step harness stopped at the budget; what it measured is in throughput.json (\"finished\": false)"
+else
+  log "step harness ended with status $status"
+fi
 (( status == 0 )) || FAILED=1
 
 "$PY" - "$OUT" <<'EOF' 2>&1 | tee -a "$OUT/gpu_run.log"

@@ -135,7 +135,7 @@ class Services:
             if ident not in self._overhead:
                 self._overhead[ident] = backend.count_tokens([{"role": "user", "content": ""}])
             found = max(backend.count_tokens([{"role": "user", "content": text}]) - self._overhead[ident], 0)
-            if len(self._token_cache) >= 65536:
+            if len(self._token_cache) >= 8192:
                 self._token_cache.clear()
             self._token_cache[key] = found
         return found

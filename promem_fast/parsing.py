@@ -284,6 +284,8 @@ def _check_range(number: float, schema: Mapping[str, Any], path: str) -> None:
 # --------------------------------------------------------------------------------------- language
 def dominant_script(text: str) -> str | None:
     """The writing system most letters of ``text`` belong to (LATIN, CJK, CYRILLIC, ...), or None."""
+    if text.isascii():  # the common case, decided without a Unicode name lookup per character
+        return "LATIN" if any(ch.isalpha() for ch in text) else None
     counts: dict[str, int] = {}
     for ch in text:
         if ch.isalpha():

@@ -24,13 +24,13 @@ def stem(word: str) -> str:
     return word
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=2048)
 def content_words(text: str) -> tuple[str, ...]:
     """Lower-cased, stemmed words of ``text`` without stop words, in order (cached: the deterministic
     backends see the same dialogue text in many prompts)."""
     return tuple(stem(w) for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=2048)
 def content_set(text: str) -> frozenset[str]:
     return frozenset(content_words(text))

@@ -73,9 +73,10 @@ def entailed(ctx: RunContext, result: Any) -> bool | None:
     return result["label"] == "entailment"
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def turn_text(group: TurnGroup) -> str:
-    """``[turn 3] user: ...`` lines of a turn (cached: every stage shows the same turns)."""
+    """``[turn 3] user: ...`` lines of a turn (cached: every stage shows the same turns; the cache covers
+    the turns of a full window of sessions and no more, so memory stays flat over a long run)."""
     tid, messages = group
     return format_turn(messages, tid)
 
