@@ -468,6 +468,14 @@ class Engine:
         run.results[slot] = Failure(stage=request.stage, role=role, error=f"{type(exc).__name__}: {exc}",
                                     raw=list(run.raws[slot]), item=getattr(request, "item", None))
 
+    def _settle_each(self, jobs: list[tuple[_Run, int]], outcomes: list[Any], role: str) -> None:
+        """One outcome per request: the result, or an exception to retry or record as a failure."""
+        for (run, slot), outcome in zip(jobs, outcomes):
+            if isinstance(outcome, BaseException):
+                self._settle_error(run, slot, run.pending[slot], outcome, role)
+            else:
+                run.results[slot] = outcome
+
     @staticmethod
     def _share(jobs: list[tuple[_Run, int]], seconds: float, weights: Sequence[float] | None = None) -> None:
         """Spread a batch's wall time over its requests (by tokens for generation, evenly otherwise)."""
@@ -541,13 +549,9 @@ class Engine:
         pairs = [(run.pending[slot].premise, run.pending[slot].hypothesis) for run, slot in jobs]
         outcomes, seconds = self._call("entail", self.services.nli.entail, pairs)
         self._share(jobs, seconds)
-        for (run, slot), outcome in zip(jobs, outcomes):
-            req = run.pending[slot]
-            run.ctx.stats.stage(req.stage).nli_pairs += 1
-            if isinstance(outcome, BaseException):
-                self._settle_error(run, slot, req, outcome, "nli")
-            else:
-                run.results[slot] = outcome
+        for run, slot in jobs:
+            run.ctx.stats.stage(run.pending[slot].stage).nli_pairs += 1
+        self._settle_each(jobs, outcomes, "nli")
 
     def _dispatch_embed(self, jobs: list[tuple[_Run, int]]) -> None:
         for query in (False, True):
@@ -585,11 +589,7 @@ class Engine:
         pairs = [(run.pending[slot].queries, run.pending[slot].keys) for run, slot in jobs]
         outcomes, seconds = self._call("match", self.services.similarity.top1, pairs)
         self._share(jobs, seconds)
-        for (run, slot), outcome in zip(jobs, outcomes):
-            if isinstance(outcome, BaseException):
-                self._settle_error(run, slot, run.pending[slot], outcome, "match")
-            else:
-                run.results[slot] = outcome
+        self._settle_each(jobs, outcomes, "match")
 
     def _dispatch_compress(self, jobs: list[tuple[_Run, int]]) -> None:
         cfg = self.config.compression
@@ -619,11 +619,7 @@ class Engine:
 
         outcomes, seconds = self._call("attend", call, [run.pending[slot].texts for run, slot in jobs])
         self._share(jobs, seconds)
-        for (run, slot), outcome in zip(jobs, outcomes):
-            if isinstance(outcome, BaseException):
-                self._settle_error(run, slot, run.pending[slot], outcome, "attend")
-            else:
-                run.results[slot] = outcome
+        self._settle_each(jobs, outcomes, "attend")
 
     def _dispatch_anchor(self, jobs: list[tuple[_Run, int]]) -> None:
         reqs: list[Anchor] = [run.pending[slot] for run, slot in jobs]
