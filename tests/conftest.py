@@ -15,6 +15,29 @@ ROOT = Path(__file__).resolve().parent.parent
 HALUMEM = ROOT.parent / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl"
 
 
+class Recording:
+    """Wraps a backend and keeps the arguments of every call to ``method``."""
+
+    def __init__(self, inner: Any, method: str) -> None:
+        self.inner, self.method, self.calls = inner, method, []
+        for name in ("dim", "context_length"):
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self.method:
+            def call(*args: Any) -> Any:
+                self.calls.append(args)
+                return getattr(self.inner, name)(*args)
+            return call
+        return getattr(self.inner, name)
+
+    @property
+    def batches(self) -> list[int]:
+        """The size of the first argument (the batch) of every recorded call."""
+        return [len(args[0]) for args in self.calls]
+
+
 def scripted_config(**pipeline: Any) -> EngineConfig:
     config = EngineConfig.profile("scripted")
     for key, value in pipeline.items():

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import halumem_sessions, make_session, scripted_config
+from conftest import Recording, halumem_sessions, make_session, scripted_config
 from tiny_compressor import TINY_COMPRESSOR_MAX_LENGTH, build_tiny_token_classifier
 
 from promem_fast.backends.base import Compressor, GenerationRequest
@@ -233,24 +233,6 @@ def test_xlm_roberta_shaped_model_with_fewer_layers(tmp_path: Path) -> None:
 
 
 # -------------------------------------------------------------------------------------------- engine
-class Recording:
-    """Wraps a backend and keeps the arguments of every call to ``method``."""
-
-    def __init__(self, inner: Any, method: str) -> None:
-        self.inner, self.method, self.calls = inner, method, []
-        for name in ("dim", "context_length"):
-            if hasattr(inner, name):
-                setattr(self, name, getattr(inner, name))
-
-    def __getattr__(self, name: str) -> Any:
-        if name == self.method:
-            def call(*args: Any) -> Any:
-                self.calls.append(args)
-                return getattr(self.inner, name)(*args)
-            return call
-        return getattr(self.inner, name)
-
-
 class FixedAttention:
     """A compressor whose attention is a built matrix (peaks where the test wants topic cuts)."""
 

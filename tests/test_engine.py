@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import halumem_sessions, make_session, scripted_config
+from conftest import Recording, halumem_sessions, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
 from promem_fast.backends.embed_hashing import HashingEmbedder
 from promem_fast.backends.llm_scripted import ScriptedLLM
@@ -16,24 +16,6 @@ from promem_fast.engine import Engine
 from promem_fast.errors import BackendUnavailable
 from promem_fast.requests import Failure, Generate
 from promem_fast.types import Session
-
-
-class Counting:
-    """Wraps a backend and records the size of every batch call."""
-
-    def __init__(self, inner: Any, method: str) -> None:
-        self.inner, self.method, self.batches = inner, method, []
-        for name in ("dim", "context_length"):
-            if hasattr(inner, name):
-                setattr(self, name, getattr(inner, name))
-
-    def __getattr__(self, name: str) -> Any:
-        if name == self.method:
-            def call(items: Sequence[Any]) -> Any:
-                self.batches.append(len(items))
-                return getattr(self.inner, name)(items)
-            return call
-        return getattr(self.inner, name)
 
 
 def sessions(n: int, distinct: int = 3) -> list[Session]:
@@ -45,12 +27,12 @@ def sessions(n: int, distinct: int = 3) -> list[Session]:
     return out
 
 
-def extract(n: int, distinct: int = 3, **config: Any) -> tuple[list[str], Engine, dict[str, Counting]]:
+def extract(n: int, distinct: int = 3, **config: Any) -> tuple[list[str], Engine, dict[str, Recording]]:
     cfg = scripted_config()
     for key, value in config.items():
         setattr(cfg, key, value)
-    backends = {"llm": Counting(ScriptedLLM(cfg.llm), "generate"), "nli": Counting(LexicalNLI(), "entail"),
-                "embedder": Counting(HashingEmbedder(cfg.embedder), "embed")}
+    backends = {"llm": Recording(ScriptedLLM(cfg.llm), "generate"), "nli": Recording(LexicalNLI(), "entail"),
+                "embedder": Recording(HashingEmbedder(cfg.embedder), "embed")}
     engine = Engine(cfg, **backends)
     lines = [g.to_json(timings=False) for g in engine.extract(sessions(n, distinct))]
     return lines, engine, backends
