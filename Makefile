@@ -3,14 +3,19 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py Makefile | cksum | cut -d' ' -f1)
+# llama.cpp is compiled for a portable x86-64 baseline (AVX2/FMA/F16C), not with -march=native: a native build
+# of llama-cpp-python 0.3.36 on a Xeon reporting AVX-512 and AMX crashed in its first llama_decode, where
+# this build runs. Set LLAMA_CMAKE_ARGS= for a native build. --no-cache-dir keeps pip from reusing a
+# llama.cpp wheel built earlier with other flags (pip's wheel cache does not key on CMAKE_ARGS).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
 .PHONY: demo test test-fast bench install clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
-	$(PIP) install -e '.[cpu,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --no-cache-dir -e '.[cpu,dev]'
 	$(PY) setup.py -q build_ext --inplace
 	touch $(STAMP)
 

@@ -381,3 +381,67 @@ def test_longmemeval_bad_message_names_session(tmp_path):
         load_longmemeval(path)
     assert err.value.session_id == "s1"
     assert err.value.field == "[0].haystack_sessions[0][1].content"
+
+
+# ============================================================================================= session limit
+def test_halumem_first_sessions():
+    bench = load_benchmark("halumem", FIXTURES / "halumem_mini.jsonl", sessions=1)
+    assert bench.counts() == {"users": 2, "sessions": 2, "memory_points": 4, "questions": 4}
+    assert [s.session_id for s in bench.sessions] == ["u-ada:0", "u-bo:0"]
+    # Ada keeps the three points of her first session; Clara (session 1) and the March trip (session 3) go
+    assert [(p.session_id, p.index) for p in bench.memory_points] == [
+        ("u-ada:0", 1), ("u-ada:0", 2), ("u-ada:0", 3), ("u-bo:0", 1)]
+    # the multi-hop question of session 3 needs sessions 1 and 3; Bo's memory-boundary question names no
+    # evidence and stays since it is asked in his first session
+    assert [q.question_id for q in bench.questions] == ["u-ada:0:q0", "u-ada:0:q1", "u-bo:0:q0", "u-bo:0:q1"]
+    assert all(q.session_ids == (q.user_id + ":0",) for q in bench.questions)
+
+
+def test_halumem_distractor_sessions_count_toward_the_session_limit():
+    ada, bo = load_benchmark("halumem", FIXTURES / "halumem_mini.jsonl", sessions=3).users
+    assert [s.session_id for s in ada.sessions] == ["u-ada:0", "u-ada:1", "u-ada:2"]
+    assert [p.content for p in ada.memory_points][-1] == "Ada Byron's sister Clara lives in Paris."
+    assert [q.question_id for q in ada.questions] == ["u-ada:0:q0", "u-ada:0:q1"]  # session 3 is still cut
+    assert len(bo.questions) == 2
+
+
+def test_halumem_question_without_evidence_needs_the_session_it_is_asked_in(tmp_path):
+    record = json.loads((FIXTURES / "halumem_mini.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    record["sessions"][3]["questions"].append({"question": "What is Ada's blood type?", "answer": "Not mentioned",
+                                               "evidence": [], "question_type": "Memory Boundary"})
+    path = tmp_path / "halumem.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert [q.question_id for q in load_benchmark("halumem", path, sessions=3).questions if q.abstention] == []
+    (kept,) = [q for q in load_benchmark("halumem", path, sessions=4).questions if q.abstention]
+    assert kept.question_id == "u-ada:3:q1" and kept.session_ids == ("u-ada:0", "u-ada:1", "u-ada:2", "u-ada:3")
+
+
+def test_locomo_first_sessions_counts_both_speakers_of_a_session_once():
+    bench = load_benchmark("locomo", FIXTURES / "locomo_mini.json", sessions=1)
+    assert [s.session_id for s in bench.sessions] == [
+        "conv-1:session_1:Ann", "conv-1:session_1:Ben", "conv-2:session_1:Cleo", "conv-2:session_1:Dan"]
+    assert bench.counts()["memory_points"] == 4  # session 2 has no annotated events
+    # conv-1 keeps the questions whose evidence lies in session 1 only (open-domain D1:1, adversarial D1:2)
+    assert [q.question_id for q in bench.questions] == ["conv-1:q2", "conv-1:q4", "conv-2:q0"]
+    open_domain = bench.questions[0]
+    assert open_domain.session_ids == ("conv-1:session_1:Ann", "conv-1:session_1:Ben")
+    assert open_domain.session_dates == ("1:56 pm on 8 May, 2023",) * 2
+    assert open_domain.question_time == "10:00 am on 20 May, 2023"  # still asked after the whole conversation
+
+
+def test_longmemeval_first_sessions():
+    bench = load_benchmark("longmemeval", FIXTURES / "longmemeval_mini.json", sessions=1)
+    assert [s.session_id for s in bench.sessions] == ["answer_city_1", "filler_pasta", "answer_runs_1"]
+    # q-runs needs both of its answer sessions; the abstention question names none, so it needs its whole
+    # haystack
+    (city,) = bench.questions
+    assert city.question_id == "q-city"
+    assert (city.session_ids, city.session_dates) == (("answer_city_1",), ("2023/05/20 (Sat) 09:00",))
+    whole = load_benchmark("longmemeval", FIXTURES / "longmemeval_mini.json", sessions=2)
+    assert [q.question_id for q in whole.questions] == ["q-city", "q-dog_abs", "q-runs"]
+
+
+@pytest.mark.parametrize("sessions", [-1, 1.5, True])
+def test_a_bad_session_limit_is_a_config_error(sessions):
+    with pytest.raises(ConfigError, match="sessions must be a non-negative integer"):
+        load_benchmark("halumem", FIXTURES / "halumem_mini.jsonl", sessions=sessions)

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import make_session, scripted_config
+from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.backends.embed_hashing import HashingEmbedder
+from promem_fast.backends.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.eval.judges import (
     accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, halumem_qa_judge,
-    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template,
+    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, update_program,
 )
 from promem_fast.eval.prompts import EVAL_TEMPLATES, QA_NOT_FOUND, eval_schema
 from promem_fast.eval.qa import (
@@ -210,9 +211,10 @@ def run_programs(engine: Engine, makers: list[Callable[[Any], Any]]) -> list[Any
 
 
 def point(content: str, source: str = "secondary", importance: float = 1.0, mtype: str = "Event Memory",
-          index: int = 0) -> GoldMemory:
+          index: int = 0, replaces: Sequence[str] = ()) -> GoldMemory:
+    """A gold point of session ``s``; ``replaces`` makes it an update of those earlier memories."""
     return GoldMemory(session_id="s", content=content, memory_type=mtype, source=source, index=index,
-                      importance=importance)
+                      importance=importance, is_update=bool(replaces), original_memories=tuple(replaces))
 
 
 SESSION = make_session("s", "Maya", [("I adopted a beagle named Biscuit.", "Lovely!"),
@@ -263,6 +265,39 @@ def test_a_session_with_no_memories_scores_every_point_zero_without_asking() -> 
         lambda ctx: accuracy_program(SESSION, points, None, ctx)])
     assert [lab["memory_integrity_score"] for lab in integrity] == [0, 0] and accuracy == []
     assert integrity[0]["rule"] == "no memories" and llm.seen == []
+
+
+UPDATES = [point("Maya adopted a beagle named Biscuit.", index=1),
+           point("Maya moved from Porto to Lisbon.", mtype="Persona Memory", index=2,
+                 replaces=["Maya lives in Porto."]),
+           point("Maya's sister Ana now visits weekly instead of monthly.", mtype="Relationship Memory", index=3,
+                 replaces=["Maya's sister Ana visits monthly."])]
+
+
+def test_the_update_judge_grades_each_update_point_against_the_session_memories() -> None:
+    config = scripted_config()
+    llm = Recording(ScriptedLLM(config.llm), "generate")
+    engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
+    g = graph("s", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon in May.",
+                    "Maya's sister Ana visits monthly."])
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, g, ctx)])
+    # the move to Lisbon is kept; the visits are still monthly in memory, so the new value was missed
+    assert [(lab["index"], lab["memory_update_type"]) for lab in labels] == [(2, "Correct"), (3, "Omission")]
+    assert labels[0]["judge_reply"] == {"verdict": "Correct"} and labels[0]["error"] is None
+    assert labels[0]["original_memories"] == ["Maya lives in Porto."] and labels[0]["memories_shown"] == 3
+    assert [lab["memory_type"] for lab in labels] == ["Persona Memory", "Relationship Memory"]
+    (requests,) = llm.calls[0]
+    prompt = requests[0].messages[1]["content"]
+    assert "Earlier information:\n1. Maya lives in Porto.\n" in prompt and "2. Maya moved to Lisbon in May." in prompt
+
+
+def test_a_session_with_no_memories_omits_every_update_without_asking() -> None:
+    config = scripted_config()
+    llm = Recording(ScriptedLLM(config.llm), "generate")
+    engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, None, ctx)])
+    assert [(lab["memory_update_type"], lab["rule"]) for lab in labels] == [("Omission", "no memories")] * 2
+    assert llm.calls == []
 
 
 def test_long_dialogues_are_cut_to_the_grounded_and_most_similar_turns() -> None:
@@ -344,6 +379,28 @@ def test_halumem_aggregation_by_hand() -> None:
     assert native["extraction"] is None and native["headline"]["memory_integrity"] is None
 
 
+def test_halumem_update_aggregation_by_hand() -> None:
+    def label(mtype: str, score: int | None, update: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        base = {"memory_source": "primary", "importance": 1.0, "memory_type": mtype, "is_update": update is not None}
+        return {**base, "memory_integrity_score": score}, {**base, "memory_update_type": update}
+    rows = [label("Event Memory", 2), label("Event Memory", 1), label("Persona Memory", 2, "Correct"),
+            label("Persona Memory", 0, "Omission"), label("Event Memory", 2, "Hallucination"),
+            label("Relationship Memory", None, "not a label")]
+    integrity = [i for i, _ in rows]
+    update = [u for i, u in rows if i["is_update"]]
+    extraction = aggregate_halumem(integrity, [], [], update)["extraction"]
+    # four update points, three with one of the four labels: one each of Correct, Hallucination, Omission
+    assert extraction["update"] == approx({
+        "n": 4, "n_valid": 3, "correct": 0.25, "hallucination": 0.25, "omission": 0.25, "other": 0.0,
+        "correct_valid": 1 / 3, "hallucination_valid": 1 / 3, "omission_valid": 1 / 3, "other_valid": 0.0})
+    # type-wise, each point once: Event = two plain points (one scored 2) and one hallucinated update -> 1/3;
+    # Persona = two updates, one Correct -> 1/2 (its integrity scores do not count again)
+    types = extraction["memory_type_accuracy"]
+    assert types["Event Memory"] == approx({"n": 3, "integrity": 1 / 3, "update": 0.0, "accuracy": 1 / 3})
+    assert types["Persona Memory"] == approx({"n": 2, "integrity": 0.0, "update": 0.5, "accuracy": 0.5})
+    assert types["Relationship Memory"]["accuracy"] == 0.0
+
+
 def test_locomo_aggregation_by_hand() -> None:
     rows = [
         {"category": 4, "prediction": "Max", "answer": "Max", "llm_correct": True},
@@ -380,7 +437,7 @@ def test_every_template_has_a_schema_and_renders_with_its_fields() -> None:
     for name, template in EVAL_TEMPLATES.items():
         assert eval_schema(name)["type"] == "object"
         fields = {f: "x" for f in ("user", "memories", "excerpts", "question_time", "question", "point", "dialogue",
-                                   "reference", "memory", "evidence", "answer")}
+                                   "reference", "memory", "evidence", "answer", "previous")}
         messages = template.render(**fields)
         assert messages[0]["content"].startswith(PREAMBLE) and EvalLLM.template_of(messages) == name
 

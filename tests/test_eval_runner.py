@@ -242,6 +242,41 @@ def test_promem_eval_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert f"report: {tmp_path / 'report-halumem.md'}" in capsys.readouterr().out
 
 
+def test_promem_eval_judges_memory_updates(tmp_path: Path) -> None:
+    """Ada's first session updates her job from baker to pastry chef; the scripted judge finds the new job in
+    the extracted memories."""
+    assert main(["eval", "halumem", "--data", str(HALUMEM), "--limit", "1", "--profile", "scripted",
+                 "--no-progress", "-o", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "result-halumem-full.json").read_text())
+    (label,) = result["labels"]["update"]
+    assert label["memory_content"] == "Ada Byron's job title updated from baker to pastry chef."
+    assert label["original_memories"] == ["Ada Byron works as a baker"]
+    assert label["memory_update_type"] == "Correct" and label["judge_reply"] == {"verdict": "Correct"}
+    update = result["aggregates"]["extraction"]["update"]
+    assert update == metrics.halumem_update(result["labels"]["update"]) and update["correct"] == 1.0
+    (row,) = table((tmp_path / "report-halumem.md").read_text(), "Extraction in detail")
+    assert row[-4:] == ["1/1", "100.00", "0.00", "0.00"]
+
+
+def test_a_session_limit_is_recorded_and_reported(tmp_path: Path) -> None:
+    result = evaluate("halumem", HALUMEM, tmp_path, limit=1, sessions=1)
+    assert (result["limit"], result["session_limit"]) == (1, 1)
+    assert result["counts"]["sessions"] == result["counts"]["graphs"] == 1 and result["counts"]["questions"] == 2
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert "(first 1 items, first 1 sessions of each)" in report and "Warning" not in report
+    evaluate("halumem", HALUMEM, tmp_path, variant="no-cc", limit=1)  # the same users, every session
+    assert "these results come from different data files or limits" in (tmp_path / "report-halumem.md").read_text()
+
+
+def test_convert_with_a_session_limit_writes_one_session_per_user(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sessions.jsonl"
+    assert main(["convert", "halumem", "--data", str(HALUMEM), "-o", str(out), "--sessions", "1"]) == 0
+    assert [s.session_id for s in load_sessions(out)] == ["u-ada:0", "u-bo:0"]
+    assert main(["convert", "halumem", "--data", str(HALUMEM), "-o", str(out), "--sessions", "-1"]) == 2
+    assert "sessions must be a non-negative integer" in capsys.readouterr().err
+
+
 def test_a_compressed_run_is_its_own_row_with_lower_token_cost(tmp_path: Path) -> None:
     from tiny_compressor import build_tiny_token_classifier
 

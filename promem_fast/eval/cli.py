@@ -17,6 +17,11 @@ _KINDS = tuple(LOADERS)
 _VARIANTS = ("full", "one-off", "no-cc", "no-hv", "no-da", "no-rel", "native-rag")
 """The keys of :data:`promem_fast.eval.runner.VARIANTS`, repeated here so building the parser imports
 nothing heavy (a test checks the two agree)."""
+_SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both speakers' copies of a session count "
+                  "as one) and their gold points; a question stays when every session of its evidence is kept "
+                  "or, when it names no evidence, the session it is asked after (HaluMem: its own session; "
+                  "LoCoMo, LongMemEval: the last of the conversation or haystack, so only when nothing is cut)")
+"""``--sessions`` of both commands: the rule of :meth:`promem_fast.eval.records.Benchmark.first_sessions`."""
 
 
 def add_eval_parser(subparsers: Any) -> None:
@@ -32,6 +37,7 @@ def add_eval_parser(subparsers: Any) -> None:
     p.add_argument("--data", type=Path, required=True, help="the benchmark file (HaluMem JSONL, LoCoMo or "
                    "LongMemEval JSON)")
     p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
+    p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
     p.add_argument("--variant", choices=_VARIANTS, default="full",
                    help="full ProMem, an ablation (one-off, no-cc, no-hv, no-da, no-rel) or the NativeRAG "
                         "baseline (raw turns retrieved, nothing extracted); default: full")
@@ -48,6 +54,7 @@ def add_eval_parser(subparsers: Any) -> None:
     p.add_argument("--data", type=Path, required=True, help="the benchmark file")
     p.add_argument("-o", "--output", type=Path, required=True, help="sessions JSONL to write")
     p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
+    p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
     p.set_defaults(func=cmd_convert)
 
 
@@ -68,8 +75,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from .runner import run_eval
 
-    result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, variant=args.variant,
-                      out_dir=args.out_dir, graphs_path=args.graphs)
+    result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
+                      variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs)
     counts = result["counts"]
     print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
           f"{counts['questions']} questions, {counts['graphs']} graphs")
@@ -86,7 +93,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .datasets import load_benchmark
 
-    bench = load_benchmark(args.kind, args.data, args.limit)
+    bench = load_benchmark(args.kind, args.data, args.limit, sessions=args.sessions)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with args.output.open("w", encoding="utf-8") as handle:

@@ -94,9 +94,9 @@ class _Loc:
         return value if value is default else str(value)
 
 
-def _check_limit(limit: int | None) -> None:
+def _check_limit(limit: int | None, name: str = "limit") -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ConfigError(f"limit must be a non-negative integer or None, got {limit!r}")
+        raise ConfigError(f"{name} must be a non-negative integer or None, got {limit!r}")
 
 
 def _read_json_list(path: Path) -> list[Any]:
@@ -598,10 +598,21 @@ LOADERS = {"halumem": load_halumem, "locomo": load_locomo, "longmemeval": load_l
 """Benchmark kind → loader, for the CLI and configs that name the benchmark."""
 
 
-def load_benchmark(kind: str, path: PathLike, limit: int | None = None) -> Benchmark:
-    """Load ``path`` with the loader of ``kind`` (``halumem``, ``locomo`` or ``longmemeval``)."""
+def load_benchmark(kind: str, path: PathLike, limit: int | None = None, *,
+                   sessions: int | None = None) -> Benchmark:
+    """Load ``path`` with the loader of ``kind`` (``halumem``, ``locomo`` or ``longmemeval``).
+
+    ``limit``: the first N items; ``sessions``: then only the first N sessions of each item, with the gold
+    points and questions that stay answerable (the rule is :meth:`Benchmark.first_sessions`).
+    """
     try:
         loader = LOADERS[kind.lower()]
     except KeyError:
         raise ConfigError(f"unknown benchmark {kind!r}; expected one of {sorted(LOADERS)}") from None
-    return loader(path, limit)
+    _check_limit(sessions, "sessions")
+    bench = loader(path, limit)
+    if sessions is None:
+        return bench
+    cut = bench.first_sessions(sessions)
+    log.info("kept the first %d sessions of each item: %s", sessions, cut.counts())
+    return cut

@@ -10,6 +10,8 @@ report can always be recomputed, audited or re-judged from the stored labels alo
 - HaluMem accuracy: every extracted entry, scored 2/1/0 against the session's dialogue, plus whether it is
   one of the session's gold points (``is_included_in_golden_memories``; planted interference points are not
   offered as gold).
+- HaluMem update: every ``is_update`` gold point, Correct / Hallucination / Omission / Other against that
+  session's extracted entries (``memory_update_type``).
 - HaluMem QA: Correct / Hallucination / Omission.
 - LoCoMo: CORRECT / WRONG (the LLM-judge accuracy), next to LoCoMo's token F1.
 - LongMemEval: yes / no, with the type-specific rules (temporal: off by one allowed; knowledge update: the
@@ -22,7 +24,7 @@ truncated mid-text; how much was shown is recorded on the label.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,6 +117,29 @@ def point_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[st
     } for p in points]
 
 
+def _memory_judgements(ctx: RunContext, session: Session, points: Sequence[GoldMemory], lines: Sequence[str],
+                       name: str, fields: Callable[[GoldMemory], dict[str, str]],
+                       what: str) -> Program[list[tuple[Any, int]]]:
+    """Ask template ``name`` once per point with the session's numbered memories (its other fields from
+    ``fields(point)``): all of them when they fit, else for each point the most similar ones that fit.
+    Each point's raw result, with how many memories it was shown."""
+    numbered = _numbered(lines)
+    sizes = [ctx.text_tokens(_ROLE, line) + 1 for line in numbered]
+    budgets = [_budget(ctx, name, {**fields(p), "memories": ""}, "memories") for p in points]
+    order: list[list[int]] | None = None
+    if sum(sizes) > min(budgets):
+        order = yield from _similarity_order(ctx, lines, [p.content for p in points])
+    requests: list[Request] = []
+    shown = []
+    for k, point in enumerate(points):
+        keep = list(range(len(lines))) if order is None else _choose(sizes, budgets[k], order[k])
+        shown.append(len(keep))
+        requests.append(_request(ctx, name, {**fields(point), "memories": "\n".join(numbered[i] for i in keep)},
+                                 item=f"{what} {session.session_id} point {point.index}"))
+    results = yield requests
+    return list(zip(results, shown, strict=True))
+
+
 def integrity_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
                       ctx: RunContext) -> Program[list[dict[str, Any]]]:
     """One integrity label per gold point of ``session`` (interference points included: scoring one 0
@@ -126,25 +151,51 @@ def integrity_program(session: Session, points: Sequence[GoldMemory], graph: Mem
     if not lines:  # nothing was extracted: no point can be captured, no judge needed
         return [{**b, "memory_integrity_score": 0, "judge_reply": None, "error": None, "rule": "no memories",
                  "memories_shown": 0} for b in base]
-    numbered = _numbered(lines)
-    sizes = [ctx.text_tokens(_ROLE, line) + 1 for line in numbered]
-    budgets = [_budget(ctx, "judge_integrity", {"memories": "", "point": p.content}, "memories") for p in points]
-    order: list[list[int]] | None = None
-    if sum(sizes) > min(budgets):
-        order = yield from _similarity_order(ctx, lines, [p.content for p in points])
-    requests: list[Request] = []
-    shown = []
-    for k, point in enumerate(points):
-        keep = list(range(len(lines))) if order is None else _choose(sizes, budgets[k], order[k])
-        shown.append(len(keep))
-        requests.append(_request(ctx, "judge_integrity",
-                                 {"memories": "\n".join(numbered[i] for i in keep), "point": point.content},
-                                 item=f"integrity {session.session_id} point {point.index}"))
-    results = yield requests
+    judged = yield from _memory_judgements(ctx, session, points, lines, "judge_integrity",
+                                           lambda p: {"point": p.content}, "integrity")
     labels = []
-    for b, result, n in zip(base, results, shown, strict=True):
+    for b, (result, n) in zip(base, judged, strict=True):
         reply, record = _outcome(ctx, result)
         labels.append({**b, "memory_integrity_score": None if reply is None else reply["score"], **record,
+                       "memories_shown": n})
+    return labels
+
+
+def update_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[str, Any]]:
+    """The update labels' fields that come from the gold points: one per ``is_update`` point of ``points``,
+    those of :func:`point_labels` plus the earlier values it replaces."""
+    updates = [p for p in points if p.is_update]
+    return [{**b, "original_memories": list(p.original_memories)}
+            for b, p in zip(point_labels(session, updates), updates, strict=True)]
+
+
+def _update_fields(point: GoldMemory) -> dict[str, str]:
+    return {"point": point.content, "previous": "\n".join(_numbered(point.original_memories)) or "(none)"}
+
+
+def update_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
+                   ctx: RunContext) -> Program[list[dict[str, Any]]]:
+    """One update label per ``is_update`` gold point of ``session``: whether its extracted entries hold the
+    new value (Correct), a wrong one (Hallucination), only the earlier one or nothing (Omission), or neither.
+
+    HaluMem shows its judge the memories the system retrieves for the point; the session's entries play that
+    part here (cut to the most similar ones when they do not fit), as they do for integrity. With nothing
+    extracted the update is an Omission without asking (HaluMem sends such a point to its integrity judge
+    instead, where it scores 0: missed either way).
+    """
+    base = update_labels(session, points)
+    if not base:
+        return []
+    lines = memory_lines(graph)
+    if not lines:
+        return [{**b, "memory_update_type": "Omission", "judge_reply": None, "error": None, "rule": "no memories",
+                 "memories_shown": 0} for b in base]
+    updates = [p for p in points if p.is_update]
+    judged = yield from _memory_judgements(ctx, session, updates, lines, "judge_update", _update_fields, "update")
+    labels = []
+    for b, (result, n) in zip(base, judged, strict=True):
+        reply, record = _outcome(ctx, result)
+        labels.append({**b, "memory_update_type": None if reply is None else reply["verdict"], **record,
                        "memories_shown": n})
     return labels
 
@@ -270,14 +321,22 @@ QA_JUDGES = {"halumem": halumem_qa_judge, "locomo": locomo_qa_judge, "longmemeva
 
 # ============================================================================================= aggregation
 def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
-                      qa: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG) and QA."""
+                      qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG), with
+    its update ratios and type-wise accuracy, and QA.
+
+    In the type-wise accuracy each point counts once, as in HaluMem where every point goes to one judge: an
+    update point by its update label, any other by its integrity score.
+    """
     qa_scores = metrics.halumem_qa(qa)
     extraction = None
     memory: dict[str, Any] = dict.fromkeys(
         ("memory_integrity", "memory_accuracy", "memory_f1", "false_memory_resistance"))
     if integrity or accuracy:
         extraction = metrics.halumem_extraction(integrity, accuracy)
+        extraction["update"] = metrics.halumem_update(update)
+        extraction["memory_type_accuracy"] = metrics.halumem_memory_type_accuracy(
+            [label for label in integrity if not label.get("is_update")], update)
         memory = {key: extraction[key] for key in ("memory_integrity", "memory_accuracy", "memory_f1")}
         memory["false_memory_resistance"] = extraction["integrity"]["false_memory_resistance"]
     return {

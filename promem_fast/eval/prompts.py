@@ -2,8 +2,8 @@
 
 They use the engine's :class:`~promem_fast.prompts.Template`, so every prompt starts with the shared
 preamble and the text a batch of calls has in common (the task, then the memories or the dialogue) comes
-before the per-call item: the integrity judge of one session repeats the same memory list for every gold
-point, the accuracy judge the same dialogue for every entry, and prefix caching serves the repeats.
+before the per-call item: the integrity and update judges of one session repeat the same memory list for
+each gold point, the accuracy judge the same dialogue for every entry, and prefix caching serves the repeats.
 
 Template names (the keys of :data:`EVAL_TEMPLATES`) are finer than roles: all graders are sent with role
 ``judge`` and both answerers with role ``qa`` (so ``EngineConfig.roles`` and ``pipeline.max_tokens`` apply per
@@ -79,6 +79,20 @@ EVAL_TEMPLATES: dict[str, Template] = {
         user=(
             "Dialogue:\n{dialogue}\n\nReference facts:\n{reference}\n\nMemory to grade: {memory}\n\n"
             'Reply as {{"score": 2, 1 or 0, "in_reference": true or false}}.'
+        ),
+    ),
+    "judge_update": Template(
+        system=(
+            "Update grading task: during a conversation a fact about the user changed, and a memory system "
+            "wrote down memories from it. Decide whether those memories record the change. Correct: they state "
+            "the updated fact (wording may differ; the earlier value may appear too, as long as the new one is "
+            "given as the current one). Hallucination: they give a value for it that is neither the updated "
+            "nor the earlier one, or get the change wrong. Omission: the updated fact is absent, for instance "
+            "only the earlier value is kept. Other: none of these fits."
+        ),
+        user=(
+            "Extracted memories:\n{memories}\n\nEarlier information:\n{previous}\n\nUpdated fact: {point}\n\n"
+            'Reply as {{"verdict": "Correct", "Hallucination", "Omission" or "Other"}}.'
         ),
     ),
     "judge_halumem_qa": Template(
@@ -168,6 +182,8 @@ def eval_schema(name: str) -> dict[str, Any]:
     if name == "judge_accuracy":
         return {"type": "object", "properties": {"score": score, "in_reference": {"type": "boolean"}},
                 "required": ["score", "in_reference"]}
+    if name == "judge_update":
+        return _verdict(["Correct", "Hallucination", "Omission", "Other"])
     if name == "judge_halumem_qa":
         return _verdict(["Correct", "Hallucination", "Omission"])
     if name == "judge_locomo":

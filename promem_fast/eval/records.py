@@ -17,7 +17,7 @@ question names the session ids whose memory it may use.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..types import Session
@@ -108,6 +108,16 @@ class EvalUser:
             out.setdefault(point.session_id, []).append(point)
         return out
 
+    def first_sessions(self, n: int) -> EvalUser:
+        """This item cut to its first ``n`` dialogue sessions (see :meth:`Benchmark.first_sessions`)."""
+        keys = [_dialogue_of(s) for s in self.sessions]
+        first = set(list(dict.fromkeys(keys))[:n])
+        sessions = [s for s, key in zip(self.sessions, keys, strict=True) if key in first]
+        kept = {s.session_id for s in sessions}
+        return replace(self, sessions=sessions,
+                       memory_points=[p for p in self.memory_points if p.session_id in kept],
+                       questions=[_within(q, kept) for q in self.questions if _answerable(q, kept)])
+
 
 @dataclass(slots=True)
 class Benchmark:
@@ -140,6 +150,22 @@ class Benchmark:
     def memory_points(self) -> list[GoldMemory]:
         return [p for user in self.users for p in user.memory_points]
 
+    def first_sessions(self, n: int) -> Benchmark:
+        """Every item cut to its first ``n`` dialogue sessions, for evaluation runs small enough for a CPU model.
+
+        Each item keeps its first ``n`` sessions in order (HaluMem distractor sessions count, as they are part
+        of the history; LoCoMo's two per-speaker copies of one conversation session count as one) and the
+        gold points of those sessions. A question stays only when the sessions it needs are all kept: the
+        sessions of its evidence (``evidence_session_ids``) when it names any, else its whole history
+        (``session_ids``), since without evidence any session may be the one the answer depends on. Kept
+        sessions are a prefix of the item, so the latter means the session the question is asked after is
+        kept: for HaluMem the session it was asked in, for LoCoMo and LongMemEval (asked after the whole
+        conversation or haystack) only an item with no session cut. A kept question's ``session_ids`` and
+        ``session_dates`` are cut to the kept sessions, so answering never searches a session that was not
+        extracted.
+        """
+        return replace(self, users=[user.first_sessions(n) for user in self.users])
+
     def session_index(self) -> dict[str, Session]:
         """Session id → session, for looking up the sessions a question names."""
         return {s.session_id: s for s in self.iter_sessions()}
@@ -152,3 +178,22 @@ class Benchmark:
             "memory_points": sum(len(u.memory_points) for u in self.users),
             "questions": sum(len(u.questions) for u in self.users),
         }
+
+
+def _dialogue_of(session: Session) -> str:
+    """The dialogue a session was read from: LoCoMo loads each conversation session once per speaker, the two
+    copies naming each other in ``metadata["peer_session_id"]``, and a session limit counts them as one."""
+    peer = session.metadata.get("peer_session_id")
+    return session.session_id if peer is None else min(session.session_id, peer)
+
+
+def _answerable(question: Question, kept: set[str]) -> bool:
+    """Whether every session ``question`` needs is in ``kept`` (the rule of :meth:`Benchmark.first_sessions`)."""
+    return all(sid in kept for sid in question.evidence_session_ids or question.session_ids)
+
+
+def _within(question: Question, kept: set[str]) -> Question:
+    """``question`` with its history (ids and dates) cut to the sessions in ``kept``."""
+    keep = [i for i, sid in enumerate(question.session_ids) if sid in kept]
+    return replace(question, session_ids=tuple(question.session_ids[i] for i in keep),
+                   session_dates=tuple(question.session_dates[i] for i in keep) if question.session_dates else ())

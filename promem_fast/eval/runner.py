@@ -7,7 +7,7 @@
 3. extract every session's graph into ``OUT/graphs-<kind>-<variant>.jsonl`` (or the given graphs file),
    skipping sessions already in it, as ``promem extract --resume`` does; NativeRAG extracts nothing;
 4. embed the retrievable units of every session once, then answer and judge every question and (HaluMem)
-   judge every session's extraction, all in one batched engine run;
+   judge every session's extraction (integrity, accuracy, updates), all in one batched engine run;
 5. aggregate with :mod:`.metrics` and write ``OUT/result-<kind>-<variant>.json`` (every raw label, the
    aggregates, the per-stage cost of every session) and rebuild ``OUT/report-<kind>.md`` plus
    ``OUT/variants-<kind>.png`` from all the variant results present in ``OUT`` (:func:`write_report`).
@@ -36,7 +36,7 @@ from promem_fast.types import STAGES, MemoryGraph, RunStats, Session, StageStats
 from .datasets import LOADERS, load_benchmark
 from .judges import (
     QA_JUDGES, accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, integrity_program,
-    point_labels, unjudged_qa_label,
+    point_labels, unjudged_qa_label, update_labels, update_program,
 )
 from .qa import Answer, RetrievalIndex, Source, Unit, answer_program, build_index, memory_units, turn_units, with_stats
 from .records import Benchmark, GoldMemory, Question
@@ -182,9 +182,10 @@ def _question_job(kind: str, question: Question, user: str, index: RetrievalInde
 
 def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None,
                     ctx: RunContext) -> Program[tuple[list[list[dict[str, Any]]], RunStats]]:
-    """Integrity and accuracy of one session's extraction, their requests in the same rounds."""
+    """Integrity, accuracy and updates of one session's extraction, their requests in the same rounds."""
     return with_stats(ctx, gather(integrity_program(session, points, graph, ctx),
-                                  accuracy_program(session, points, graph, ctx)))
+                                  accuracy_program(session, points, graph, ctx),
+                                  update_program(session, points, graph, ctx)))
 
 
 def judged_sessions(bench: Benchmark) -> Iterator[tuple[Session, list[GoldMemory]]]:
@@ -204,6 +205,7 @@ class _Judged:
     qa: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     integrity: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     accuracy: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    update: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stats: RunStats = dataclasses.field(default_factory=RunStats)
     judged_sessions: int = 0
 
@@ -243,21 +245,26 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
                 log.error("judging the extraction of session %s failed: %s", session.session_id, error)
                 out.integrity.extend({**b, "memory_integrity_score": None, "judge_reply": None, "error": error}
                                      for b in point_labels(session, points))
+                out.update.extend({**b, "memory_update_type": None, "judge_reply": None, "error": error}
+                                  for b in update_labels(session, points))
                 continue
-            (integrity, accuracy), stats = outcome
+            (integrity, accuracy, update), stats = outcome
             out.integrity.extend(integrity)
             out.accuracy.extend(accuracy)
+            out.update.extend(update)
         out.stats.merge(stats)
     return out
 
 
 # ============================================================================================= the run
 def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int | None = None,
-             variant: str = "full", out_dir: PathLike = "eval-out", graphs_path: PathLike | None = None,
-             llm: LLMBackend | None = None) -> dict[str, Any]:
+             sessions: int | None = None, variant: str = "full", out_dir: PathLike = "eval-out",
+             graphs_path: PathLike | None = None, llm: LLMBackend | None = None) -> dict[str, Any]:
     """Evaluate one variant on one benchmark and return the result (also written to
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
+    ``limit``: the first N items; ``sessions``: the first N sessions of each (the questions that stay are
+    those :meth:`~promem_fast.eval.records.Benchmark.first_sessions` keeps);
     ``graphs_path``: a graphs JSONL to reuse and extend (default ``OUT/graphs-<kind>-<variant>.jsonl``);
     ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one).
     """
@@ -267,7 +274,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     cfg = variant_config(config, variant)
     # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
-    bench = load_benchmark(kind, data_path, limit)
+    bench = load_benchmark(kind, data_path, limit, sessions=sessions)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source: Source = "turns" if variant == "native-rag" else "memory"
@@ -285,7 +292,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         judged = answer_and_judge(engine, kind, bench, graphs, index, source)
 
     if kind == "halumem":
-        aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa)
+        aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update)
     elif kind == "locomo":
         aggregates = aggregate_locomo(judged.qa)
     else:
@@ -295,7 +302,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     eval_stats = RunStats()
     eval_stats.merge(index.stats)
     eval_stats.merge(judged.stats)
-    judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy)
+    judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy) + len(judged.update)
     result_file = result_path(out, kind, tag)
     files = {"result": str(result_file), "report": str(out / f"report-{kind}.md"),
              "chart": str(out / f"variants-{kind}.png"), "graphs": None if graphs_file is None else str(graphs_file)}
@@ -308,6 +315,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "compression_rate": cfg.compression.rate if tag != variant else None,
         "data": str(data_path),
         "limit": limit,
+        "session_limit": sessions,
         "counts": {**bench.counts(), "graphs": len(ordered), "judged_sessions": judged.judged_sessions,
                    "unembedded_sessions": len(index.failed),
                    "failed_answers": sum(a.prediction is None for a in judged.answers),
@@ -330,7 +338,8 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
             "evaluation": {"qa": _stage_cost(eval_stats, "qa", len(judged.qa)),
                            "judge": _stage_cost(eval_stats, "judge", judge_items)},
         },
-        "labels": {"integrity": judged.integrity, "accuracy": judged.accuracy, "qa": judged.qa},
+        "labels": {"integrity": judged.integrity, "accuracy": judged.accuracy, "update": judged.update,
+                   "qa": judged.qa},
         "answers": [a.to_dict() for a in judged.answers],
         "eval_failures": eval_stats.to_dict()["failures"],
         "files": files,
@@ -412,6 +421,14 @@ def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
                    "Judge tokens / item"], rows)
 
 
+def _update_cells(update: dict[str, Any] | None) -> list[str]:
+    """The update columns of the extraction table (``-`` for a result written before updates were judged)."""
+    if update is None:
+        return ["-"] * 4
+    return [f"{update['n_valid']}/{update['n']}", _pct(update["correct"]), _pct(update["hallucination"]),
+            _pct(update["omission"])]
+
+
 def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
     heads = [r["headline"] for r in results]
     out = ["## Table 1: memory extraction and QA", ""]
@@ -430,20 +447,23 @@ def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
             "Recall counts gold points scored 2; weighted recall gives 1 point half credit and weights by "
             "importance; false-memory resistance is the share of planted interference points scored 0 "
             "(not absorbed). Target precision averages half-scores over entries the judge matched to a gold "
-            "point; weighted accuracy over all entries.", ""]
+            "point; weighted accuracy over all entries. Update points (a value that changed) are graded "
+            "Correct (the new value is kept), Hallucination (a wrong value) or Omission (the new value is "
+            "missing), as shares of all update points.", ""]
     rows = []
     for r in results:
         ext = r["aggregates"]["extraction"]
         if ext is None:
-            rows.append([r["label"]] + ["-"] * 8)
+            rows.append([r["label"]] + ["-"] * 12)
             continue
         i, a = ext["integrity"], ext["accuracy"]
         rows.append([r["label"], f"{i['n_valid']}/{i['n']}", _pct(i["recall"]), _pct(i["weighted_recall"]),
                      f"{i['n_interference']}", _pct(i["false_memory_resistance"]),
-                     f"{a['n_target']}/{a['n']}", _pct(a["target_precision"]), _pct(a["weighted_accuracy"])])
+                     f"{a['n_target']}/{a['n']}", _pct(a["target_precision"]), _pct(a["weighted_accuracy"]),
+                     *_update_cells(ext.get("update"))])
     out += _table(["Method", "Gold points (valid/all)", "Recall", "Weighted recall", "Interference points",
-                   "False-memory resistance", "Target entries/all", "Target precision", "Weighted accuracy"],
-                  rows)
+                   "False-memory resistance", "Target entries/all", "Target precision", "Weighted accuracy",
+                   "Update points (valid/all)", "Update correct", "Update halu.", "Update om."], rows)
     types = sorted({t for r in results for t in r["aggregates"]["qa"]["by_question_type"]})
     out += ["## QA by question type (Acc. / Halu. / Om.)", ""]
     rows = []
@@ -512,18 +532,29 @@ HEADLINE_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
 """Per benchmark, the headline scores (label, key of ``result["headline"]``) the chart and the CLI show."""
 
 
+def _subset(result: dict[str, Any]) -> str:
+    """How much of the benchmark a result covers, e.g. "(first 2 items, first 3 sessions of each)" after a
+    space; the session limit is read with ``get`` since results written before it existed lack it."""
+    parts = []
+    if result["limit"] is not None:
+        parts.append(f"first {result['limit']} items")
+    if result.get("session_limit") is not None:
+        parts.append(f"first {result['session_limit']} sessions of each")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | None) -> str:
     """The markdown report of ``results`` (all variants of one benchmark)."""
     first = results[0]
     out = [f"# Evaluation report: {_TITLES[kind]}", "",
-           f"Benchmark `{first['benchmark']}` from `{first['data']}`"
-           + (f" (first {first['limit']} items)" if first["limit"] is not None else "")
+           f"Benchmark `{first['benchmark']}` from `{first['data']}`{_subset(first)}"
            + f"; variants: {', '.join(r['variant'] for r in results)}. Scores are percentages; `# Tokens` "
              "and Table 6 count extraction tokens (prompt + completion) per session; `-` marks a number the "
              "variant cannot have (NativeRAG extracts nothing).", ""]
-    if len({(r["data"], r["limit"]) for r in results}) > 1:
+    if len({(r["data"], r["limit"], r.get("session_limit")) for r in results}) > 1:
         out += ["**Warning:** these results come from different data files or limits, so their rows are not "
-                "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']}" for r in results), ""]
+                "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']} session limit "
+                                           f"{r.get('session_limit')}" for r in results), ""]
     out += ["## Runs", ""]
     out += _runs_table(results)
     out += _SECTIONS[kind](results)

@@ -68,15 +68,28 @@ def _grade(coverage: float) -> int:
     return 2 if coverage >= 0.75 else 1 if coverage >= 0.4 else 0
 
 
+def _unnumbered(lines: str) -> list[str]:
+    """The lines of a numbered list without their numbers (which would count as content words)."""
+    return [_LIST_PREFIX.sub("", line) for line in lines.splitlines()]
+
+
 def _integrity(fields: dict[str, str]) -> dict[str, int]:
-    memories = "\n".join(_LIST_PREFIX.sub("", line) for line in fields["memories"].splitlines())
-    return {"score": _grade(_best_coverage(fields["point"], memories))}
+    return {"score": _grade(_best_coverage(fields["point"], "\n".join(_unnumbered(fields["memories"]))))}
 
 
 def _accuracy(fields: dict[str, str]) -> dict[str, Any]:
     memory = fields["memory"]
     return {"score": _grade(_coverage(memory, fields["dialogue"])),
             "in_reference": _best_coverage(memory, fields["reference"]) >= 0.5}
+
+
+def _update(fields: dict[str, str]) -> dict[str, str]:
+    """Correct when one memory holds at least two of the words the update adds to the earlier information
+    (all of them when it adds fewer), else Omission: the new value was recorded or it was not."""
+    added = content_set(fields["point"]) - content_set("\n".join(_unnumbered(fields["previous"])))
+    memories = [content_set(line) for line in _unnumbered(fields["memories"])]
+    held = max((len(added & memory) for memory in memories), default=0)
+    return {"verdict": "Correct" if added and held >= min(2, len(added)) else "Omission"}
 
 
 def _matches(answer: str, reference: str) -> bool:
@@ -113,6 +126,7 @@ EVAL_RULES: dict[str, Rule] = {
     "qa_dialogue": _qa_dialogue,
     "judge_integrity": _integrity,
     "judge_accuracy": _accuracy,
+    "judge_update": _update,
     "judge_halumem_qa": _halumem_qa,
     "judge_locomo": _locomo,
     "judge_lme": _lme,
