@@ -66,25 +66,34 @@ def test_engine_overhead_per_session(benchmark: pytest.FixtureRequest, first_run
 
 
 def test_peak_memory_is_flat_with_a_bounded_window(benchmark: pytest.FixtureRequest, first_run_ms: float) -> None:
-    """Peak traced memory at 500 and 5,000 sessions with a 64-session window (after the warm-up, so the
-    imported modules count in neither figure)."""
-    peaks = {}
+    """Peak traced memory of one 6,000-session run with a 64-session window, read after 2,000 sessions and
+    at the end: the second reading must not exceed the first by much.
+
+    The engine and the test backends keep bounded caches (prompt token counts, turn texts, the hashing
+    embedder's and lexical NLI's word lists: 4,096 to 8,192 entries each), which fill over the first
+    2,000 sessions of this load and then hold their size (peak 13.4 MiB after 1,000 sessions, 14.2 after
+    2,000, 14.5 after 8,000 in one run here). Comparing two separate runs of 500 and 5,000 sessions
+    counts that filling as growth; reading both figures in one run, after the caches are full, measures
+    what a long run adds. The warm-up goes first, so imported modules count in neither.
+    """
+    peaks: dict[int, int] = {}
+    checkpoint, total = 2_000, 6_000
 
     def once() -> None:
-        for n in (500, 5_000):
-            config = EngineConfig.profile("scripted")
-            config.max_in_flight = 64
-            engine = Engine(config, llm=NullLLM())
-            tracemalloc.start()
-            for _ in engine.extract_stream(synthetic_sessions(n)):
-                pass
-            peaks[n] = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
+        config = EngineConfig.profile("scripted")
+        config.max_in_flight = 64
+        engine = Engine(config, llm=NullLLM())
+        tracemalloc.start()
+        for done, _ in enumerate(engine.extract_stream(synthetic_sessions(total)), 1):
+            if done == checkpoint:
+                peaks[checkpoint] = tracemalloc.get_traced_memory()[1]
+        peaks[total] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
 
     benchmark.pedantic(once, rounds=1, iterations=1)
-    ratio = peaks[5_000] / peaks[500]
-    benchmark.extra_info.update({"peak_mb_500": round(peaks[500] / 2**20, 2),
-                                 "peak_mb_5000": round(peaks[5_000] / 2**20, 2), "ratio": round(ratio, 3)})
-    print(f"\npeak traced memory: {peaks[500] / 2**20:.1f} MiB at 500 sessions, "
-          f"{peaks[5_000] / 2**20:.1f} MiB at 5,000 (ratio {ratio:.2f})")
-    assert ratio < 1.5
+    ratio = peaks[total] / peaks[checkpoint]
+    benchmark.extra_info.update({f"peak_mb_{checkpoint}": round(peaks[checkpoint] / 2**20, 2),
+                                 f"peak_mb_{total}": round(peaks[total] / 2**20, 2), "ratio": round(ratio, 3)})
+    print(f"\npeak traced memory: {peaks[checkpoint] / 2**20:.1f} MiB after {checkpoint:,} sessions, "
+          f"{peaks[total] / 2**20:.1f} MiB after {total:,} (ratio {ratio:.2f})")
+    assert ratio < 1.1

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import re
+import string
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 from promem_fast.requests import ReplyError
 
+_ASCII_LETTERS = string.ascii_letters.encode("ascii")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 
 
@@ -283,11 +286,18 @@ def _check_range(number: float, schema: Mapping[str, Any], path: str) -> None:
 
 # --------------------------------------------------------------------------------------- language
 def dominant_script(text: str) -> str | None:
-    """The writing system most letters of ``text`` belong to (LATIN, CJK, CYRILLIC, ...), or None."""
-    if text.isascii():  # the common case, decided without a Unicode name lookup per character
+    """The writing system most letters of ``text`` belong to (LATIN, CJK, CYRILLIC, ...), or None.
+
+    Plain ASCII text is decided at its first letter. Otherwise ASCII letters are counted on the text's
+    ASCII bytes in C, and only the non-ASCII characters (in English text a few quotes and dashes) get a
+    Unicode name lookup each.
+    """
+    if text.isascii():  # the common case
         return "LATIN" if any(ch.isalpha() for ch in text) else None
-    counts: dict[str, int] = {}
-    for ch in text:
+    ascii_part = text.encode("ascii", "ignore")
+    latin = len(ascii_part) - len(ascii_part.translate(None, _ASCII_LETTERS))
+    counts: dict[str, int] = {"LATIN": latin} if latin else {}
+    for ch in _NON_ASCII.findall(text):
         if ch.isalpha():
             name = unicodedata.name(ch, "")
             script = name.split(" ", 1)[0] if name else "UNKNOWN"

@@ -39,7 +39,7 @@ TEMPLATES: dict[str, Template] = {
             "Each detail is a short fragment, not a sentence about the whole conversation. "
             "Skip greetings and anything that carries no concrete fact."
         ),
-        user='Dialogue turn:\n{turn}\n\nReply as {{"details": ["fragment", ...]}}.',
+        user='Dialogue turn:\n{turn}\n\nReply with a JSON object whose "details" list holds one short fragment per detail.',
     ),
     "event": Template(
         system=(
@@ -47,7 +47,8 @@ TEMPLATES: dict[str, Template] = {
             "situations or plans of {user} that they reveal. Each event is one standalone sentence in the "
             "third person that names {user}; keep dates or places only when they define the event."
         ),
-        user='Turns on one topic:\n{segment}\n\nReply as {{"events": ["sentence", ...]}}.',
+        user=('Turns on one topic:\n{segment}\n\nReply with a JSON object whose "events" list holds one sentence per '
+              'event, each starting with "{user}".'),
     ),
     "relation": Template(
         system=(
@@ -68,7 +69,8 @@ TEMPLATES: dict[str, Template] = {
             "each fact stands on its own, and use the name {user} as the subject of every fact. "
             "Ignore small talk. Be exhaustive."
         ),
-        user='Dialogue:\n{dialogue}\n\nReply as {{"facts": ["sentence", ...]}}.',
+        user=('Dialogue:\n{dialogue}\n\nReply with a JSON object whose "facts" list holds one short sentence per '
+              'fact, each starting with "{user}".'),
     ),
     "decompose": Template(
         system=(
@@ -76,7 +78,7 @@ TEMPLATES: dict[str, Template] = {
             "one piece of information (one action, one time, one place, one attribute) and is a full "
             "sentence with its subject. Only split; do not add, infer or reword meaning."
         ),
-        user='Statement: {entry}\n\nReply as {{"facts": ["sentence", ...]}}.',
+        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
     ),
     "adjudicate": Template(
         system=(

@@ -83,3 +83,22 @@ def test_any_truncation_of_a_valid_reply_yields_a_prefix_or_an_error(facts: list
         return
     got = value["facts"]
     assert got == facts[:len(got)]  # nothing invented, order kept
+
+
+def _script_by_character(text: str) -> str | None:
+    """The plain definition: every letter's Unicode name, first word (kana and hangul count as CJK)."""
+    import unicodedata
+
+    counts: dict[str, int] = {}
+    for ch in text:
+        if ch.isalpha():
+            name = unicodedata.name(ch, "")
+            script = name.split(" ", 1)[0] if name else "UNKNOWN"
+            script = "CJK" if script in ("HIRAGANA", "KATAKANA", "HANGUL") else script
+            counts[script] = counts.get(script, 0) + 1
+    return max(sorted(counts), key=counts.__getitem__) if counts else None
+
+
+@given(st.text(alphabet=st.sampled_from("abcXYZ é—“”1 .玛雅Майяかな한글ΑΒ"), max_size=60) | st.text(max_size=60))
+def test_dominant_script_agrees_with_the_per_character_definition(text: str) -> None:
+    assert dominant_script(text) == _script_by_character(text)

@@ -130,3 +130,17 @@ def test_the_validator_never_crashes_on_arbitrary_json(record: Any) -> None:
         assert exc.file == "fuzz.jsonl" and exc.line == 1 and exc.message
         return
     assert session.turns and all(t.text.strip() for t in session.turns)
+
+
+def test_statement_check_strips_list_marks_and_drops_echoed_format_words() -> None:
+    from promem_fast.pipeline.common import statements
+
+    check = statements("facts", "Maya moved to Lisbon in May and adopted a dog named Rex.")
+    value, notes = check({"facts": ["1. Maya moved to Lisbon in May.", "- Maya adopted a dog named Rex.",
+                                    "Maya runs 2.5 km daily.", "sentence", "Lisbon, May"]})
+    # numbering and bullets are formatting: removed; a number inside a statement stays; the copied
+    # format word and the two-word fragment go
+    assert value["facts"] == ["Maya moved to Lisbon in May.", "Maya adopted a dog named Rex.", "Maya runs 2.5 km daily."]
+    assert any("numbering" in n for n in notes) and any("dropped 2" in n for n in notes)
+    with pytest.raises(ReplyError):
+        check({"facts": ["sentence", "sentence"]})

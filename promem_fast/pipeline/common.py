@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -148,6 +149,9 @@ def _strings(value: Any) -> list[str]:
 PLACEHOLDERS = frozenset({"sentence", "fragment", "...", "detail", "fact", "event"})
 """The example words of our reply formats: a small model that copies them back said nothing."""
 
+_LIST_MARK = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")
+"""A list number or bullet a model wrote inside a list item ("1. Maya moved ..."): formatting, not content."""
+
 
 def statements(key: str, source: str, min_words: int = 3) -> Callable[[Any], tuple[Any, list[str]]]:
     """A reply check for lists of memory statements: items shorter than ``min_words`` words or copied from
@@ -157,10 +161,13 @@ def statements(key: str, source: str, min_words: int = 3) -> Callable[[Any], tup
 
     def check(value: Any) -> tuple[Any, list[str]]:
         items = value[key]
-        kept = [t for t in items if t.strip().lower() not in PLACEHOLDERS and len(t.split()) >= min_words]
+        bare = [_LIST_MARK.sub("", t, count=1) for t in items]
+        notes = [f"list numbering removed from items of {key!r}"] if bare != items else []
+        kept = [t for t in bare if t.strip().lower() not in PLACEHOLDERS and len(t.split()) >= min_words]
         if items and not kept:
             raise ReplyError(f"no item of {key!r} is a statement (placeholders or fragments only)")
-        notes = [f"dropped {len(items) - len(kept)} non-statement item(s) of {key!r}"] if len(kept) < len(items) else []
+        if len(kept) < len(items):
+            notes.append(f"dropped {len(items) - len(kept)} non-statement item(s) of {key!r}")
         value = {**value, key: kept}
         value, more = language(value)
         return value, notes + more
