@@ -163,3 +163,21 @@ def test_throughput_batch_1_vs_8(model_dir: Path, capsys: pytest.CaptureFixture[
     with capsys.disabled():
         print(f"\ntiny Llama on CPU: {rates[1]:.0f} tokens/s at batch 1, {rates[8]:.0f} tokens/s at batch 8")
     assert rates[8] > rates[1]
+
+
+def test_a_counted_prompt_is_not_rendered_again(model_dir: Path) -> None:
+    backend = _backend(model_dir)
+    calls = []
+    render = backend.tokenizer.apply_chat_template
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[0])
+        return render(*args, **kwargs)
+
+    backend.tokenizer.apply_chat_template = counting  # type: ignore[method-assign]
+    requests = [_request("alpha beta"), _request("gamma")]
+    sizes = [backend.count_tokens(r.messages) for r in requests]
+    out = backend.generate(requests)
+    # the engine counts each prompt, then sends it: one rendering each, and the counts are what was sent
+    assert len(calls) == 2
+    assert [c.prompt_tokens for c in out] == sizes

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.backends._deps import require
+from promem_fast.backends._render import RenderCache
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import ConfigError, ContextOverflow
@@ -111,6 +112,8 @@ class TransformersLLM:
         else:
             dtype = getattr(torch, config.dtype)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(config.model)
+        self._render = RenderCache(self.tokenizer)
+        """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"{config.model}: the tokenizer has no chat template")
         options = {_dtype_keyword(transformers): dtype, **config.options}
@@ -140,11 +143,6 @@ class TransformersLLM:
                     self.context_length)
 
     # ------------------------------------------------------------------------------------ tokens
-    def _render(self, messages: Sequence[Message]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False)
-        return [int(t) for t in ids]
-
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(self._render(messages))
 

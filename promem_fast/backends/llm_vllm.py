@@ -28,31 +28,16 @@ in rare near-ties between batch compositions. Set it for byte-identical reruns.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.backends._deps import require
+from promem_fast.backends._render import RenderCache
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
 
 logger = logging.getLogger(__name__)
-
-_TOKEN_CACHE_SIZE = 8192
-"""Rendered prompts kept between ``count_tokens`` and ``generate`` (the engine checks, then sends)."""
-
-
-def _message_key(messages: Sequence[Message]) -> tuple[tuple[str, str], ...]:
-    return tuple((m["role"], m["content"]) for m in messages)
-
-
-def _as_ids(rendered: Any) -> list[int]:
-    """Token ids from ``apply_chat_template(tokenize=True)``: a list, or a ``BatchEncoding`` (transformers 5)."""
-    if isinstance(rendered, Mapping):
-        rendered = rendered["input_ids"]
-    return [int(t) for t in rendered]
-
 
 def _is_engine_dead(exc: BaseException) -> bool:
     """vLLM signals a dead engine core with ``EngineDeadError``; its module moved between releases."""
@@ -85,23 +70,10 @@ class VLLMBackend:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
-        self._ids: OrderedDict[tuple[tuple[str, str], ...], list[int]] = OrderedDict()
+        self._render = RenderCache(self.tokenizer)
+        """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
 
     # ------------------------------------------------------------------------------------ tokens
-    def _render(self, messages: Sequence[Message]) -> list[int]:
-        """Chat-template token ids of ``messages`` with the assistant prompt opened, cached by content."""
-        key = _message_key(messages)
-        ids = self._ids.get(key)
-        if ids is None:
-            ids = _as_ids(self.tokenizer.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True))
-            self._ids[key] = ids
-            if len(self._ids) > _TOKEN_CACHE_SIZE:
-                self._ids.popitem(last=False)
-        else:
-            self._ids.move_to_end(key)
-        return ids
-
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(self._render(messages))
 
