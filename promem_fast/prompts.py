@@ -106,7 +106,7 @@ TEMPLATES: dict[str, Template] = {
         ),
         user=(
             "Entry A: {source}\nEntry B: {target}\nProposed relation: A is {relation} for/with B.\n\n"
-            'Reply as {{"question": "..."}}.'
+            'Reply with a JSON object whose "question" holds the question.'
         ),
     ),
     "answer_flat": Template(

@@ -29,7 +29,7 @@ _ANSWER_RULES = (
     f"the answer, answer exactly: {QA_NOT_FOUND}."
 )
 
-_QA_REPLY = 'Reply as {{"answer": "..."}}.'
+_QA_REPLY = 'Reply with a JSON object whose "answer" holds your answer in a few words.'
 
 _LME_USER = (
     "Question: {question}\nCorrect answer: {reference}\nAnswer to check: {answer}\n\n"
