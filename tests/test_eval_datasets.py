@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import HALUMEM
 
 from promem_fast.errors import ConfigError, InputError
 from promem_fast.eval import (
@@ -19,7 +20,6 @@ from promem_fast.eval import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
-HALUMEM_SAMPLE = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
 
 
 # ============================================================================================= HaluMem
@@ -159,15 +159,15 @@ def test_halumem_name_falls_back_to_uuid(tmp_path):
     assert user.name == "u-x" and user.sessions[0].user == "u-x"
 
 
-@pytest.mark.skipif(not HALUMEM_SAMPLE.exists(), reason="HaluMem development sample not present")
+@pytest.mark.skipif(not HALUMEM.exists(), reason="HaluMem development sample not present")
 def test_real_halumem_sample():
-    bench = load_halumem(HALUMEM_SAMPLE)
+    bench = load_halumem(HALUMEM)
     assert bench.counts() == {"users": 1, "sessions": 29, "memory_points": 297, "questions": 67}
     user = bench.users[0]
     assert user.name == "Martin Mark"
     assert user.sessions[0].session_id == "2f1f897e-d67f-dbc5-6a7b-b7634a9e294f:0"
     assert user.sessions[0].timestamp == "Jan 15, 2029, 15:12:20"
-    raw = json.loads(HALUMEM_SAMPLE.read_text(encoding="utf-8").splitlines()[0])
+    raw = json.loads(HALUMEM.read_text(encoding="utf-8").splitlines()[0])
     # the loader's turns match the file's own per-session turn counts, and its interference flags the raw field
     assert [len(s.turn_groups()) for s in user.sessions] == [s["dialogue_turn_num"] for s in raw["sessions"]]
     raw_interference = sum(m["memory_source"] == "interference" for s in raw["sessions"] for m in s["memory_points"])
