@@ -4,6 +4,7 @@ its chart, resuming from existing graphs, every variant, the three benchmarks an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -290,3 +291,17 @@ def test_a_compressed_run_is_its_own_row_with_lower_token_cost(tmp_path: Path) -
     rows = {row[0]: row for row in table((out / "report-halumem.md").read_text(), "Table 1")}
     full, half = rows["ProMem (Full)"], rows["ProMem (Full) (r=0.5)"]
     assert float(half[-1].rstrip("K")) < float(full[-1].rstrip("K"))  # the # Tokens column
+
+
+def test_the_report_names_the_models_and_flags_rows_graded_by_another_judge(tmp_path: Path) -> None:
+    evaluate("halumem", HALUMEM, tmp_path, variant="full", limit=1)
+    report = (tmp_path / "report-halumem.md").read_text()
+    (row,) = table(report, "Runs")
+    assert row[-3:] == ["scripted", "scripted", "scripted"] and "Warning" not in report
+    config = scripted_config()
+    config.roles["judge"] = dataclasses.replace(config.llm, model="another-grader")
+    run_eval("halumem", HALUMEM, config, variant="one-off", out_dir=tmp_path, limit=1, llm=ScriptedLLM(config.llm))
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert {row[0]: row[-1] for row in table(report, "Runs")} == {
+        "ProMem (Full)": "scripted", "One-off Extract": "scripted another-grader"}
+    assert "graded by different models" in report

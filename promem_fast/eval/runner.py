@@ -380,14 +380,23 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines + [""]
 
 
+def _model_name(result: dict[str, Any], key: str) -> str:
+    """``backend`` or ``backend model`` of one of a result's models (``-`` when the result does not say)."""
+    model = result.get("config", {}).get(key)
+    if not model:
+        return "-"
+    return model["backend"] if not model.get("model") else f"{model['backend']} {model['model']}"
+
+
 def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
     rows = []
     for r in results:
         c = r["counts"]
         rows.append([r["label"], str(c["users"]), str(c["sessions"]), str(c["questions"]), str(c["graphs"]),
-                     str(c["failed_answers"]), str(c["failed_eval_steps"])])
-    return _table(["Method", "Users", "Sessions", "Questions", "Graphs", "Failed answers", "Failed eval steps"],
-                  rows)
+                     str(c["failed_answers"]), str(c["failed_eval_steps"]), _model_name(r, "llm"),
+                     _model_name(r, "qa_llm"), _model_name(r, "judge_llm")])
+    return _table(["Method", "Users", "Sessions", "Questions", "Graphs", "Failed answers", "Failed eval steps",
+                   "Extraction LLM", "QA LLM", "Judge"], rows)
 
 
 def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -555,6 +564,9 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
         out += ["**Warning:** these results come from different data files or limits, so their rows are not "
                 "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']} session limit "
                                            f"{r.get('session_limit')}" for r in results), ""]
+    if len({(_model_name(r, "qa_llm"), _model_name(r, "judge_llm")) for r in results}) > 1:
+        out += ["**Warning:** these results were answered or graded by different models, so their scores are not "
+                "comparable (see the QA LLM and Judge columns below).", ""]
     out += ["## Runs", ""]
     out += _runs_table(results)
     out += _SECTIONS[kind](results)
