@@ -140,25 +140,32 @@ def _memory_judgements(ctx: RunContext, session: Session, points: Sequence[GoldM
     return list(zip(results, shown, strict=True))
 
 
-def integrity_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
-                      ctx: RunContext) -> Program[list[dict[str, Any]]]:
-    """One integrity label per gold point of ``session`` (interference points included: scoring one 0
-    means the planted false fact was resisted)."""
-    if not points:
-        return []
-    base = point_labels(session, points)
+def _judge_points(ctx: RunContext, session: Session, points: Sequence[GoldMemory], base: list[dict[str, Any]],
+                  graph: MemoryGraph | None, template: str, fields: Callable[[GoldMemory], dict[str, str]],
+                  what: str, key: str, reply_field: str, unextracted: Any) -> Program[list[dict[str, Any]]]:
+    """One label per point (``base`` holds each point's own fields), ``key`` set from the judge's
+    ``reply_field``; with nothing extracted, ``unextracted`` by rule, without asking the judge."""
     lines = memory_lines(graph)
-    if not lines:  # nothing was extracted: no point can be captured, no judge needed
-        return [{**b, "memory_integrity_score": 0, "judge_reply": None, "error": None, "rule": "no memories",
+    if not lines:
+        return [{**b, key: unextracted, "judge_reply": None, "error": None, "rule": "no memories",
                  "memories_shown": 0} for b in base]
-    judged = yield from _memory_judgements(ctx, session, points, lines, "judge_integrity",
-                                           lambda p: {"point": p.content}, "integrity")
+    judged = yield from _memory_judgements(ctx, session, points, lines, template, fields, what)
     labels = []
     for b, (result, n) in zip(base, judged, strict=True):
         reply, record = _outcome(ctx, result)
-        labels.append({**b, "memory_integrity_score": None if reply is None else reply["score"], **record,
-                       "memories_shown": n})
+        labels.append({**b, key: None if reply is None else reply[reply_field], **record, "memories_shown": n})
     return labels
+
+
+def integrity_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
+                      ctx: RunContext) -> Program[list[dict[str, Any]]]:
+    """One integrity label per gold point of ``session`` (interference points included: scoring one 0
+    means the planted false fact was resisted). With nothing extracted no point can be captured: 0."""
+    if not points:
+        return []
+    return (yield from _judge_points(ctx, session, points, point_labels(session, points), graph, "judge_integrity",
+                                     lambda p: {"point": p.content}, "integrity", "memory_integrity_score",
+                                     "score", 0))
 
 
 def update_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[str, Any]]:
@@ -183,21 +190,11 @@ def update_program(session: Session, points: Sequence[GoldMemory], graph: Memory
     extracted the update is an Omission without asking (HaluMem sends such a point to its integrity judge
     instead, where it scores 0: missed either way).
     """
-    base = update_labels(session, points)
-    if not base:
-        return []
-    lines = memory_lines(graph)
-    if not lines:
-        return [{**b, "memory_update_type": "Omission", "judge_reply": None, "error": None, "rule": "no memories",
-                 "memories_shown": 0} for b in base]
     updates = [p for p in points if p.is_update]
-    judged = yield from _memory_judgements(ctx, session, updates, lines, "judge_update", _update_fields, "update")
-    labels = []
-    for b, (result, n) in zip(base, judged, strict=True):
-        reply, record = _outcome(ctx, result)
-        labels.append({**b, "memory_update_type": None if reply is None else reply["verdict"], **record,
-                       "memories_shown": n})
-    return labels
+    if not updates:
+        return []
+    return (yield from _judge_points(ctx, session, updates, update_labels(session, points), graph, "judge_update",
+                                     _update_fields, "update", "memory_update_type", "verdict", "Omission"))
 
 
 def accuracy_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
