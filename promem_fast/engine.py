@@ -165,10 +165,8 @@ class RunContext:
         self.stats = stats
 
     def fail(self, failure: Failure) -> None:
-        from promem_fast.types import StepFailure
-
-        self.stats.failures.append(StepFailure(stage=failure.stage, role=failure.role, error=failure.error,
-                                               raw=list(failure.raw), item=failure.item))
+        """Record a step that could not be completed (kept with the session's graph, raw replies included)."""
+        self.stats.failures.append(failure)
         self.stats.bump("failed_steps")
 
     def text_tokens(self, role: str, text: str) -> int:

@@ -8,12 +8,13 @@ A result is the parsed value, or a :class:`Failure` when the step could not be c
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
 import numpy as np
 
 from promem_fast.backends.base import Message, NLIResult
+from promem_fast.types import StepFailure
 
 T = TypeVar("T")
 
@@ -111,15 +112,9 @@ class Attend:
 Request = Union[Generate, Entail, Embed, Match, Anchor, CleanEdges, Compress, Attend]
 
 
-@dataclass(slots=True)
-class Failure:
-    """A step the engine could not complete; the program records it and goes on with what it has."""
-
-    stage: str
-    role: str
-    error: str
-    raw: list[str] = field(default_factory=list)
-    item: str | None = None
+Failure = StepFailure
+"""A step the engine could not complete (the result a program receives in place of a value); the program
+records it in its statistics (``RunContext.fail``) and goes on with what it has."""
 
 
 class ReplyError(ValueError):

@@ -7,7 +7,7 @@ each prompt's chat template is rendered and tokenized twice; with it, once.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from promem_fast.backends.base import Message
