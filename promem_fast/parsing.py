@@ -20,6 +20,7 @@ from promem_fast.requests import ReplyError
 
 _ASCII_LETTERS = string.ascii_letters.encode("ascii")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_LITERAL = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.S)
 
 
@@ -51,20 +52,21 @@ def _loads_lenient(raw: str, schema: Mapping[str, Any], repairs: list[str]) -> A
     opener = _first_opener(raw, schema)
     if opener < 0:
         raise ReplyError("no JSON value in reply")
-    candidate, complete = _scan_value(raw, opener)
-    if complete:
+    end, last_cut = _scan(raw, opener)
+    if end is not None:
         try:
-            value = json.loads(candidate)
+            value = json.loads(raw[opener:end])
         except json.JSONDecodeError as exc:
             raise ReplyError(f"malformed JSON: {exc.msg}") from exc
-        if opener > 0 or len(candidate) < len(raw.rstrip()):
+        if opener > 0 or end < len(raw.rstrip()):
             repairs.append("surrounding prose removed")
         return value
-    closed = _close_truncated(candidate)
-    if closed is None:
+    if last_cut is None:
         raise ReplyError("truncated JSON with no complete element")
+    cut, open_brackets = last_cut
+    closing = "".join("}" if b == "{" else "]" for b in reversed(open_brackets))
     try:
-        value = json.loads(closed)
+        value = json.loads(raw[opener:cut] + closing)
     except json.JSONDecodeError as exc:
         raise ReplyError(f"truncated JSON could not be closed: {exc.msg}") from exc
     repairs.append("truncated reply closed after its last complete element")
@@ -82,45 +84,19 @@ def _first_opener(raw: str, schema: Mapping[str, Any]) -> int:
     return min(positions)
 
 
-def _scan_value(raw: str, start: int) -> tuple[str, bool]:
-    """The JSON text from ``start`` to its matching close bracket, and whether it closed."""
-    depth = 0
-    in_string = False
-    escape = False
-    for i in range(start, len(raw)):
-        ch = raw[i]
-        if in_string:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-            if depth == 0:
-                return raw[start:i + 1], True
-    return raw[start:], False
+def _scan(text: str, start: int) -> tuple[int | None, tuple[int, tuple[str, ...]] | None]:
+    """Walk the JSON value that opens at ``start`` once.
 
-
-def _close_truncated(text: str) -> str | None:
-    """Cut a truncated JSON text after its last complete element and close the open brackets.
-
-    Walks the text once, remembering after each complete element (a value inside an array, or a
-    ``key: value`` pair inside an object) where it ended and which brackets were open there.
+    Returns the index just past its matching close bracket (None when the text ends first) and, for a
+    value cut short, where its last complete element ends (a value inside an array, or a ``key: value``
+    pair inside an object) with the brackets still open there, so the caller can close it.
     """
     stack: list[str] = []
     in_string = False
     escape = False
-    last_cut: tuple[int, tuple[str, ...]] | None = None
     expect_key = False  # inside an object, the next string is a key
-    after_colon = False
-    i = 0
-    n = len(text)
+    last_cut: tuple[int, tuple[str, ...]] | None = None
+    i, n = start, len(text)
     while i < n:
         ch = text[i]
         if in_string:
@@ -130,44 +106,31 @@ def _close_truncated(text: str) -> str | None:
                 escape = True
             elif ch == '"':
                 in_string = False
-                if stack and not (stack[-1] == "{" and expect_key):
-                    last_cut = (i + 1, tuple(stack))
-                    after_colon = False
-                elif stack and stack[-1] == "{" and expect_key:
+                if stack[-1] == "{" and expect_key:
                     expect_key = False
-            i += 1
-            continue
-        if ch == '"':
+                else:
+                    last_cut = (i + 1, tuple(stack))
+        elif ch == '"':
             in_string = True
         elif ch in "[{":
             stack.append(ch)
             expect_key = ch == "{"
-            after_colon = False
         elif ch in "]}":
-            if not stack:
-                return None
             stack.pop()
-            if stack:
-                last_cut = (i + 1, tuple(stack))
+            if not stack:
+                return i + 1, None
+            last_cut = (i + 1, tuple(stack))
             expect_key = False
         elif ch == ",":
-            expect_key = bool(stack) and stack[-1] == "{"
-        elif ch == ":":
-            after_colon = True
-        elif ch in "-0123456789tfn" and stack:
-            m = re.match(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null", text[i:])
-            if m and i + m.end() < n:  # a literal that reached the end of the text may be cut short
-                i += m.end()
+            expect_key = stack[-1] == "{"
+        elif ch in "-0123456789tfn":
+            literal = _LITERAL.match(text, i)
+            if literal and literal.end() < n:  # a literal that reached the end of the text may be cut short
+                i = literal.end()
                 last_cut = (i, tuple(stack))
-                after_colon = False
                 continue
         i += 1
-    del after_colon
-    if last_cut is None:
-        return None
-    cut, open_brackets = last_cut
-    closing = "".join("}" if b == "{" else "]" for b in reversed(open_brackets))
-    return text[:cut] + closing
+    return None, last_cut
 
 
 # --------------------------------------------------------------------------------------- schema
