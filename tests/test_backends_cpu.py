@@ -256,3 +256,20 @@ def test_missing_library_names_the_extra(module: str, build: Callable[[], Any],
         build()
     message = str(caught.value)
     assert "pip install 'promem-fast[cpu]'" in message and repr(module) in message
+
+
+def test_message_cache_computes_once_and_drops_the_least_recently_used() -> None:
+    from promem_fast.backends._message_cache import MessageCache
+
+    seen: list[str] = []
+
+    def size(messages: Any) -> int:
+        seen.append(messages[0]["content"])
+        return len(messages[0]["content"])
+
+    cache = MessageCache(size, size=2)
+    ask = [{"role": "user", "content": text} for text in ("a", "bb", "ccc")]
+    assert [cache([ask[0]]), cache([ask[1]]), cache([ask[0]])] == [1, 2, 1]
+    cache([ask[2]])  # "bb" was used least recently: it goes, "a" stays
+    assert [cache([ask[0]]), cache([ask[1]])] == [1, 2]
+    assert seen == ["a", "bb", "ccc", "bb"]

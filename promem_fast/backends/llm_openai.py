@@ -33,12 +33,10 @@ import logging
 import math
 import os
 import random
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from datetime import datetime, timezone
 from http.client import HTTPException
 from typing import Any
 
+from promem_fast.backends._message_cache import MessageCache
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
@@ -59,7 +58,6 @@ TEMPLATE_TOKENS = 8
 """Estimated chat-template tokens per message (role header and separators), also overcounted."""
 _UNAVAILABLE = frozenset({429, 502, 503, 504})
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-_COUNT_CACHE_SIZE = 8192
 
 
 @dataclass(eq=False)
@@ -69,10 +67,6 @@ class _Retryable(Exception):
     status: int | None
     message: str
     retry_after: float | None = None
-
-
-def _key(messages: Sequence[Message]) -> tuple[tuple[str, str], ...]:
-    return tuple((m["role"], m["content"]) for m in messages)
 
 
 def _server_message(raw: bytes) -> str:
@@ -133,13 +127,13 @@ class OpenAICompatLLM:
         # Loopback servers are never reached through a proxy that the environment may name.
         handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
         self._opener = urllib.request.build_opener(*handlers)
-        self._lock = threading.Lock()
         self._model: str | None = config.model
         self._context_length: int | None = config.context_length
         self._models: list[dict[str, Any]] | None = None
         self._tokenize: bool | None = None
         """Whether the server counts chat tokens itself; ``None`` until first asked."""
-        self._counts: OrderedDict[tuple[tuple[str, str], ...], int] = OrderedDict()
+        self._counts: MessageCache[int] = MessageCache(self._count)
+        """Prompt sizes by content: the engine measures a prompt, then sends it."""
         self._warned_usage = False
 
     # ------------------------------------------------------------------------------------ HTTP
@@ -261,19 +255,11 @@ class OpenAICompatLLM:
         return count
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
-        key = _key(messages)
-        with self._lock:
-            if key in self._counts:
-                self._counts.move_to_end(key)
-                return self._counts[key]
+        return self._counts(messages)
+
+    def _count(self, messages: Sequence[Message]) -> int:
         count = self._server_count(messages)
-        if count is None:
-            count = estimate_tokens(messages)
-        with self._lock:
-            self._counts[key] = count
-            if len(self._counts) > _COUNT_CACHE_SIZE:
-                self._counts.popitem(last=False)
-        return count
+        return estimate_tokens(messages) if count is None else count
 
     # ------------------------------------------------------------------------------- generation
     def _body(self, request: GenerationRequest) -> dict[str, Any]:

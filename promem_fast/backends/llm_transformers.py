@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.backends._deps import require
-from promem_fast.backends._render import RenderCache
+from promem_fast.backends._message_cache import MessageCache, chat_template_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import ConfigError, ContextOverflow
@@ -112,7 +112,7 @@ class TransformersLLM:
         else:
             dtype = getattr(torch, config.dtype)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(config.model)
-        self._render = RenderCache(self.tokenizer)
+        self._render = MessageCache(chat_template_ids(self.tokenizer))
         """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"{config.model}: the tokenizer has no chat template")

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.backends._deps import require
-from promem_fast.backends._render import RenderCache
+from promem_fast.backends._message_cache import MessageCache, chat_template_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
@@ -70,7 +70,7 @@ class VLLMBackend:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
-        self._render = RenderCache(self.tokenizer)
+        self._render = MessageCache(chat_template_ids(self.tokenizer))
         """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
 
     # ------------------------------------------------------------------------------------ tokens
