@@ -138,49 +138,6 @@ def render(role: str, **fields: Any) -> tuple[Message, ...]:
     return TEMPLATES[role].render(**fields)
 
 
-def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | None:
-    """The role and field values a rendered prompt was made from (None if it is not one of ours).
-
-    Used by the scripted backend, which answers by role and input like a model would, from the prompt alone.
-    """
-    import re
-    import string
-
-    if len(messages) != 2:
-        return None
-    from promem_fast.eval.prompts import EVAL_TEMPLATES
-
-    system = messages[0]["content"]
-    for role, template in {**TEMPLATES, **EVAL_TEMPLATES}.items():
-        if not system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
-            continue
-        fields: dict[str, str] = {}
-        ok = True
-        for text, pattern in ((messages[0]["content"], f"{PREAMBLE}\n\n{template.system}"),
-                              (messages[1]["content"], template.user)):
-            regex, here = "", set()
-            for literal, name, _, _ in string.Formatter().parse(pattern):
-                regex += re.escape(literal)
-                if not name:
-                    continue
-                if name in fields:
-                    regex += re.escape(fields[name])
-                elif name in here:
-                    regex += f"(?P={name})"
-                else:
-                    regex += f"(?P<{name}>.*?)"
-                    here.add(name)
-            found = re.fullmatch(regex, text, re.S)
-            if not found:
-                ok = False
-                break
-            fields.update(found.groupdict())
-        if ok:
-            return role, fields
-    return None
-
-
-# ------------------------------------------------------------------------------------------ schemas
 def _string_list(key: str, max_items: int) -> dict[str, Any]:
     return {
         "type": "object",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +28,7 @@ from promem_fast.config import CompressionConfig, EngineConfig
 from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.pipeline.segment import coarse_boundaries, combine_boundaries
-from promem_fast.prompts import parse_rendered
+from promem_fast.backends.llm_scripted import parse_rendered
 from promem_fast.types import MemoryGraph, Session
 
 

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, scripted_config
-from promem_fast import prompts
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.cli import main
-from promem_fast.eval import cli as eval_cli
+from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics
 from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.prompts import EVAL_TEMPLATES
@@ -36,7 +35,7 @@ class NoExtraction(ScriptedLLM):
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         for request in requests:
-            parsed = prompts.parse_rendered(request.messages)
+            parsed = parse_rendered(request.messages)
             assert parsed is not None and parsed[0] in EVAL_TEMPLATES, f"extraction prompt sent: {parsed}"
         return super().generate(requests)
 
@@ -128,7 +127,7 @@ def test_an_explicit_graphs_file_from_promem_extract_is_used(tmp_path: Path) -> 
     sessions = tmp_path / "sessions.jsonl"
     graphs = tmp_path / "graphs.jsonl"
     parser = argparse.ArgumentParser()
-    eval_cli.add_eval_parser(parser.add_subparsers())
+    eval_cli.register(parser.add_subparsers())
     args = parser.parse_args(["convert", "halumem", "--data", str(HALUMEM), "-o", str(sessions), "--limit", "1"])
     assert args.func(args) == 0
     assert main(["extract", str(sessions), "-o", str(graphs), "--profile", "scripted", "--no-progress"]) == 0
@@ -209,7 +208,7 @@ def test_longmemeval_report_has_its_per_type_table(tmp_path: Path) -> None:
 # ============================================================================================= commands
 def test_convert_writes_promem_input(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
-    eval_cli.add_eval_parser(parser.add_subparsers())
+    eval_cli.register(parser.add_subparsers())
     for kind, data in (("halumem", HALUMEM), ("locomo", LOCOMO), ("longmemeval", LONGMEMEVAL)):
         out = tmp_path / f"{kind}.jsonl"
         args = parser.parse_args(["convert", kind, "--data", str(data), "-o", str(out)])
@@ -219,7 +218,7 @@ def test_convert_writes_promem_input(tmp_path: Path) -> None:
 
 def test_eval_command_through_its_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
-    eval_cli.add_eval_parser(parser.add_subparsers())
+    eval_cli.register(parser.add_subparsers())
     args = parser.parse_args(["eval", "halumem", "--data", str(HALUMEM), "--limit", "2", "--profile", "scripted",
                               "--no-progress", "-o", str(tmp_path)])
     assert args.func(args) == 0

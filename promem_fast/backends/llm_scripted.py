@@ -1,6 +1,6 @@
 """A deterministic chat model for tests and dry runs: replies chosen by role and input.
 
-It recognises which of our prompts it was sent (:func:`promem_fast.prompts.parse_rendered`) and answers
+It recognises which of our prompts it was sent (:func:`parse_rendered`) and answers
 with simple, reproducible text rules: first-person sentences of the memory owner rewritten in the third
 person become facts and events, capitalised names and numbers become details, and so on. This exercises
 every branch of the pipeline without a model. Tests pass their own ``rules`` to script exact replies.
@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
-from promem_fast.prompts import parse_rendered
+from promem_fast.eval.prompts import EVAL_TEMPLATES
+from promem_fast.prompts import PREAMBLE, TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
@@ -29,6 +31,46 @@ _LINE = re.compile(r"^(?:\[turn (?P<tid>[^\]]+)\] )?(?P<role>[^:\n]+): (?P<text>
 def approx_tokens(text: str) -> int:
     """About four characters a token, the usual rule of thumb for English with BPE vocabularies."""
     return math.ceil(len(text) / 4)
+
+
+def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | None:
+    """The role and field values a rendered prompt was made from (None if it is not one of ours).
+
+    Used by the scripted backend, which answers by role and input like a model would, from the prompt alone.
+    """
+    if len(messages) != 2:
+        return None
+    system = messages[0]["content"]
+    for role, template in {**TEMPLATES, **EVAL_TEMPLATES}.items():
+        if not system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
+            continue
+        fields: dict[str, str] = {}
+        ok = True
+        for text, pattern in ((messages[0]["content"], f"{PREAMBLE}\n\n{template.system}"),
+                              (messages[1]["content"], template.user)):
+            regex, here = "", set()
+            for literal, name, _, _ in string.Formatter().parse(pattern):
+                regex += re.escape(literal)
+                if not name:
+                    continue
+                if name in fields:
+                    regex += re.escape(fields[name])
+                elif name in here:
+                    regex += f"(?P={name})"
+                else:
+                    regex += f"(?P<{name}>.*?)"
+                    here.add(name)
+            found = re.fullmatch(regex, text, re.S)
+            if not found:
+                ok = False
+                break
+            fields.update(found.groupdict())
+        if ok:
+            return role, fields
+    return None
+
+
+# ------------------------------------------------------------------------------------------ schemas
 
 
 class ScriptedLLM:

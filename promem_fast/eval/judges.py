@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.prompts import format_turn
 from promem_fast.requests import Embed, Failure, Generate, Program, Request
 from promem_fast.types import MemoryGraph, Session

@@ -153,8 +153,8 @@ EVAL_TEMPLATES: dict[str, Template] = {
         user=_LME_USER,
     ),
 }
-"""Every evaluation prompt by name. :func:`promem_fast.prompts.parse_rendered` looks them up next to the
-extraction templates, so the scripted backend answers them with :data:`promem_fast.eval.scripted.EVAL_RULES`
+"""Every evaluation prompt by name. :func:`promem_fast.backends.llm_scripted.parse_rendered` looks them up next
+to the extraction templates, so the scripted backend answers them with :data:`promem_fast.eval.scripted.EVAL_RULES`
 (same keys)."""
 
 LME_TEMPLATE_OF_TYPE: dict[str, str] = {

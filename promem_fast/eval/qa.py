@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from promem_fast.engine import Engine, RunContext
+from promem_fast.context import RunContext
+from promem_fast.engine import Engine
 from promem_fast.requests import Embed, Failure, Generate, Program
 from promem_fast.types import MemoryGraph, RunStats, Session
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from promem_fast.backends.base import LLMBackend
 from promem_fast.config import EngineConfig
-from promem_fast.engine import Engine, RunContext
+from promem_fast.context import RunContext
+from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather

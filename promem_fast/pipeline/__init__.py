@@ -19,7 +19,7 @@ Stages never call a model: they yield requests, which the engine batches across 
 
 from __future__ import annotations
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.anchor import anchor_details
 from promem_fast.pipeline.common import gather
 from promem_fast.pipeline.compress import compress_turns

@@ -9,7 +9,7 @@ from typing import Any
 
 from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.prompts import format_turn, render, schema_for
 from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError, Request
 from promem_fast.types import Session, Turn

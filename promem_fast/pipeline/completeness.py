@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.requests import Embed, Failure, Match, Program
 from promem_fast.types import Event, Origin
 

@@ -7,7 +7,7 @@ anchoring keep the original turns as the source of truth.
 
 from __future__ import annotations
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, turn_text
 from promem_fast.requests import Compress, Failure, Program
 from promem_fast.types import Turn

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, ask, dedupe, same_language, turn_text, window_text
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program

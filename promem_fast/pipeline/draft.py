@@ -3,7 +3,7 @@ does not fit the model's context. A chunk that still overflows is halved and ask
 
 from __future__ import annotations
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, dedupe, statements, turn_text, window_text
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, ask, dedupe, statements, turn_text, window_text
 from promem_fast.pipeline.segment import (
     cap_tokens, coarse_boundaries, combine_boundaries, fine_boundaries, segments_from_boundaries,

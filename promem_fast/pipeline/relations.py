@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, ask, turn_text
 from promem_fast.prompts import numbered, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program

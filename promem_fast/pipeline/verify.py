@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from promem_fast.engine import RunContext
+from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
     TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, same_language, statements, turn_text,
 )

@@ -1,7 +1,6 @@
-"""The ``promem eval`` and ``promem convert`` commands, added to the main parser by :func:`add_eval_parser`.
+"""``promem eval`` and ``promem convert``: benchmarks evaluated end to end, or converted into extraction input.
 
-The main CLI's helpers (``_config_args``, ``build_config``) are imported inside the functions: the main CLI
-imports this module, and heavy modules wait until a command runs so ``--help`` stays instant.
+Heavy modules (the runner, the engine) wait until a command runs, so ``--help`` stays instant.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .datasets import LOADERS
+from promem_fast.cli.common import build_config, config_args
+from promem_fast.eval.datasets import LOADERS
 
 _KINDS = tuple(LOADERS)
 _VARIANTS = ("full", "one-off", "no-cc", "no-hv", "no-da", "no-rel", "native-rag")
@@ -24,10 +24,8 @@ _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both spe
 """``--sessions`` of both commands: the rule of :meth:`promem_fast.eval.records.Benchmark.first_sessions`."""
 
 
-def add_eval_parser(subparsers: Any) -> None:
+def register(subparsers: Any) -> None:
     """Add ``eval`` and ``convert`` to the ``promem`` subcommands (``subparsers`` from ``add_subparsers``)."""
-    from promem_fast.cli import _config_args
-
     p = subparsers.add_parser(
         "eval", help="evaluate extraction and QA on HaluMem, LoCoMo or LongMemEval (one variant per run)",
         description="Extract (or reuse) memory graphs for a benchmark, answer its questions from them, judge "
@@ -44,7 +42,7 @@ def add_eval_parser(subparsers: Any) -> None:
     p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
     p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
                    "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
-    _config_args(p)
+    config_args(p)
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser("convert", help="write a benchmark's sessions as promem input JSONL",
@@ -60,7 +58,7 @@ def add_eval_parser(subparsers: Any) -> None:
 
 def headline(kind: str, result: dict[str, Any]) -> str:
     """The main figures of a result on one line (percentages, then extraction tokens per session)."""
-    from .runner import HEADLINE_METRICS
+    from promem_fast.eval.runner import HEADLINE_METRICS
 
     head = result["headline"]
     parts = [f"{name} {'-' if head[key] is None else f'{100 * head[key]:.2f}'}"
@@ -71,9 +69,7 @@ def headline(kind: str, result: dict[str, Any]) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from promem_fast.cli import build_config
-
-    from .runner import run_eval
+    from promem_fast.eval.runner import run_eval
 
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
                       variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs)
@@ -91,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .datasets import load_benchmark
+    from promem_fast.eval.datasets import load_benchmark
 
     bench = load_benchmark(args.kind, args.data, args.limit, sessions=args.sessions)
     args.output.parent.mkdir(parents=True, exist_ok=True)
