@@ -1,6 +1,7 @@
 """One configuration object for the whole engine.
 
-Defaults are the paper's (tau_comp = 0.6, QA top-k = 20). Every field is documented here, loadable from a
+Defaults are the paper's where it gives one (tau_comp = 0.6, QA top-k = 20, causal and temporal relations);
+the topic cut's theta range is ours. Every field is documented here, loadable from a
 YAML or TOML file and overridable from the command line with ``--set section.field=value``.
 Two named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
 MiniLM, the LLM as NLI judge) and ``gpu`` (Llama-3.1-8B-Instruct on vLLM, roberta-large-mnli on ONNX
@@ -30,7 +31,7 @@ DType = Literal["auto", "bfloat16", "float16", "float32"]
 Mode = Literal["promem", "one-off"]
 Premise = Literal["turn", "speaker"]
 OnError = Literal["skip", "stop"]
-Segmenter = Literal["similarity", "lightmem"]
+Segmenter = Literal["similarity", "lightmem", "auto"]
 Role = Literal[
     "detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
     "verify_relation", "qa", "judge",
@@ -152,18 +153,21 @@ class PipelineConfig:
     tau_comp: float = 0.6
     """An event whose best cosine against the draft is <= this is missing and gets recovered."""
     theta_start: float = 0.2
-    """Topic cut: first cosine threshold between consecutive turns."""
+    """Topic cut (our own, not the paper's): first cosine threshold between consecutive turns."""
     theta_step: float = 0.05
     theta_max: float = 0.5
     """The threshold is raised in steps up to this value until at least one boundary appears."""
     max_segment_tokens: int = 1024
     """Topic segments longer than this are split at turn boundaries."""
     segmenter: Segmenter = "similarity"
-    """``lightmem`` adds the attention-based coarse cut (needs the compression model)."""
+    """``similarity``: our embedding cut alone (the paper follows LightMem, whose cut needs the compression
+    model, so it is not the default on a CPU); ``lightmem`` adds LightMem's attention cut to it (LightMem's
+    combined cut); ``auto`` uses ``lightmem`` when ``compression.model`` is set (the gpu profile)."""
     premise: Premise = "turn"
     """NLI premise: the whole grounded turn (both speakers) or only the memory owner's messages in it."""
-    relation_types: tuple[str, ...] = ("causal", "temporal", "motivational", "conditional", "contrastive")
-    """Edge types the relation prompt may use."""
+    relation_types: tuple[str, ...] = ("causal", "temporal")
+    """Edge types the relation prompt may use: the paper's two, causal (A leads to B) and temporal (A happens
+    before B); ``motivational``, ``conditional`` and ``contrastive`` may be added."""
     symmetric_relations: tuple[str, ...] = ("contrastive",)
     """Relations for which (a, r, b) and (b, r, a) are the same edge when deduplicating."""
     max_list_items: int = 24
@@ -239,6 +243,7 @@ class EngineConfig:
                                         query_prompt="Instruct: Given a question, retrieve memories that "
                                                      "answer it\nQuery: "),
                 similarity=SimilarityConfig(backend="auto", device="cuda"),
+                pipeline=PipelineConfig(segmenter="auto"),
                 max_in_flight=512,
             )
         if name == "scripted":

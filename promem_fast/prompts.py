@@ -1,6 +1,7 @@
 """One prompt template per role, each with the JSON schema of its answer.
 
-The wording is ours. Every template puts the text that a session's calls share first (the system text,
+The wording is ours. Every extraction prompt names the memory owner and the session date and asks for
+calendar dates instead of relative ones, and carries one short example of its answer. Every template puts the text that a session's calls share first (the system text,
 then the dialogue or the entry list) and the per-call item last, so prefix caching (vLLM, llama.cpp)
 reuses the shared part. Schemas bound every list with ``maxItems`` so a reply can never run away.
 """
@@ -31,34 +32,65 @@ class Template:
         )
 
 
+WHO = (
+    "The memory owner is {user}: in the dialogue, lines marked \"{user}:\" are {user}'s own words, so \"I\", "
+    "\"me\" and \"my\" there mean {user}."
+)
+"""Said in every extraction prompt, so "I" resolves to the owner rather than to whoever the model guesses."""
+
+WHEN = (
+    "The session took place on {when}. Write every date as a calendar date: turn relative times such as "
+    "\"yesterday\", \"tomorrow\", \"last week\" or \"in two days\" into dates counted from the session date "
+    "(or from the date shown on a turn)."
+)
+"""Said in every extraction prompt that writes facts, so "tomorrow" is stored as the day it meant."""
+
+MORE = "\n\nAlready listed (do not repeat these; list only what is still missing, or nothing):\n{listed}"
+"""The tail of a continuation: the same prompt again, with the items a capped reply already gave."""
+
+RELATION_MEANINGS: dict[str, str] = {
+    "causal": "source leads to target",
+    "temporal": "source happens before target",
+    "motivational": "source is the reason for target",
+    "conditional": "target depends on source",
+    "contrastive": "source and target contrast",
+}
+"""The direction of each relation type, stated in the relation, probe and verification prompts."""
+
 TEMPLATES: dict[str, Template] = {
     "detail": Template(
         system=(
             "Task: list the small concrete details stated in one dialogue turn: names of people and "
             "organisations, dates and times, places, quantities and prices, named objects, preferences. "
             "Each detail is a short fragment, not a sentence about the whole conversation. "
-            "Skip greetings and anything that carries no concrete fact."
+            f"Skip greetings and anything that carries no concrete fact. {WHO} {WHEN}\n"
+            'Example: from "Tom: I pay 40 euros a month for the climbing gym on Elm Street" the details are '
+            '["40 euros a month", "climbing gym", "Elm Street"].'
         ),
-        user='Dialogue turn:\n{turn}\n\nReply with a JSON object whose "details" list holds one short fragment per detail.',
+        user=('Dialogue turn:\n{turn}\n\nReply with a JSON object whose "details" list holds one short fragment '
+              'per detail.{more}'),
     ),
     "event": Template(
         system=(
             "Task: read a group of dialogue turns that share one topic and state the main events, "
             "situations or plans of {user} that they reveal. Each event is one standalone sentence in the "
-            "third person that names {user}; keep dates or places only when they define the event."
+            f"third person that names {{user}}; keep dates or places when they define the event. {WHO} {WHEN}\n"
+            'Example: on 2024-05-06, "Tom: I start my new job at the bakery next Monday" gives the event '
+            '"Tom starts a new job at the bakery on 2024-05-13."'
         ),
-        user=('Turns on one topic:\n{segment}\n\nReply with a JSON object whose "events" list holds one sentence per '
-              'event, each starting with "{user}".'),
+        user=('Turns on one topic:\n{segment}\n\nReply with a JSON object whose "events" list holds one sentence '
+              'per event, each starting with "{user}".{more}'),
     ),
     "relation": Template(
         system=(
-            "Task: given numbered events from one person's conversation, find pairs that are linked: one "
-            "caused or enabled the other, one happened before the other, one is the motive for the other, "
-            "one depends on the other, or they contrast. Only propose links the events clearly support; "
-            "leave unrelated events unlinked."
+            "Task: given numbered events from one person's conversation, find ordered pairs (source, "
+            "target) that are linked by one of the allowed relation types. Only propose links the events "
+            "clearly support; leave unrelated events unlinked.\n"
+            'Example: with events "0. Tom hurt his knee." and "1. Tom stopped running.", the link is '
+            '{{"source": 0, "relation": "causal", "target": 1}}.'
         ),
         user=(
-            "Events:\n{events}\n\nAllowed relation types: {relation_types}.\n"
+            "Events:\n{events}\n\nAllowed relation types:\n{relation_types}\n"
             'Reply as {{"relations": [{{"source": event number, "relation": type, "target": event number}}, ...]}}.'
         ),
     ),
@@ -67,25 +99,31 @@ TEMPLATES: dict[str, Template] = {
             "Task: write down every fact the dialogue reveals about {user}: actions, states, plans, "
             "opinions, preferences, relationships and personal data. Resolve pronouns and references so "
             "each fact stands on its own, and use the name {user} as the subject of every fact. "
-            "Ignore small talk. Be exhaustive."
+            f"Ignore small talk. Be exhaustive. {WHO} {WHEN}\n"
+            'Example: on 2024-05-06, "Tom: My sister Lea visited me yesterday, she loves sushi" gives the '
+            'facts ["Tom\'s sister is called Lea.", "Lea visited Tom on 2024-05-05.", "Lea loves sushi."].'
         ),
         user=('Dialogue:\n{dialogue}\n\nReply with a JSON object whose "facts" list holds one short sentence per '
-              'fact, each starting with "{user}".'),
+              'fact, each starting with "{user}" or naming {user}.{more}'),
     ),
     "decompose": Template(
         system=(
             "Task: split one memory statement about {user} into atomic facts. An atomic fact carries exactly "
             "one piece of information (one action, one time, one place, one attribute) and is a full "
-            "sentence with its subject. Only split; do not add, infer or reword meaning."
+            "sentence with its subject. Only split; do not add, infer or reword meaning.\n"
+            'Example: "Tom moved to Porto in 2023 for a nursing job." splits into ["Tom moved to Porto.", '
+            '"Tom moved in 2023.", "Tom moved for a nursing job."].'
         ),
-        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
+        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.{more}',
     ),
     "adjudicate": Template(
         system=(
-            "Task: an automatic checker could not confirm a fact against the dialogue turn it was taken "
-            "from. Decide: REVISE when the turn supports the core of the fact but a detail is off (a date, "
-            "a name, an amount), and give the corrected fact in the turn's terms; DISCARD when the turn "
-            "does not support it at all."
+            "Task: an automatic checker could not confirm a fact about {user} against the dialogue turn it "
+            "was taken from. Decide: REVISE when the turn supports the core of the fact but a detail is off "
+            "(a date, a name, an amount), and give the corrected fact in the turn's terms with {user} as its "
+            f"subject; DISCARD when the turn does not support it at all. {WHO} {WHEN}\n"
+            'Example: turn "Tom: I adopted two cats" and fact "Tom adopted three cats." give '
+            '{{"action": "REVISE", "revised_fact": "Tom adopted two cats."}}.'
         ),
         user=(
             "Dialogue turn:\n{turn}\n\nFact: {fact}\n\n"
@@ -95,7 +133,8 @@ TEMPLATES: dict[str, Template] = {
     "nli": Template(
         system=(
             "Task: textual entailment. Say whether the hypothesis follows from the premise alone "
-            "(entailment), is contradicted by it (contradiction), or neither (neutral)."
+            "(entailment), is contradicted by it (contradiction), or neither (neutral). In the premise, "
+            "\"I\" means the person said to be speaking."
         ),
         user='Premise:\n{premise}\n\nHypothesis: {hypothesis}\n\nReply as {{"label": "entailment" | "neutral" | "contradiction"}}.',
     ),
@@ -105,7 +144,8 @@ TEMPLATES: dict[str, Template] = {
             "whose answer is exactly that link, so someone can check whether the link is known."
         ),
         user=(
-            "Entry A: {source}\nEntry B: {target}\nProposed relation: A is {relation} for/with B.\n\n"
+            "Entry A: {source}\nEntry B: {target}\nProposed relation: {relation} (A is the source, B the target: "
+            "{meaning}).\n\n"
             'Reply with a JSON object whose "question" holds the question.'
         ),
     ),
@@ -126,16 +166,27 @@ TEMPLATES: dict[str, Template] = {
             "actually supported by what was said."
         ),
         user=(
-            "Dialogue:\n{dialogue}\n\nFact A: {source}\nFact B: {target}\nProposed link: A is {relation} "
-            'for/with B.\nQuestion about the link: {question}\n\nReply as {{"supported": true or false}}.'
+            "Dialogue:\n{dialogue}\n\nFact A: {source}\nFact B: {target}\nProposed link: {relation} (A is the "
+            "source, B the target: {meaning}).\nQuestion about the link: {question}\n\n"
+            'Reply as {{"supported": true or false}}.'
         ),
     ),
 }
 
 
 def render(role: str, **fields: Any) -> tuple[Message, ...]:
-    """The chat messages of ``role`` with ``fields`` filled in."""
-    return TEMPLATES[role].render(**fields)
+    """The chat messages of ``role`` with ``fields`` filled in (``more`` is empty unless a continuation)."""
+    return TEMPLATES[role].render(**{"more": "", **fields})
+
+
+def more_text(listed: Sequence[str]) -> str:
+    """The ``more`` field of a continuation prompt: what the earlier replies already listed."""
+    return MORE.format(listed="\n".join(f"- {item}" for item in listed)) if listed else ""
+
+
+def relation_menu(types: Sequence[str]) -> str:
+    """The allowed relation types, one a line with their direction."""
+    return "\n".join(f"- {t}: {RELATION_MEANINGS.get(t, 'source and target are linked this way')}" for t in types)
 
 
 def _string_list(key: str, max_items: int) -> dict[str, Any]:

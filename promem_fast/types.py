@@ -97,6 +97,9 @@ class MemoryEntry:
     """Index of the pre-verification entry it was split from (atomic facts and revisions)."""
     details: list[int] = field(default_factory=list)
     """Indices into ``MemoryGraph.details`` anchored to this entry (DA)."""
+    date: str | None = None
+    """The day the entry was said on (ISO ``YYYY-MM-DD`` when the timestamp could be read): its grounding
+    turn's date, else the session's. QA and the store use it to place the entry in time."""
 
 
 @dataclass(slots=True)
@@ -270,6 +273,7 @@ class MemoryGraph:
             nodes.append({
                 "id": n.id, "text": n.text, "origin": n.origin, "verification": n.verification,
                 "turn_ids": list(n.turn_ids), "details": [self.details[i].text for i in n.details],
+                "date": n.date,
             })
         edges = [{"source": e.source, "target": e.target, "relation": e.relation, "probe": e.probe}
                  for e in self.edges]
@@ -294,6 +298,8 @@ class MemoryGraph:
             for key, value in list(attrs.items()):
                 if isinstance(value, list):
                     attrs[key] = " | ".join(map(str, value))
+                elif value is None:  # GraphML has no null: an unknown date is left out
+                    del attrs[key]
         for _, _, attrs in g.edges(data=True):
             if attrs.get("probe") is None:
                 attrs.pop("probe", None)

@@ -1,8 +1,10 @@
 """A deterministic chat model for tests and dry runs: replies chosen by role and input.
 
 It recognises which of our prompts it was sent (:func:`parse_rendered`) and answers
-with simple, reproducible text rules: first-person sentences of the memory owner rewritten in the third
-person become facts and events, capitalised names and numbers become details, and so on. This exercises
+with simple, reproducible text rules: first-person sentences of the speaker the prompt names as the memory
+owner, rewritten in the third person (relative dates made absolute from the date the prompt gives), become
+facts and events, capitalised names and numbers become details, and so on. It knows only what the prompt
+says: without the owner's name or the session date in the prompt it cannot produce those facts. This exercises
 every branch of the pipeline without a model. Tests pass their own ``rules`` to script exact replies.
 """
 
@@ -12,6 +14,7 @@ import json
 import math
 import re
 import string
+from datetime import date, timedelta
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -71,6 +74,14 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
 
 
 # ------------------------------------------------------------------------------------------ schemas
+def within_schema(reply: Any, schema: Mapping[str, Any] | None) -> Any:
+    """Lists cut at the schema's ``maxItems``, as a grammar-constrained model (llama.cpp, vLLM) must stop."""
+    if not isinstance(reply, dict) or not schema:
+        return reply
+    props = schema.get("properties", {})
+    return {k: v[:props[k]["maxItems"]] if isinstance(v, list) and "maxItems" in props.get(k, {}) else v
+            for k, v in reply.items()}
+
 
 
 class ScriptedLLM:
@@ -98,6 +109,7 @@ class ScriptedLLM:
             else:
                 role, fields = parsed
                 reply = self.rules[role](fields) if role in self.rules else {}
+            reply = within_schema(reply, request.schema)
             text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
             n = approx_tokens(text)
             finish = "stop"
@@ -109,9 +121,33 @@ class ScriptedLLM:
 
 
 # ------------------------------------------------------------------------------------------ rules
+_RELATIVE = {"today": 0, "tonight": 0, "yesterday": -1, "tomorrow": 1, "last week": -7, "next week": 7}
+_RELATIVE_RE = re.compile(r"\b(?:" + "|".join(_RELATIVE) + r")\b", re.I)
+_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+
+
 def lines_of(dialogue: str) -> list[tuple[str | None, str, str]]:
-    """(turn id, speaker, text) of each ``[turn 3] user: ...`` line."""
+    """(turn header, speaker, text) of each ``[turn 3] Maya: ...`` line."""
     return [(m.group("tid"), m.group("role").strip(), m.group("text").strip()) for m in _LINE.finditer(dialogue)]
+
+
+def day_in(text: str | None) -> date | None:
+    """The first ISO date written in ``text`` (a prompt's session date line or a turn header)."""
+    found = _ISO_DAY.search(text or "")
+    return date(*map(int, found.groups())) if found else None
+
+
+def absolute_dates(sentence: str, day: date | None) -> str:
+    """'tomorrow' → 'on 2025-03-15' when the prompt gave the day; left as said otherwise."""
+    if day is None:
+        return sentence
+
+    def swap(m: re.Match[str]) -> str:
+        offset = _RELATIVE[m.group(0).lower()]
+        target = (day + timedelta(days=offset)).isoformat()
+        return f"on {target}" if abs(offset) < 7 else f"in the week of {target}"
+
+    return _RELATIVE_RE.sub(swap, sentence)
 
 
 def third_person(sentence: str, user: str) -> str:
@@ -125,18 +161,30 @@ def third_person(sentence: str, user: str) -> str:
     return s[0].upper() + s[1:] if s else s
 
 
-def owner_sentences(dialogue: str, user: str) -> list[str]:
-    """The memory owner's statements (not questions, not fillers), in the third person."""
+def owner_sentences(dialogue: str, user: str | None, day: date | None = None) -> list[str]:
+    """The statements (not questions, not fillers) of the speaker the prompt names as the owner, in the
+    third person, relative dates made absolute when the prompt gave the day (a turn's own date first)."""
     out = []
-    for _, role, text in lines_of(dialogue):
-        if role not in ("user", user):
+    for header, role, text in lines_of(dialogue):
+        if user is None or role != user:
             continue
         for m in _SENTENCE.finditer(text):
             sentence = m.group(0).strip()
             if sentence.endswith("?") or len(content_words(sentence)) < 2:
                 continue
-            out.append(third_person(sentence.rstrip(".!"), user) + ".")
+            said = absolute_dates(sentence.rstrip(".!"), day_in(header) or day)
+            out.append(third_person(said, user) + ".")
     return out
+
+
+def _listed(fields: dict[str, str]) -> set[str]:
+    """What a continuation prompt says was already listed."""
+    return {line[2:].strip().lower() for line in fields.get("more", "").splitlines() if line.startswith("- ")}
+
+
+def _rest(items: list[str], fields: dict[str, str]) -> list[str]:
+    listed = _listed(fields)
+    return [item for item in items if item.strip().lower() not in listed]
 
 
 def _details(fields: dict[str, str]) -> dict[str, list[str]]:
@@ -148,26 +196,27 @@ def _details(fields: dict[str, str]) -> dict[str, list[str]]:
     for item in found:
         if item not in seen:
             seen.append(item)
-    return {"details": seen[:8]}
+    return {"details": _rest(seen, fields)}
 
 
-def _user_of(fields: dict[str, str]) -> str:
-    return fields.get("user", "The user")
+def _owner(fields: dict[str, str], text_field: str) -> list[str]:
+    return owner_sentences(fields[text_field], fields.get("user"), day_in(fields.get("when")))
 
 
 def _events(fields: dict[str, str]) -> dict[str, list[str]]:
-    sentences = owner_sentences(fields["segment"], _user_of(fields))
-    return {"events": sentences[:1] + ([max(sentences[1:], key=len)] if len(sentences) > 2 else [])}
+    sentences = _owner(fields, "segment")
+    return {"events": _rest(sentences[:1] + ([max(sentences[1:], key=len)] if len(sentences) > 2 else []), fields)}
 
 
 def _relations(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
     n = len([line for line in fields["events"].splitlines() if line.strip()])
-    return {"relations": [{"source": i, "relation": "temporal", "target": i + 1} for i in range(min(n - 1, 6))]}
+    allowed = [line[2:].split(":", 1)[0] for line in fields["relation_types"].splitlines() if line.startswith("- ")]
+    kind = "temporal" if "temporal" in allowed else (allowed or ["temporal"])[0]
+    return {"relations": [{"source": i, "relation": kind, "target": i + 1} for i in range(min(n - 1, 6))]}
 
 
 def _draft(fields: dict[str, str]) -> dict[str, list[str]]:
-    sentences = owner_sentences(fields["dialogue"], _user_of(fields))
-    return {"facts": sentences[::2][:24]}
+    return {"facts": _rest(_owner(fields, "dialogue")[::2], fields)}
 
 
 def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
@@ -175,7 +224,7 @@ def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
     subject = entry.split(" ", 1)[0]
     parts = [p.strip() for p in re.split(r",| and | but ", entry) if p.strip()]
     facts = [p if p.split(" ", 1)[0] == subject else f"{subject} {p}" for p in parts]
-    return {"facts": [f + "." for f in facts]}
+    return {"facts": _rest([f + "." for f in facts], fields)}
 
 
 def _coverage(text: str, reference: str) -> float:
@@ -188,8 +237,7 @@ def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
     turn, fact = fields["turn"], fields["fact"]
     if _coverage(fact, turn) < 0.5:
         return {"action": "DISCARD", "revised_fact": None}
-    user = fact.split(" ", 1)[0]
-    candidates = owner_sentences(turn, user) or [fact]
+    candidates = owner_sentences(turn, fields.get("user"), day_in(fields.get("when"))) or [fact]
     best = max(candidates, key=lambda s: (_coverage(fact, s), -len(s)))
     return {"action": "REVISE", "revised_fact": best}
 

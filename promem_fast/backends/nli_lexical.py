@@ -1,7 +1,9 @@
 """A deterministic NLI stand-in: the hypothesis is entailed when the premise covers its content words.
 
 No model, no randomness: it exists so the control flow of hallucination verification can be tested and
-dry-run exactly. It is not a substitute for an NLI model on real data.
+dry-run exactly. It is not a substitute for an NLI model on real data. Like a real NLI model it knows only
+what the premise says: "I" stands for a person only when the premise says who is speaking
+("Maya said: I moved to Lisbon" supports "Maya moved to Lisbon"; "I moved to Lisbon" alone does not).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from promem_fast.backends.base import NLIResult, label_from_scores
 from promem_fast.config import NLIConfig
 
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|myself)\b")
-_SUBJECT = re.compile(r"^(?:[A-Z][\w-]*)(?: [A-Z][\w-]*){0,2}(?:'s)?")
+_SAID = re.compile(r"^(?P<on>On [^,\n]*, )?(?P<name>[^:\n]+?) said: (?P<text>.*)$", re.M)
 
 ENTAIL_COVERAGE = 0.75
 """Share of the hypothesis' content words that must occur in the premise."""
@@ -30,15 +32,13 @@ class LexicalNLI:
     @staticmethod
     def _one(premise: str, hypothesis: str) -> NLIResult:
         words = content_words(hypothesis)
-        if _FIRST_PERSON.search(premise):
-            # "I moved to Lisbon" supports "Maya moved to Lisbon": the subject's name stands for "I"
-            subject = _SUBJECT.match(hypothesis)
-            if subject:
-                names = set(content_words(subject.group(0)))
-                words = tuple(w for w in words if w not in names) or words
+        have = content_set(_SAID.sub(r"\g<on>\g<text>", premise))  # "X said:" names a speaker, it is no evidence
+        speakers = {w for said in _SAID.finditer(premise) if _FIRST_PERSON.search(said.group("text"))
+                    for w in content_words(said.group("name"))}
+        # "I moved" said by Maya supports "Maya moved": her name in the hypothesis is resolved, not matched
+        words = tuple(w for w in words if w not in speakers) or words
         if not words:
             return NLIResult("neutral", (0.0, 1.0, 0.0))
-        have = content_set(premise)
         coverage = sum(w in have for w in words) / len(words)
         entail = 1.0 if coverage >= ENTAIL_COVERAGE else coverage * 0.5
         scores = (entail, 1.0 - entail, 0.0)

@@ -5,7 +5,7 @@ stage                  module                      paper
 =====================  ==========================  ==========================================
 compression (opt.)     :mod:`.compress`            App. C LLMLingua-2 before draft and events
 details per turn       :mod:`.details`             §3.2 fine-grained detail extraction
-topic segments         :mod:`.segment`             §3.2 topic clustering (LightMem fine cut)
+topic segments         :mod:`.segment`             §3.2 topic clustering (ours; LightMem's cut on top)
 events, relations      :mod:`.events`              §3.2 event abstraction, relation inference
 initial draft          :mod:`.draft`               §3.3 M_draft
 completeness check     :mod:`.completeness`        §3.3 cross-reference matrix, E_miss
@@ -29,6 +29,7 @@ from promem_fast.pipeline.draft import draft_memory
 from promem_fast.pipeline.events import abstract_events, embed_turns
 from promem_fast.pipeline.relations import map_edges, verify_relations
 from promem_fast.pipeline.verify import ground, verify_entries
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.requests import Program
 from promem_fast.types import Detail, Edge, Event, MemoryEntry, MemoryGraph, Session
 
@@ -37,6 +38,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
     """Extract the verified memory graph G = (V, E, A) of one session."""
     cp = ctx.config.pipeline
     groups = session.turn_groups()
+    view = DialogueView.of(session)
     ordinal = {tid: i for i, (tid, _) in enumerate(groups)}
 
     prompt_groups = groups
@@ -44,28 +46,28 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
         prompt_groups = yield from compress_turns(groups, ctx)
 
     if cp.mode == "one-off":
-        draft = yield from draft_memory(session, prompt_groups, ctx)
-        nodes = [MemoryEntry(id=i, text=t, origin="draft", verification="unverified", turn_ids=[])
+        draft = yield from draft_memory(view, prompt_groups, ctx)
+        nodes = [MemoryEntry(id=i, text=t, origin="draft", verification="unverified", turn_ids=[], date=view.date)
                  for i, t in enumerate(draft)]
         return _graph(session, nodes, [], [], [], ctx, mode="one-off")
 
     need_events = cp.completeness_check or cp.relations
 
     def events_branch() -> Program[tuple[list[Event], list[tuple[int, str, int]], object]]:
-        vectors = yield from embed_turns(groups, "cc" if need_events else "hv")
+        vectors = yield from embed_turns(view, groups, "cc" if need_events else "hv")
         if not need_events:
             return [], [], vectors
-        events, relations = yield from abstract_events(session, prompt_groups, vectors, ctx,
+        events, relations = yield from abstract_events(view, prompt_groups, vectors, ctx,
                                                        with_relations=cp.relations)
         return events, relations, vectors
 
     def details_branch() -> Program[list[Detail]]:
         if not cp.detail_anchoring:
             return []
-        return (yield from extract_details(groups, ctx))
+        return (yield from extract_details(view, groups, ctx))
 
     (events, relations, turn_vecs), details, draft = yield from gather(
-        events_branch(), details_branch(), draft_memory(session, prompt_groups, ctx))
+        events_branch(), details_branch(), draft_memory(view, prompt_groups, ctx))
 
     completed = yield from check_completeness(events, draft, ctx, recover=cp.completeness_check)
     turn_of, score = yield from ground(completed.vectors, turn_vecs)
@@ -75,7 +77,8 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
     def relations_branch() -> Program[list[Edge]]:
         if not (cp.relations and relations):
             return []
-        src, rel, dst = map_edges(relations, completed.event_to_entry, became, tuple(cp.relation_types))
+        src, rel, dst = map_edges(relations, events, completed.event_to_entry, became, nodes,
+                                  tuple(cp.relation_types))
         turn_of_node = [ordinal[n.turn_ids[0]] if n.turn_ids else -1 for n in nodes]
         return (yield from verify_relations(session, groups, nodes, turn_of_node, src, rel, dst, ctx))
 

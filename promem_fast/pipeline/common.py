@@ -1,20 +1,24 @@
-"""Helpers shared by the stage programs: running sub-programs side by side, NLI requests, views of turns."""
+"""Helpers shared by the stage programs: running sub-programs side by side, continued lists, NLI requests."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
 from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
 from promem_fast.context import RunContext
-from promem_fast.prompts import format_turn, render, schema_for
+from promem_fast.pipeline.views import TurnGroup
+from promem_fast.prompts import more_text, render, schema_for
 from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError, Request
-from promem_fast.types import Session, Turn
 
-TurnGroup = tuple[int | str, tuple[Turn, ...]]
+log = logging.getLogger(__name__)
+
+__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed", "window_text", "dedupe",
+           "statements", "same_language"]
 
 
 def gather(*programs: Program[Any]) -> Program[list[Any]]:
@@ -74,22 +78,65 @@ def entailed(ctx: RunContext, result: Any) -> bool | None:
     return result["label"] == "entailment"
 
 
-@lru_cache(maxsize=4096)
-def turn_text(group: TurnGroup) -> str:
-    """``[turn 3] user: ...`` lines of a turn (cached: every stage shows the same turns; the cache covers
-    the turns of a full window of sessions and no more, so memory stays flat over a long run)."""
-    tid, messages = group
-    return format_turn(messages, tid)
+MAX_CONTINUATIONS = 3
+"""How many times a list that filled ``max_list_items`` is asked for the rest (bounds a looping model)."""
 
 
-def premise_text(session: Session, group: TurnGroup, mode: str) -> str:
-    """The NLI premise for an entry grounded in ``group``: the whole turn, or the owner's messages in it."""
-    tid, messages = group
-    if mode == "speaker":
-        own = tuple(m for m in messages if m.role == session.owner_role)
-        if own:
-            return format_turn(own, tid)
-    return format_turn(messages, tid)
+@dataclass
+class Listed:
+    """The items of one list request and its continuations."""
+
+    items: list[str]
+    full: bool = False
+    """The last reply still filled the cap: its continuation did not fit the context, failed, or the
+    bound on continuations was reached, so there may be more to ask for."""
+
+
+def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate]]
+            ) -> Program[list[Listed | Failure]]:
+    """The ``key`` lists of several list requests, each asked again while its reply fills the list cap.
+
+    ``makers[i](more)`` builds request i with ``more`` as its continuation tail (empty the first time).
+    A reply that reaches ``max_list_items`` may have been cut, so the same prompt is sent again with the
+    items so far, asking only for what is missing, until a reply is shorter than the cap or adds nothing.
+    A request whose first reply failed gives its :class:`Failure`; a continuation that failed keeps the
+    items already listed, is recorded (unless it merely did not fit the context) and marks them ``full``.
+    """
+    cap = ctx.config.pipeline.max_list_items
+    got = [Listed([]) for _ in makers]
+    failed: dict[int, Failure] = {}
+    todo = list(range(len(makers)))
+    for _ in range(MAX_CONTINUATIONS + 1):
+        results = yield from ask([makers[i](more_text(got[i].items)) for i in todo])
+        again: list[int] = []
+        for i, result in zip(todo, results):
+            if isinstance(result, Failure):
+                if not got[i].items:
+                    failed[i] = result
+                    continue
+                if not result.error.startswith("ContextOverflow"):
+                    ctx.fail(result)
+                got[i].full = True
+                continue
+            seen = {" ".join(t.split()).lower() for t in got[i].items}
+            fresh = [t for t in result[key] if " ".join(t.split()).lower() not in seen]
+            got[i].items.extend(fresh)
+            got[i].full = len(result[key]) >= cap and bool(fresh)
+            if got[i].full:
+                again.append(i)
+        ctx.stats.bump("list_continuations", len(again))
+        todo = again
+        if not todo:
+            break
+    return [failed.get(i, got[i]) for i in range(len(makers))]
+
+
+def left_full(ctx: RunContext, role: str, listed: Listed) -> None:
+    """Say (log and count) that a list still filled its cap when asking for more had to stop."""
+    if listed.full:
+        log.warning("a %s list still filled the cap of %d items; its rest was not asked for", role,
+                    ctx.config.pipeline.max_list_items)
+        ctx.stats.bump("lists_left_full")
 
 
 def window_text(ctx: RunContext, role: str, text: str, budget: int) -> list[str]:

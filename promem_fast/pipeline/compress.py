@@ -8,7 +8,8 @@ anchoring keep the original turns as the source of truth.
 from __future__ import annotations
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, turn_text
+from promem_fast.pipeline.common import TurnGroup
+from promem_fast.prompts import format_turn
 from promem_fast.requests import Compress, Failure, Program
 from promem_fast.types import Turn
 
@@ -28,8 +29,8 @@ def compress_turns(groups: list[TurnGroup], ctx: RunContext) -> Program[list[Tur
             pos += 1
             new.append(Turn(turn_id=m.turn_id, role=m.role, text=text, timestamp=m.timestamp))
         out.append((tid, tuple(new)))
-    before = sum(ctx.text_tokens("draft", turn_text(g)) for g in groups)
-    after = sum(ctx.text_tokens("draft", turn_text(g)) for g in out)
+    before = sum(ctx.text_tokens("draft", format_turn(m, tid)) for tid, m in groups)
+    after = sum(ctx.text_tokens("draft", format_turn(m, tid)) for tid, m in out)
     ctx.stats.bump("compression_tokens_before", before)
     ctx.stats.bump("compression_tokens_after", after)
     return out

@@ -3,21 +3,23 @@ does not fit the model's context. A chunk that still overflows is halved and ask
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, dedupe, statements, turn_text, window_text
+from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, statements, window_text
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program
-from promem_fast.types import Session
 
 
-def chunk_turns(groups: list[TurnGroup], ctx: RunContext, budget: int) -> list[str]:
+def chunk_turns(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, budget: int) -> list[str]:
     """Dialogue texts that each fit ``budget`` tokens: whole turns packed in order, a lone oversized turn
     windowed into pieces."""
     chunks: list[str] = []
     current: list[str] = []
     used = 0
     for group in groups:
-        text = turn_text(group)
+        text = view.turn(group)
         size = ctx.text_tokens("draft", text) + 1
         if size > budget:
             if current:
@@ -36,32 +38,40 @@ def chunk_turns(groups: list[TurnGroup], ctx: RunContext, budget: int) -> list[s
     return chunks
 
 
-def draft_memory(session: Session, groups: list[TurnGroup], ctx: RunContext, stage: str = "draft"
+def draft_memory(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, stage: str = "draft"
                  ) -> Program[list[str]]:
     cp = ctx.config.pipeline
     schema = schema_for("draft", max_items=cp.max_list_items)
-    budget = ctx.prompt_budget("draft", render("draft", user=session.user, dialogue=""))
-    chunks = chunk_turns(groups, ctx, budget)
+    budget = ctx.prompt_budget("draft", render("draft", user=view.owner, when=view.when, dialogue=""))
+    chunks = chunk_turns(view, groups, ctx, budget)
     ctx.stats.bump("draft_chunks", len(chunks))
+
+    def maker(chunk: str, label: str) -> Callable[[str], Generate]:
+        return lambda more: Generate(
+            stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"], item=label,
+            messages=render("draft", user=view.owner, when=view.when, dialogue=chunk, more=more),
+            check=statements("facts", chunk))
+
     facts: list[str] = []
     while chunks:
-        requests = [Generate(stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"],
-                             messages=render("draft", user=session.user, dialogue=chunk),
-                             item=f"draft chunk {i + 1}/{len(chunks)}", check=statements("facts", chunk))
-                    for i, chunk in enumerate(chunks)]
-        results = yield requests
+        results = yield from listing(ctx, "facts", [maker(chunk, f"draft chunk {i + 1}/{len(chunks)}")
+                                                    for i, chunk in enumerate(chunks)])
         retry: list[str] = []
         for chunk, result in zip(chunks, results):
-            if isinstance(result, Failure):
-                lines = chunk.split("\n")
-                if result.error.startswith("ContextOverflow") and len(lines) > 1:
-                    half = len(lines) // 2
-                    retry += ["\n".join(lines[:half]), "\n".join(lines[half:])]
-                    ctx.stats.bump("draft_chunks", 1)
-                else:
-                    ctx.fail(result)
+            lines = chunk.split("\n")
+            overflow = isinstance(result, Failure) and result.error.startswith("ContextOverflow")
+            if isinstance(result, Failure) and not (overflow and len(lines) > 1):
+                ctx.fail(result)
                 continue
-            facts.extend(result["facts"])
+            if isinstance(result, Failure) or (result.full and len(lines) > 1):
+                # too long to ask at all, or too many facts to ask for all of them: ask each half
+                half = len(lines) // 2
+                retry += ["\n".join(lines[:half]), "\n".join(lines[half:])]
+                ctx.stats.bump("draft_chunks", 1)
+            else:
+                left_full(ctx, "draft", result)
+            if not isinstance(result, Failure):
+                facts.extend(result.items)
         chunks = retry
     facts = dedupe(facts)
     ctx.stats.bump("draft_entries", len(facts))

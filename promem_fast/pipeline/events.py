@@ -2,72 +2,87 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, dedupe, statements, turn_text, window_text
+from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, statements, window_text
 from promem_fast.pipeline.segment import (
     cap_tokens, coarse_boundaries, combine_boundaries, fine_boundaries, segments_from_boundaries,
 )
-from promem_fast.prompts import numbered, render, schema_for
+from promem_fast.pipeline.views import DialogueView
+from promem_fast.prompts import numbered, relation_menu, render, schema_for
 from promem_fast.requests import Attend, Embed, Failure, Generate, Program, ReplyError
-from promem_fast.types import Event, Session
+from promem_fast.types import Event
 
 Relation = tuple[int, str, int]
 
 
-def embed_turns(groups: list[TurnGroup], stage: str) -> Program[np.ndarray]:
+def embed_turns(view: DialogueView, groups: list[TurnGroup], stage: str) -> Program[np.ndarray]:
     """Turn embeddings (reused later for grounding, so a session embeds its turns once)."""
-    (vectors,) = yield [Embed(stage=stage, texts=tuple(turn_text(g) for g in groups))]
+    (vectors,) = yield [Embed(stage=stage, texts=tuple(view.turn(g) for g in groups))]
     if isinstance(vectors, Failure):
         raise RuntimeError(f"turn embedding failed: {vectors.error}")
     return vectors
 
 
-def segment(groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext) -> Program[list[list[int]]]:
-    """Topic segments: the embedding fine cut, narrowed by LightMem's attention coarse cut when configured."""
+def uses_lightmem(ctx: RunContext) -> bool:
+    """Whether topic segments get LightMem's combined cut: asked for, or ``auto`` with a compressor model."""
+    cp = ctx.config.pipeline
+    return cp.segmenter == "lightmem" or (cp.segmenter == "auto" and ctx.config.compression.model is not None)
+
+
+def segment(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext
+            ) -> Program[list[list[int]]]:
+    """Topic segments: our embedding similarity cut, narrowed by LightMem's attention cut when it is used."""
     cp = ctx.config.pipeline
     cuts = fine_boundaries(vectors, cp.theta_start, cp.theta_step, cp.theta_max)
-    if cp.segmenter == "lightmem" and len(groups) > 2:
-        (attention,) = yield [Attend(stage="cc", texts=tuple(turn_text(g) for g in groups))]
+    if uses_lightmem(ctx) and len(groups) > 2:
+        (attention,) = yield [Attend(stage="cc", texts=tuple(view.turn(g) for g in groups))]
         if isinstance(attention, Failure):
             ctx.fail(attention)
         else:
             cuts = combine_boundaries(cuts, coarse_boundaries(attention))
     segments = segments_from_boundaries(len(groups), cuts)
-    sizes = [ctx.text_tokens("event", turn_text(g)) for g in groups]
+    sizes = [ctx.text_tokens("event", view.turn(g)) for g in groups]
     return cap_tokens(segments, sizes.__getitem__, cp.max_segment_tokens)
 
 
-def abstract_events(session: Session, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
+def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
                     with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
     """Events of every segment in one round, then (optionally) one relation request over all events."""
     cp = ctx.config.pipeline
-    segments = yield from segment(groups, vectors, ctx)
+    segments = yield from segment(view, groups, vectors, ctx)
     ctx.stats.bump("segments", len(segments))
     schema = schema_for("event", max_items=cp.max_list_items)
-    budget = ctx.prompt_budget("event", render("event", user=session.user, segment=""))
-    requests: list[Generate] = []
+    budget = ctx.prompt_budget("event", render("event", user=view.owner, when=view.when, segment=""))
+    makers: list[Callable[[str], Generate]] = []
     owners: list[int] = []
+
+    def maker(piece: str, number: int) -> Callable[[str], Generate]:
+        return lambda more: Generate(
+            stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"], item=f"segment {number}",
+            messages=render("event", user=view.owner, when=view.when, segment=piece, more=more),
+            check=statements("events", piece))
+
     for number, members in enumerate(segments):
-        text = "\n".join(turn_text(groups[i]) for i in members)
+        text = "\n".join(view.turn(groups[i]) for i in members)
         pieces = window_text(ctx, "event", text, budget)
         if len(pieces) > 1:
             ctx.stats.bump("windowed_segments")
         for piece in pieces:
-            requests.append(Generate(stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"],
-                                     messages=render("event", user=session.user, segment=piece),
-                                     item=f"segment {number}", check=statements("events", piece)))
+            makers.append(maker(piece, number))
             owners.append(number)
-    results = yield from ask(requests)
+    results = yield from listing(ctx, "events", makers)
     texts_by_segment: dict[int, list[str]] = {}
     for number, result in zip(owners, results):
         if isinstance(result, Failure):
             ctx.fail(result)
             continue
-        texts_by_segment.setdefault(number, []).extend(result["events"])
+        left_full(ctx, "event", result)
+        texts_by_segment.setdefault(number, []).extend(result.items)
     events: list[Event] = []
     seen: set[str] = set()
     for number in sorted(texts_by_segment):
@@ -107,7 +122,7 @@ def infer_relations(events: list[Event], ctx: RunContext) -> Program[list[Relati
 
     (result,) = yield [Generate(stage="rel", role="relation", schema=schema, max_tokens=cp.max_tokens["relation"],
                                 messages=render("relation", events=numbered([e.text for e in events]),
-                                                relation_types=", ".join(types)),
+                                                relation_types=relation_menu(types)),
                                 check=check, item=f"{n} events")]
     if isinstance(result, Failure):
         ctx.fail(result)

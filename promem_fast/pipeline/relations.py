@@ -11,32 +11,46 @@ from __future__ import annotations
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, ask, turn_text
-from promem_fast.prompts import numbered, render, schema_for
+from promem_fast.backends._text import content_set
+from promem_fast.pipeline.common import TurnGroup, ask
+from promem_fast.pipeline.views import DialogueView
+from promem_fast.prompts import RELATION_MEANINGS, numbered, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program
-from promem_fast.types import Edge, MemoryEntry, Session
+from promem_fast.types import Edge, Event, MemoryEntry, Session
 
 
-def map_edges(relations: list[tuple[int, str, int]], event_to_entry: list[int], became: list[list[int]],
-              relation_types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def map_edges(relations: list[tuple[int, str, int]], events: list[Event], event_to_entry: list[int],
+              became: list[list[int]], nodes: list[MemoryEntry], relation_types: tuple[str, ...]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Event-level edges as (source node, relation id, target node) arrays; -1 marks a discarded endpoint.
 
-    An entry that HV split maps to its first surviving node, the one that carries the entry's subject.
+    An entry that HV split into atomic facts carries each edge on the fact(s) that hold the linked event's
+    content (an edge about the move attaches to "Maya moved to Lisbon", not to "Maya has a sister");
+    several facts that share the best overlap each get the edge, and when none overlaps the first fact does.
     """
-    def node_of(event: int) -> int:
+    def nodes_of(event: int) -> list[int]:
         entry = event_to_entry[event] if 0 <= event < len(event_to_entry) else -1
-        return became[entry][0] if 0 <= entry < len(became) and became[entry] else -1
+        parts = became[entry] if 0 <= entry < len(became) else []
+        if len(parts) <= 1:
+            return parts or [-1]
+        words = [content_set(nodes[n].text) for n in parts]
+        common = frozenset.intersection(*words)  # the subject every fragment repeats tells nothing apart
+        linked = content_set(events[event].text)
+        overlap = [len((w - common) & linked) for w in words]
+        best = max(overlap)
+        return [n for n, o in zip(parts, overlap) if o == best] if best > 0 else parts[:1]
 
-    src = np.array([node_of(s) for s, _, _ in relations], np.int64)
-    rel = np.array([relation_types.index(r) for _, r, _ in relations], np.int64)
-    dst = np.array([node_of(t) for _, _, t in relations], np.int64)
+    edges = [(s, relation_types.index(r), t) for a, r, b in relations for s in nodes_of(a) for t in nodes_of(b)]
+    src = np.array([e[0] for e in edges], np.int64)
+    rel = np.array([e[1] for e in edges], np.int64)
+    dst = np.array([e[2] for e in edges], np.int64)
     return src, rel, dst
 
 
-def evidence(groups: list[TurnGroup], focus: list[int], ctx: RunContext, budget: int) -> str:
+def evidence(view: DialogueView, groups: list[TurnGroup], focus: list[int], ctx: RunContext, budget: int) -> str:
     """The dialogue for verification: all of it when it fits, else the turns nearest the two grounded
     turns, added outwards until the budget is used (the statistics count each narrowed prompt)."""
-    texts = [turn_text(g) for g in groups]
+    texts = [view.turn(g) for g in groups]
     sizes = [ctx.text_tokens("verify_relation", t) + 1 for t in texts]
     if sum(sizes) <= budget:
         return "\n".join(texts)
@@ -58,6 +72,7 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
                      ctx: RunContext) -> Program[list[Edge]]:
     cp = ctx.config.pipeline
     types = tuple(cp.relation_types)
+    view = DialogueView.of(session)
     ctx.stats.bump("edges_candidate", len(src))
     if len(src) == 0:
         return []
@@ -69,7 +84,8 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
         return []
     probes = yield [Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
                              messages=render("probe", user=session.user, source=nodes[s].text,
-                                             target=nodes[t].text, relation=r), item=f"edge {s} -{r}-> {t}")
+                                             target=nodes[t].text, relation=r, meaning=RELATION_MEANINGS.get(r, r)),
+                             item=f"edge {s} -{r}-> {t}")
                     for s, r, t in edges]
     flat = numbered([n.text for n in nodes])
     asked: list[tuple[tuple[int, str, int], str]] = []
@@ -90,17 +106,18 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
             ctx.stats.bump("edges_implicit")
         else:
             open_questions.append((edge, question))
-    empty = render("verify_relation", user=session.user, dialogue="", source="", target="", relation="", question="")
+    empty = render("verify_relation", user=session.user, dialogue="", source="", target="", relation="", meaning="",
+                   question="")
     budget = ctx.prompt_budget("verify_relation", empty)
     requests = []
     for (s, r, t), question in open_questions:
-        dialogue = evidence(groups, [turn_of_node[s], turn_of_node[t]], ctx,
+        dialogue = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
                             budget - ctx.text_tokens("verify_relation", nodes[s].text + nodes[t].text + question))
         requests.append(Generate(stage="rel", role="verify_relation", schema=schema_for("verify_relation"),
                                  max_tokens=cp.max_tokens["verify_relation"], item=question,
                                  messages=render("verify_relation", user=session.user, dialogue=dialogue,
                                                  source=nodes[s].text, target=nodes[t].text, relation=r,
-                                                 question=question)))
+                                                 meaning=RELATION_MEANINGS.get(r, r), question=question)))
     verdicts = yield from ask(requests)
     out: list[Edge] = []
     for ((s, r, t), question), result in zip(open_questions, verdicts):

@@ -12,9 +12,10 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, dedupe, entail_requests, entailed, premise_text, same_language, statements, turn_text,
+    TurnGroup, ask, dedupe, entail_requests, entailed, same_language, statements,
 )
 from promem_fast.pipeline.completeness import Candidate
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Match, Program
 from promem_fast.types import MemoryEntry, Session
@@ -36,6 +37,7 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
     """Purified nodes and, for each candidate entry, the indices of the nodes it became."""
     nodes: list[MemoryEntry] = []
     became: list[list[int]] = [[] for _ in entries]
+    view = DialogueView.of(session)
 
     texts: set[str] = set()
 
@@ -50,7 +52,7 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
         nodes.append(MemoryEntry(id=len(nodes), text=text, origin=origin, verification=verification,  # type: ignore[arg-type]
                                  turn_ids=[groups[turn][0]] if turn >= 0 else [],
                                  grounding_score=round(float(grounding[entry_index]), 6) if turn >= 0 else None,
-                                 parent=parent))
+                                 parent=parent, date=view.turn_date(groups[turn]) if turn >= 0 else view.date))
 
     if not enabled:
         for i, entry in enumerate(entries):
@@ -58,7 +60,7 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
         return nodes, became
 
     cp = ctx.config.pipeline
-    premises = [premise_text(session, groups[int(t)], cp.premise) if t >= 0 else "" for t in turn_of]
+    premises = [view.premise(groups[int(t)], cp.premise) if t >= 0 else "" for t in turn_of]
     ctx.stats.bump("hv_checked", len(entries))
     first = yield from ask(entail_requests(ctx, "hv", [(premises[i], e.text) for i, e in enumerate(entries)],
                                            [e.text for e in entries]))
@@ -103,8 +105,9 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
     if flagged:
         schema = schema_for("adjudicate")
         rulings = yield [Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
-                                  messages=render("adjudicate", turn=turn_text(groups[int(turn_of[i])]) if turn_of[i] >= 0
-                                                  else "", fact=fact), item=fact, check=same_language(fact))
+                                  messages=render("adjudicate", user=view.owner, when=view.when, fact=fact,
+                                                  turn=view.turn(groups[int(turn_of[i])]) if turn_of[i] >= 0 else ""),
+                                  item=fact, check=same_language(fact))
                          for i, fact in flagged]
         for (i, fact), result in zip(flagged, rulings):
             if isinstance(result, Failure):
