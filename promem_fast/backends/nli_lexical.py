@@ -15,7 +15,7 @@ from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import NLIResult, label_from_scores
 from promem_fast.config import NLIConfig
 
-_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|myself)\b")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|(?i:my|me|myself))\b")
 _SAID = re.compile(r"^(?P<on>On [^,\n]*, )?(?P<name>[^:\n]+?) said: (?P<text>.*)$", re.M)
 
 ENTAIL_COVERAGE = 0.75

@@ -1,0 +1,154 @@
+"""What the prompts tell the model: who the memory owner is, when the session was, which way a relation
+points, and that a full list is asked for the rest. The stand-ins know only what the prompts say, so a
+prompt that loses the owner's name or the date loses the facts that depend on them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conftest import scripted_config
+from promem_fast.backends.base import Completion, GenerationRequest
+from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.config import EngineConfig
+from promem_fast.engine import Engine
+from promem_fast.pipeline.events import uses_lightmem
+from promem_fast.pipeline.relations import map_edges
+from promem_fast.pipeline.views import DialogueView
+from promem_fast.types import Event, MemoryEntry, MemoryGraph, Session, Turn
+
+DAY = "2025-03-14T09:30:00"
+
+
+class Seeing(ScriptedLLM):
+    """The scripted model, keeping every prompt it was sent by role."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.prompts: dict[str, list[str]] = {}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        for request in requests:
+            parsed = parse_rendered(request.messages)
+            role = parsed[0] if parsed else "?"
+            self.prompts.setdefault(role, []).append("\n".join(m["content"] for m in request.messages))
+        return super().generate(requests)
+
+
+def session(owner: str = "Maya Chen", stamp: str | None = DAY) -> Session:
+    said = [
+        ("I'm flying to Oslo tomorrow for a conference.", "Safe travels!"),
+        ("I adopted a cat named Pixel yesterday.", "Pixel is a lovely name."),
+        ("My brother Leo works at Harbor Bank in Bergen.", "Do you visit him often?"),
+    ]
+    turns = tuple(Turn(turn_id=i, role=role, text=text, timestamp=stamp)
+                  for i, pair in enumerate(said) for role, text in zip(("user", "assistant"), pair))
+    return Session(session_id="s1", user=owner, turns=turns, timestamp=stamp)
+
+
+def test_every_extraction_prompt_names_the_owner_and_gives_the_date_and_the_date_rule() -> None:
+    sailboat = {"draft": lambda f: {"facts": ["Maya Chen owns a red sailboat in Tromso."]}}  # forces adjudication
+    llm = Seeing(rules=sailboat)
+    Engine(scripted_config(), llm=llm).extract([session()])
+    assert {"detail", "event", "draft", "adjudicate", "relation", "probe"} <= set(llm.prompts)
+    for role in ("detail", "event", "draft", "adjudicate"):
+        for prompt in llm.prompts[role]:
+            assert "The memory owner is Maya Chen" in prompt, role
+            assert "2025-03-14 (Friday)" in prompt, role
+            assert '"yesterday", "tomorrow"' in prompt and "calendar date" in prompt, role
+            assert "Example:" in prompt, role
+            assert "user:" not in prompt, role  # turns speak with names, never as "user"
+    assert any("] Maya Chen: I'm flying to Oslo tomorrow" in p for p in llm.prompts["draft"])
+
+
+def test_relations_default_to_the_papers_two_with_their_direction_in_every_prompt() -> None:
+    assert EngineConfig().pipeline.relation_types == ("causal", "temporal")
+    llm = Seeing()
+    Engine(scripted_config(), llm=llm).extract([session()])
+    (relation,) = llm.prompts["relation"]
+    assert "- causal: source leads to target\n- temporal: source happens before target" in relation
+    for prompt in llm.prompts["probe"] + llm.prompts.get("verify_relation", []):
+        assert "(A is the source, B the target: source happens before target)" in prompt
+        assert "for/with" not in prompt
+
+
+def test_facts_resolve_the_owner_and_relative_dates_and_keep_the_day() -> None:
+    for mode in ("promem", "one-off"):
+        graph = Engine(scripted_config(mode=mode)).extract([session()])[0]
+        texts = [n.text for n in graph.nodes]
+        assert "Maya Chen is flying to Oslo on 2025-03-15 for a conference." in texts, mode
+        assert all(n.date == "2025-03-14" for n in graph.nodes), mode
+        again = MemoryGraph.from_json(graph.to_json())
+        assert [n.date for n in again.nodes] == [n.date for n in graph.nodes]
+        assert all(node["date"] == "2025-03-14" for node in graph.node_link_data()["nodes"])
+
+
+def test_without_a_session_date_relative_dates_stay_as_said() -> None:
+    graph = Engine(scripted_config(mode="one-off")).extract([session(stamp=None)])[0]
+    assert "Maya Chen is flying to Oslo tomorrow for a conference." in [n.text for n in graph.nodes]
+    assert all(n.date is None for n in graph.nodes)
+
+
+def test_the_scripted_model_finds_no_owner_facts_in_a_prompt_that_does_not_name_the_owner() -> None:
+    llm = ScriptedLLM()
+    view = DialogueView.of(session())
+    from promem_fast.prompts import render
+
+    named = render("draft", user="Maya Chen", when=view.when, dialogue=view.turn(session().turn_groups()[0]))
+    anonymous = render("draft", user="Maya Chen", when=view.when, dialogue="[turn 0] user: I'm flying to Oslo.")
+    replies = llm.generate([GenerationRequest(messages=m, schema=None, max_tokens=256) for m in (named, anonymous)])
+    assert "Maya Chen is flying to Oslo on 2025-03-15" in replies[0].text
+    assert '"facts": []' in replies[1].text
+
+
+def test_the_nli_premise_says_who_spoke_and_the_lexical_checker_only_resolves_i_from_it() -> None:
+    s = session()
+    premise = DialogueView.of(s).premise(s.turn_groups()[2], "turn")
+    assert premise.startswith("On 2025-03-14, Maya Chen said: My brother Leo works at Harbor Bank in Bergen.")
+    nli = LexicalNLI()
+    hypothesis = "Maya Chen's brother Leo works at Harbor Bank."
+    named, bare = nli.entail([(premise, hypothesis), ("user: My brother Leo works at Harbor Bank.", hypothesis)])
+    assert named.label == "entailment" and bare.label == "neutral"
+    (other,) = nli.entail([(premise, "Ana Ruiz's brother Leo works at Harbor Bank.")])
+    assert other.label == "neutral"  # "I" is Maya's: the speaker named, not any name
+
+
+def test_a_list_that_fills_the_cap_is_asked_for_the_rest() -> None:
+    said = [(f"I visited the town of Place{i} in {2000 + i}.", "Nice.") for i in range(20)]
+    turns = tuple(Turn(turn_id=i, role=r, text=t, timestamp=DAY) for i, p in enumerate(said) for r, t in zip(("user", "assistant"), p))
+    many = Session(session_id="many", user="Ann", turns=turns, timestamp=DAY)
+    graph = Engine(scripted_config(mode="one-off", max_list_items=4)).extract([many])[0]
+    assert len(graph.nodes) == 10  # every other owner sentence, the scripted draft's rule, none cut at 4
+    assert graph.stats.counts["list_continuations"] >= 2
+    assert "lists_left_full" not in graph.stats.counts
+
+
+def test_a_list_still_full_after_the_bounded_continuations_is_counted_not_hidden() -> None:
+    said = " ".join(f"I visited the town of Place{i} in {2000 + i}." for i in range(40))
+    one_turn = Session(session_id="one", user="Ann", turns=(Turn(0, "user", said, DAY),), timestamp=DAY)
+    graph = Engine(scripted_config(mode="one-off", max_list_items=2)).extract([one_turn])[0]
+    assert len(graph.nodes) == 8  # 4 rounds of 2
+    assert graph.stats.counts["lists_left_full"] == 1
+
+
+def test_an_edge_of_a_split_entry_attaches_to_the_fragment_that_carries_the_linked_event() -> None:
+    events = [Event("Maya moved to Lisbon for a new job.", 0, [0]), Event("Maya started at Nordvik Labs.", 0, [1])]
+    nodes = [MemoryEntry(0, "Maya has a sister called Ana.", "draft", "atomic", [0]),
+             MemoryEntry(1, "Maya moved to Lisbon.", "draft", "atomic", [0]),
+             MemoryEntry(2, "Maya started at Nordvik Labs.", "draft", "entailed", [1])]
+    src, rel, dst = map_edges([(0, "causal", 1), (1, "temporal", 0)], events, [0, 1], [[0, 1], [2]], nodes,
+                              ("causal", "temporal"))
+    assert list(zip(src.tolist(), rel.tolist(), dst.tolist())) == [(1, 0, 2), (2, 1, 1)]
+
+
+def test_lightmems_combined_cut_is_used_on_the_gpu_profile_when_the_compressor_is_there() -> None:
+    class Ctx:
+        def __init__(self, config: EngineConfig) -> None:
+            self.config = config
+
+    gpu = EngineConfig.profile("gpu")
+    assert EngineConfig().pipeline.segmenter == "similarity" and gpu.pipeline.segmenter == "auto"
+    assert not uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
+    gpu.compression.model = "models/llmlingua-2"
+    assert uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
