@@ -1,0 +1,66 @@
+"""``promem calibrate tau``: pick tau_comp for the configured embedder on a HaluMem-format sample."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from promem_fast.cli.common import build_config, config_args
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="calibrate thresholds for the configured models")
+    what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    tau = what.add_parser("tau", help="pick pipeline.tau_comp for the configured embedder and print the curve",
+                          description="Run the draft and event abstraction on a HaluMem-format sample, then, for "
+                                      "each tau from 0.30 to 0.95, count the events the completeness check would "
+                                      "recover that reach a gold point the draft missed (useful) or one it already "
+                                      "reached (redundant); the tau with the most useful minus redundant wins.")
+    tau.add_argument("--data", type=Path, required=True, help="HaluMem JSONL (users with sessions and memory points)")
+    tau.add_argument("--limit", type=int, help="only the first N users")
+    tau.add_argument("--sessions", type=int, metavar="N", help="only the first N sessions of each user")
+    config_args(tau)
+    tau.set_defaults(func=cmd_tau)
+
+
+def cmd_tau(args: argparse.Namespace) -> int:
+    from promem_fast.calibration import SessionVectors, candidates_program, choose, curve, table
+    from promem_fast.engine import Engine
+    from promem_fast.eval.datasets import load_benchmark
+
+    if not args.data.is_file():
+        print(f"promem: no such data file: {args.data}", file=sys.stderr)
+        return 2
+    config = build_config(args)
+    bench = load_benchmark("halumem", args.data, args.limit, sessions=args.sessions)
+    gold = {sid: [p.content for p in points] for user in bench.users
+            for sid, points in user.memory_points_by_session().items()}
+    sessions = bench.sessions
+    with Engine(config) as engine:
+        found = list(engine.run((s.session_id, lambda ctx, s=s: candidates_program(s, ctx)) for s in sessions))
+        embed = engine.services.embedder.embed
+        vectors = []
+        for sid, value in found:
+            if isinstance(value, BaseException):
+                raise value
+            events, draft = value
+            texts = [*events, *draft, *gold.get(sid, [])]
+            rows = embed(texts) if texts else []
+            matrix = [list(rows[a:b]) for a, b in ((0, len(events)), (len(events), len(events) + len(draft)),
+                                                     (len(events) + len(draft), len(texts)))]
+            vectors.append(SessionVectors(*(_stack(m) for m in matrix)))
+    points = curve(vectors)
+    chosen = choose(points)
+    name = config.embedder.model or f"{config.embedder.backend} default"
+    print(f"embedder: {name} ({config.embedder.backend}); {len(sessions)} sessions of {args.data}")
+    print(table(points, chosen))
+    print(f"tau_comp = {chosen.tau:.2f} (set it with --set pipeline.tau_comp={chosen.tau:.2f})")
+    return 0
+
+
+def _stack(rows: list[Any]) -> Any:
+    import numpy as np
+
+    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, 1), np.float32)
