@@ -14,9 +14,12 @@ from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError, MissingDependency
 
 
-def test_defaults_are_the_papers() -> None:
+def test_defaults_are_the_papers_where_it_gives_one() -> None:
     c = EngineConfig()
     assert c.pipeline.tau_comp == 0.6 and c.qa_top_k == 20
+    assert c.pipeline.relation_types == ("causal", "temporal")
+    # the paper follows LightMem's segmentation; ours is an embedding cut of our own unless LightMem's is asked for
+    assert c.pipeline.segmenter == "similarity"
     assert (c.pipeline.theta_start, c.pipeline.theta_step, c.pipeline.theta_max) == (0.2, 0.05, 0.5)
     assert c.pipeline.mode == "promem"
     assert all([c.pipeline.completeness_check, c.pipeline.hallucination_verification, c.pipeline.detail_anchoring,

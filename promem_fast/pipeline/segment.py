@@ -1,4 +1,8 @@
-"""Topic segmentation of the turns by embedding similarity (the fine cut of LightMem, used in §3.2).
+"""Topic segmentation of the turns (§3.2): our embedding similarity cut, and LightMem's attention cut.
+
+The paper follows LightMem for topic clustering; LightMem's cut needs its compression encoder, so the
+default is our own similarity cut alone, and :func:`coarse_boundaries` + :func:`combine_boundaries` add
+LightMem's cut on top when ``pipeline.segmenter`` asks for it (``lightmem``, or ``auto`` with the model).
 
 A boundary goes between turns i and i+1 where cos(turn_i, turn_{i+1}) < theta. theta starts low and is
 raised step by step until at least one boundary appears, so a session always splits where its topic
