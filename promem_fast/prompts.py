@@ -179,6 +179,11 @@ def render(role: str, **fields: Any) -> tuple[Message, ...]:
     return TEMPLATES[role].render(**{"more": "", **fields})
 
 
+def example_of(role: str) -> str:
+    """The example in ``role``'s system text ("" when it has none)."""
+    return TEMPLATES[role].system.partition("\nExample:")[2]
+
+
 def more_text(listed: Sequence[str]) -> str:
     """The ``more`` field of a continuation prompt: what the earlier replies already listed."""
     return MORE.format(listed="\n".join(f"- {item}" for item in listed)) if listed else ""

@@ -163,3 +163,16 @@ def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:
     odd = Session(session_id="x", user="Ann", turns=(Turn(0, "user", "Hi there friend.", "sometime"),),
                   timestamp="sometime")
     assert DialogueView.of(odd).when == "sometime" and DialogueView.of(odd).date == "sometime"
+
+
+def test_items_copied_from_the_prompts_example_are_dropped_but_the_same_words_from_the_dialogue_stay() -> None:
+    copying = {"detail": lambda f: {"details": ["40 euros a month", "climbing gym", "Harbor Bank", "Pixel"]},
+               "draft": lambda f: {"facts": ["Tom's sister is called Lea.", "Maya Chen adopted a cat named Pixel."]}}
+    s = session()
+    s = Session(session_id="s", user=s.user, timestamp=s.timestamp,
+                turns=(*s.turns, Turn(3, "user", "I joined a climbing gym near the harbour.", DAY)))
+    graph = Engine(scripted_config(mode="promem"), llm=ScriptedLLM(rules=copying)).extract([s])[0]
+    details = {d.text for d in graph.details}
+    assert details == {"Harbor Bank", "Pixel", "climbing gym"}  # "climbing gym" is said in turn 3
+    assert "Tom's sister is called Lea." not in [n.text for n in graph.nodes]
+    assert graph.stats.counts["repaired_replies"] >= 1

@@ -8,11 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
 from promem_fast.context import RunContext
 from promem_fast.pipeline.views import TurnGroup
-from promem_fast.prompts import more_text, render, schema_for
+from promem_fast.prompts import example_of, more_text, render, schema_for
 from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError, Request
 
 log = logging.getLogger(__name__)
@@ -200,21 +201,38 @@ _LIST_MARK = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")
 """A list number or bullet a model wrote inside a list item ("1. Maya moved ..."): formatting, not content."""
 
 
-def statements(key: str, source: str, min_words: int = 3) -> Callable[[Any], tuple[Any, list[str]]]:
-    """A reply check for lists of memory statements: items shorter than ``min_words`` words or copied from
-    the format's placeholder are dropped (a strict repair: nothing is added), then the language check runs.
-    A reply left with no statement at all is retried when it had items to begin with."""
+def copied_from_example(role: str | None, source: str) -> Callable[[str], bool]:
+    """Whether an item repeats the prompt's example rather than the dialogue: at least half of its content
+    words are the example's and not the source's (small models copy "40 euros a month" from the example)."""
+    example = content_set(example_of(role)) if role else frozenset()
+    have = content_set(source)
+
+    def copied(item: str) -> bool:
+        words = content_words(item)
+        return bool(words) and 2 * sum(w in example and w not in have for w in words) >= len(words)
+
+    return copied
+
+
+def statements(key: str, source: str, min_words: int = 3, role: str | None = None
+               ) -> Callable[[Any], tuple[Any, list[str]]]:
+    """A reply check for lists of memory statements: items shorter than ``min_words`` words, copied from
+    the format's placeholder or from ``role``'s example are dropped (a strict repair: nothing is added),
+    then the language check runs. A reply left with no statement at all is retried when it had items to
+    begin with."""
     language = same_language(source)
+    copied = copied_from_example(role, source)
 
     def check(value: Any) -> tuple[Any, list[str]]:
         items = value[key]
         bare = [_LIST_MARK.sub("", t, count=1) for t in items]
         notes = [f"list numbering removed from items of {key!r}"] if bare != items else []
-        kept = [t for t in bare if t.strip().lower() not in PLACEHOLDERS and len(t.split()) >= min_words]
+        kept = [t for t in bare if t.strip().lower() not in PLACEHOLDERS and len(t.split()) >= min_words
+                and not copied(t)]
         if items and not kept:
             raise ReplyError(f"no item of {key!r} is a statement (placeholders or fragments only)")
         if len(kept) < len(items):
-            notes.append(f"dropped {len(items) - len(kept)} non-statement item(s) of {key!r}")
+            notes.append(f"dropped {len(items) - len(kept)} non-statement or example item(s) of {key!r}")
         value = {**value, key: kept}
         value, more = language(value)
         return value, notes + more

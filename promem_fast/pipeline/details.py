@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, same_language, window_text
+from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, statements, window_text
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Program
@@ -24,7 +24,7 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
         return lambda more: Generate(
             stage="da", role="detail", schema=schema, max_tokens=cp.max_tokens["detail"], item=f"turn {tid}",
             messages=render("detail", user=view.owner, when=view.when, turn=piece, more=more),
-            check=same_language(piece))
+            check=statements("details", piece, min_words=1, role="detail"))
 
     for index, group in enumerate(groups):
         pieces = window_text(ctx, "detail", view.turn(group), budget)

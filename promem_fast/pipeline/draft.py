@@ -50,7 +50,7 @@ def draft_memory(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, s
         return lambda more: Generate(
             stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"], item=label,
             messages=render("draft", user=view.owner, when=view.when, dialogue=chunk, more=more),
-            check=statements("facts", chunk))
+            check=statements("facts", chunk, role="draft"))
 
     facts: list[str] = []
     while chunks:

@@ -65,7 +65,7 @@ def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.nda
         return lambda more: Generate(
             stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"], item=f"segment {number}",
             messages=render("event", user=view.owner, when=view.when, segment=piece, more=more),
-            check=statements("events", piece))
+            check=statements("events", piece, role="event"))
 
     for number, members in enumerate(segments):
         text = "\n".join(view.turn(groups[i]) for i in members)
