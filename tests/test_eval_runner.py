@@ -65,10 +65,16 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     bench = load_benchmark("halumem", HALUMEM, 2)
     labels = stored["labels"]
 
-    # every gold point of every non-distractor session judged once; every extracted entry judged once
+    # every gold point of every non-distractor session judged once, an update point (its session has
+    # memories) by the update judge only, as HaluMem routes it; every extracted entry judged once
     graphs = {g.session_id: g for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl")}
     assert set(graphs) == {s.session_id for s in bench.sessions}
-    assert len(labels["integrity"]) == len(bench.memory_points)
+    assert all(graphs[p.session_id].nodes for p in bench.memory_points if p.is_update)
+    points = {(p.session_id, p.index) for p in bench.memory_points}
+    by_integrity = [(lab["session_id"], lab["index"]) for lab in labels["integrity"]]
+    by_update = [(lab["session_id"], lab["index"]) for lab in labels["update"]]
+    assert sorted(by_integrity + by_update) == sorted(points) and labels["update"]
+    assert by_update == [(p.session_id, p.index) for p in bench.memory_points if p.is_update]
     judged = {p.session_id for p in bench.memory_points}
     assert len(labels["accuracy"]) == sum(len(graphs[sid].nodes) for sid in judged)
     assert [lab["question_id"] for lab in labels["qa"]] == [q.question_id for q in bench.questions]
@@ -90,8 +96,14 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     report = (tmp_path / "report-halumem.md").read_text()
     for heading in ("## Runs", "## Table 1: memory extraction and QA", "## Table 2: ablation",
                     "## Table 6: extraction cost per session", "## Extraction in detail", "## QA by question type",
-                    "## Evaluation cost", "![Variants compared](variants-halumem.png)"):
+                    "## Evaluation cost", "![Variants compared](variants-halumem.png)", "## Type-wise accuracy",
+                    "## Judge records without a usable grade"):
         assert heading in report
+    types = metrics.halumem_memory_type_accuracy(labels["integrity"], labels["update"])
+    assert {row[0]: row[1] for row in table(report, "Type-wise accuracy")} == {
+        t: f"{pct(v['accuracy'])} = {pct(v['integrity'])} + {pct(v['update'])} (n {v['n']})" for t, v in types.items()}
+    assert table(report, "Judge records without a usable grade") == [
+        ["ProMem (Full)", *(f"0/{len(labels[j])} (0.00%)" for j in ("integrity", "accuracy", "update", "qa"))]]
     tokens = sum(g.stats.total().tokens for g in graphs.values()) / len(graphs)
     assert table(report, "Table 1") == [["ProMem (Full)", pct(extraction["memory_integrity"]),
                                          pct(extraction["memory_accuracy"]), pct(extraction["memory_f1"]),

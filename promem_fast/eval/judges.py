@@ -24,6 +24,7 @@ truncated mid-text; how much was shown is recorded on the label.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ from .datasets import LOCOMO_CATEGORIES
 from .prompts import LME_TEMPLATE_OF_TYPE, eval_schema, render_eval
 from .qa import Answer
 from .records import GoldMemory, Question
+
+log = logging.getLogger(__name__)
 
 LOCOMO_MAIN_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 """LoCoMo categories of the headline numbers: adversarial (5) questions have no gold answer and are left
@@ -317,14 +320,27 @@ QA_JUDGES = {"halumem": halumem_qa_judge, "locomo": locomo_qa_judge, "longmemeva
 
 
 # ============================================================================================= aggregation
-def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
-                      qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG), with
-    its update ratios and type-wise accuracy, and QA.
+UPDATE_ROUTINGS: dict[str, str] = {
+    "official": "an update point goes to the update judge only, when the session has memories (HaluMem's "
+                "own evaluation); without memories it goes to the integrity judge",
+    "both": "every point goes to the integrity judge and every update point to the update judge as well, "
+            "so recall covers all gold points",
+}
+"""How HaluMem gold points with ``is_update`` are judged (``promem eval halumem --update-points``)."""
 
-    In the type-wise accuracy each point counts once, as in HaluMem where every point goes to one judge: an
-    update point by its update label, any other by its integrity score.
+
+def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
+                      qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = (),
+                      update_routing: str = "official") -> dict[str, Any]:
+    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG), with
+    its update ratios and type-wise accuracy, and QA; plus, per judge, the records without a usable grade
+    (``unscored``) and a warning for each judge past :data:`~.metrics.UNSCORED_WARN_SHARE` (also logged).
+
+    The type-wise accuracy counts each point once, as HaluMem does: with ``update_routing="both"`` the
+    update points' integrity labels are left out of it (their update label counts).
     """
+    if update_routing not in UPDATE_ROUTINGS:
+        raise ValueError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
     qa_scores = metrics.halumem_qa(qa)
     extraction = None
     memory: dict[str, Any] = dict.fromkeys(
@@ -332,10 +348,14 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
     if integrity or accuracy:
         extraction = metrics.halumem_extraction(integrity, accuracy)
         extraction["update"] = metrics.halumem_update(update)
-        extraction["memory_type_accuracy"] = metrics.halumem_memory_type_accuracy(
-            [label for label in integrity if not label.get("is_update")], update)
+        typed = integrity if update_routing == "official" else [i for i in integrity if not i.get("is_update")]
+        extraction["memory_type_accuracy"] = metrics.halumem_memory_type_accuracy(typed, update)
         memory = {key: extraction[key] for key in ("memory_integrity", "memory_accuracy", "memory_f1")}
         memory["false_memory_resistance"] = extraction["integrity"]["false_memory_resistance"]
+    unscored = metrics.halumem_unscored(integrity=integrity, accuracy=accuracy, update=update, qa=qa)
+    warnings = metrics.unscored_warnings(unscored)
+    for warning in warnings:
+        log.warning("%s", warning)
     return {
         "headline": {
             **memory,
@@ -345,6 +365,9 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
         },
         "extraction": extraction,
         "qa": qa_scores,
+        "update_routing": update_routing,
+        "unscored": unscored,
+        "warnings": warnings,
     }
 
 
