@@ -20,7 +20,9 @@ from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics
 from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.prompts import EVAL_TEMPLATES
-from promem_fast.eval.runner import VARIANTS, extraction_cost, load_results, run_eval, variant_config
+from promem_fast.eval.runner import (
+    VARIANTS, extraction_cost, load_results, route_points, run_eval, variant_config,
+)
 from promem_fast.io import load_sessions, read_graphs
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -119,6 +121,26 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     calls = sum(g.stats.total().calls for g in graphs.values()) / len(graphs)
     assert cost_row[7] == f"{calls:.2f}"
     assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
+
+
+def test_update_points_reach_the_update_judge_only_unless_both_is_asked(tmp_path: Path) -> None:
+    official = evaluate("halumem", HALUMEM, tmp_path / "official", limit=2)
+    both = evaluate("halumem", HALUMEM, tmp_path / "both", limit=2, update_routing="both")
+    updates = official["labels"]["update"]
+    assert updates and [u["memory_update_type"] for u in updates] == [
+        u["memory_update_type"] for u in both["labels"]["update"]]
+    # "both" also sends them to the integrity judge: they enter the recall denominator, as the issue measured
+    n_official = official["aggregates"]["extraction"]["integrity"]["n"]
+    assert both["aggregates"]["extraction"]["integrity"]["n"] == n_official + len(updates)
+    assert not any(label["is_update"] for label in official["labels"]["integrity"])
+    assert (official["config"]["update_routing"], both["config"]["update_routing"]) == ("official", "both")
+    assert "judged as `both`" in (tmp_path / "both" / "report-halumem.md").read_text()
+    # without memories HaluMem has nothing to show the update judge: the point goes to the integrity judge
+    bench = load_benchmark("halumem", HALUMEM, 1)
+    points = [p for p in bench.memory_points if p.session_id == "u-ada:0"]
+    assert any(p.is_update for p in points) and route_points(points, None, "official") == (points, [])
+    with pytest.raises(Exception, match="unknown update routing"):
+        evaluate("halumem", HALUMEM, tmp_path, limit=1, update_routing="integrity")
 
 
 def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(tmp_path: Path) -> None:
