@@ -185,6 +185,14 @@ def test_locomo_and_longmemeval_results_reaggregate(tmp_path: Path) -> None:
                           llm=ScriptedLLM(config.llm))
         again = aggregate(load_labels([tmp_path / f"result-{kind}-full.json"]))
         assert again["headline"] == {k: v for k, v in result["headline"].items() if k != "tokens_per_session"}
+        assert "## Table 1" in render(again) and "Table 6" not in render(again)
+    # a LoCoMo judge that failed on two questions of three: counted and warned about
+    rows = [{"category": 4, "prediction": "Paris", "answer": "Paris", "llm_correct": grade}
+            for grade in (True, None, "judge_failed")]
+    locomo = aggregate(load_labels([write(tmp_path / "l.json", {"kind": "locomo", "labels": {"qa": rows}})]))
+    assert locomo["aggregates"]["unscored"]["qa"]["unscored"] == 2
+    assert locomo["aggregates"]["warnings"][0].startswith("qa judge: 2 of 3 records (66.7%)")
+    assert "**Warning:** qa judge: 2 of 3" in render(locomo)
 
 
 # ============================================================================================= bad input

@@ -402,8 +402,8 @@ def test_halumem_update_aggregation_by_hand() -> None:
     assert types["Persona Memory"] == approx({"n": 2, "integrity": 0.0, "update": 0.5, "accuracy": 0.5})
     assert types["Relationship Memory"]["accuracy"] == 0.0
     assert official["unscored"]["update"]["unscored"] == 1
-    assert official["warnings"] == ['update judge: 1 of 4 records (25.0%) have no usable grade (e.g. "not a label"), '
-                                    "so its figures rest on 3"]
+    assert official["warnings"] == [('update judge: 1 of 4 records (25.0%) have no usable grade (e.g. "not a label"), '
+                                     "so its figures rest on 3")]
     # "both": every point also went to the integrity judge; recall covers all six, the type table still
     # counts each point once (the update points by their update label)
     both = aggregate_halumem([i for i, _ in rows], [], [], update, update_routing="both")

@@ -190,8 +190,8 @@ def update_program(session: Session, points: Sequence[GoldMemory], graph: Memory
 
     HaluMem shows its judge the memories the system retrieves for the point; the session's entries play that
     part here (cut to the most similar ones when they do not fit), as they do for integrity. With nothing
-    extracted the update is an Omission without asking (HaluMem sends such a point to its integrity judge
-    instead, where it scores 0: missed either way).
+    extracted the update is an Omission without asking; only the ``both`` routing sends such a point here
+    (``official`` sends it to the integrity judge, as HaluMem does, where it scores 0: missed either way).
     """
     updates = [p for p in points if p.is_update]
     if not updates:
@@ -372,15 +372,16 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
 
 
 def _judge_accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Share of rows the LLM judge marked correct; an unparsable grade counts as wrong (``n_valid`` says how
-    many parsed)."""
-    valid = [r["llm_correct"] for r in rows if r.get("llm_correct") is not None]
+    """Share of rows the LLM judge marked correct; a missing or unparsable grade (anything but true/false)
+    counts as wrong (``n_valid`` says how many parsed)."""
+    valid = [r["llm_correct"] for r in rows if isinstance(r.get("llm_correct"), bool)]
     return {"n": len(rows), "n_valid": len(valid),
             "accuracy": sum(valid) / len(rows) if rows else None}
 
 
 def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """LLM-judge accuracy and token F1, overall (categories 1–4, and all five) and per category."""
+    """LLM-judge accuracy and token F1, overall (categories 1–4, and all five) and per category, with the
+    questions the judge gave no grade (``unscored``; a warning past :data:`~.metrics.UNSCORED_WARN_SHARE`)."""
     main = [r for r in rows if r["category"] in LOCOMO_MAIN_CATEGORIES]
     by_category: dict[str, Any] = {}
     for category, name in LOCOMO_CATEGORIES.items():
@@ -391,6 +392,10 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     f1_all = metrics.locomo_scores(rows)
     for name, entry in f1_all["by_category"].items():
         by_category[name]["f1"] = entry["mean"]
+    unscored = {"qa": metrics.unscored((r.get("llm_correct") for r in rows), lambda v: isinstance(v, bool))}
+    warnings = metrics.unscored_warnings(unscored)
+    for warning in warnings:
+        log.warning("%s", warning)
     return {
         "headline": {"llm_accuracy": _judge_accuracy(main)["accuracy"], "f1": f1_main["overall"],
                      "llm_accuracy_all": _judge_accuracy(rows)["accuracy"], "f1_all": f1_all["overall"]},
@@ -399,6 +404,8 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "f1": f1_main,
         "f1_all": f1_all,
         "by_category": by_category,
+        "unscored": unscored,
+        "warnings": warnings,
     }
 
 
