@@ -193,6 +193,13 @@ def test_locomo_and_longmemeval_results_reaggregate(tmp_path: Path) -> None:
     assert locomo["aggregates"]["unscored"]["qa"]["unscored"] == 2
     assert locomo["aggregates"]["warnings"][0].startswith("qa judge: 2 of 3 records (66.7%)")
     assert "**Warning:** qa judge: 2 of 3" in render(locomo)
+    # LongMemEval scores a failed judge call as "no"; it is counted all the same
+    rows = [{"question_id": f"q{i}", "question_type": "temporal-reasoning", "label": False, "error": "no reply"}
+            for i in range(2)] + [{"question_id": "q9", "question_type": "temporal-reasoning", "label": True}]
+    lme = aggregate(load_labels([write(tmp_path / "m.json", {"kind": "longmemeval", "labels": {"qa": rows}})]))
+    assert lme["headline"]["accuracy"] == approx(1 / 3)
+    assert lme["aggregates"]["unscored"]["qa"] == {"n": 3, "unscored": 2, "share": approx(2 / 3),
+                                                   "values": {"null": 2}}
 
 
 # ============================================================================================= bad input

@@ -143,6 +143,42 @@ def test_update_points_reach_the_update_judge_only_unless_both_is_asked(tmp_path
         evaluate("halumem", HALUMEM, tmp_path, limit=1, update_routing="integrity")
 
 
+class GarbledIntegrityJudge(ScriptedLLM):
+    """The scripted model, replying to every integrity-judge prompt with text that is not a grade."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        replies = super().generate(requests)
+        return [Completion("judge_failed", reply.prompt_tokens, 2)
+                if (parse_rendered(request.messages) or ("",))[0] == "judge_integrity" else reply
+                for request, reply in zip(requests, replies, strict=True)]
+
+
+def test_a_judge_that_gives_no_grades_is_counted_and_warned_about(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    config = scripted_config()
+    result = run_eval("halumem", HALUMEM, config, out_dir=tmp_path, limit=1, llm=GarbledIntegrityJudge(config.llm))
+    n = len(result["labels"]["integrity"])
+    assert n and all(label["memory_integrity_score"] is None for label in result["labels"]["integrity"])
+    assert result["aggregates"]["unscored"]["integrity"] == {"n": n, "unscored": n, "share": 1.0,
+                                                             "values": {"null": n}}
+    assert result["aggregates"]["unscored"]["qa"]["unscored"] == 0
+    (warning,) = result["aggregates"]["warnings"]
+    assert warning.startswith(f"integrity judge: {n} of {n} records (100.0%) have no usable grade")
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert f"**Warning:** ProMem (Full): {warning}." in report
+    (row,) = table(report, "Judge records without a usable grade")
+    assert row[1] == f"{n}/{n} (100.00%)"
+    # the same from the stored labels alone
+    capsys.readouterr()
+    assert main(["eval", "aggregate", result["files"]["result"], "-o", str(tmp_path / "agg.json")]) == 0
+    assert f"warning: {warning}" in capsys.readouterr().out.splitlines()
+    recomputed = json.loads((tmp_path / "agg.json").read_text())
+    assert recomputed["aggregates"]["unscored"] == result["aggregates"]["unscored"]
+    assert recomputed["overall_score"]["memory_integrity"]["memory_valid_num"] == 0
+    assert main(["eval", "aggregate", result["files"]["result"], "--report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"promem: {tmp_path}: cannot write: Is a directory"
+
+
 def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(tmp_path: Path) -> None:
     evaluate("halumem", HALUMEM, tmp_path, limit=1)
     graphs_file = tmp_path / "graphs-halumem-full.jsonl"

@@ -156,9 +156,19 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
             for judge, row in unscored.items()))
     _print_warnings(result["aggregates"])
     if args.output:
-        args.output.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+        _write(args.output, json.dumps(result, ensure_ascii=False, indent=1))
         print(f"aggregates: {args.output}")
     if args.report:
-        args.report.write_text(render(result), encoding="utf-8")
+        _write(args.report, render(result))
         print(f"report: {args.report}")
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Write an output file; a path that cannot be written is the user's to fix: one line naming it."""
+    from promem_fast.errors import InputError
+
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path)) from None

@@ -392,10 +392,7 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     f1_all = metrics.locomo_scores(rows)
     for name, entry in f1_all["by_category"].items():
         by_category[name]["f1"] = entry["mean"]
-    unscored = {"qa": metrics.unscored((r.get("llm_correct") for r in rows), lambda v: isinstance(v, bool))}
-    warnings = metrics.unscored_warnings(unscored)
-    for warning in warnings:
-        log.warning("%s", warning)
+    unscored, warnings = _unscored_qa([r.get("llm_correct") for r in rows], lambda v: isinstance(v, bool))
     return {
         "headline": {"llm_accuracy": _judge_accuracy(main)["accuracy"], "f1": f1_main["overall"],
                      "llm_accuracy_all": _judge_accuracy(rows)["accuracy"], "f1_all": f1_all["overall"]},
@@ -409,9 +406,22 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _unscored_qa(grades: list[Any], usable: Callable[[Any], bool]) -> tuple[dict[str, Any], list[str]]:
+    """The QA judge's unscored records and the warning they call for (logged)."""
+    unscored = {"qa": metrics.unscored(grades, usable)}
+    warnings = metrics.unscored_warnings(unscored)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return unscored, warnings
+
+
 def aggregate_longmemeval(labels: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """LongMemEval accuracy overall, averaged over types, per type and on abstention questions."""
+    """LongMemEval accuracy overall, averaged over types, per type and on abstention questions, with the
+    questions the judge gave no grade (``unscored``: a failed judge call, which scores as "no")."""
     scores = metrics.longmemeval_scores(labels)
+    grades = [None if row.get("error") else row.get("label", (row.get("autoeval_label") or {}).get("label"))
+              for row in labels]
+    unscored, warnings = _unscored_qa(grades, lambda v: isinstance(v, (bool, int, str)))
     return {"headline": {"accuracy": scores["overall"], "task_average": scores["task_average"],
                          "abstention": scores["abstention"]["accuracy"]},
-            **scores}
+            **scores, "unscored": unscored, "warnings": warnings}
