@@ -176,6 +176,11 @@ def test_the_aggregate_report_has_the_score_tables_and_no_cost(tmp_path: Path) -
                     "## Judge records without a usable grade", "## QA by question type"):
         assert heading in report
     assert "Table 6" not in report and "update points judged as `official`" in report
+    # NativeRAG extracts nothing: its extraction judges had nothing to grade
+    qa = json.loads((tmp_path / "result-halumem-full.json").read_text())["labels"]["qa"]
+    native = render(aggregate(load_labels([write(tmp_path / "native.json", {"qa": qa})])))
+    row = native.split("## Judge records without a usable grade")[1].strip().splitlines()[-1]
+    assert row == f"| labels | - | - | - | 0/{len(qa)} (0.00%) |"
 
 
 def test_locomo_and_longmemeval_results_reaggregate(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from promem_fast.cli import main
 from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics
 from promem_fast.eval.datasets import load_benchmark
+from promem_fast.eval.judges import UPDATE_ROUTINGS
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.runner import (
     VARIANTS, extraction_cost, load_results, route_points, run_eval, variant_config,
@@ -239,6 +240,7 @@ def test_variant_config_switches_one_module_each() -> None:
     with pytest.raises(Exception, match="unknown variant"):
         variant_config(base, "w/o everything")
     assert set(eval_cli._VARIANTS) == set(VARIANTS)
+    assert set(eval_cli._ROUTINGS) == set(UPDATE_ROUTINGS)
 
 
 # ============================================================================================= LoCoMo, LongMemEval

@@ -495,14 +495,15 @@ _JUDGES = ("integrity", "accuracy", "update", "qa")
 
 
 def _unscored_table(results: Sequence[dict[str, Any]]) -> list[str]:
-    """Per judge, the records without a usable grade: count of all and share (``-`` for older results)."""
+    """Per judge, the records without a usable grade: count of all and share (``-`` for older results and
+    judges with nothing to grade)."""
     rows = []
     for r in results:
         table = r["aggregates"].get("unscored") or {}
         cells = []
         for judge in _JUDGES:
             row = table.get(judge)
-            cells.append("-" if row is None else f"{row['unscored']}/{row['n']} ({_pct(row['share'])}%)")
+            cells.append("-" if not row or not row["n"] else f"{row['unscored']}/{row['n']} ({_pct(row['share'])}%)")
         rows.append([r["label"], *cells])
     return _table(["Method", "Integrity judge", "Accuracy judge", "Update judge", "QA judge"], rows)
 
