@@ -157,8 +157,9 @@ def _is_set(value: Any) -> bool:
 
 
 def infer_routing(integrity: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]]) -> str:
-    """``both`` when some update point also has an integrity label (same session and index, or same text),
-    else ``official`` (there an update point judged for its update never reaches the integrity judge)."""
+    """``both`` when some update point also has an integrity label (same session, index and text), else
+    ``official`` (there an update point judged for its update never reaches the integrity judge). Used for
+    labels that do not say: a bare labels object, or a result written before the routing was recorded."""
     judged = {(r.get("session_id"), r.get("index"), r.get("memory_content")) for r in integrity
               if _is_set(r.get("is_update"))}
     return "both" if any((r.get("session_id"), r.get("index"), r.get("memory_content")) in judged
