@@ -13,6 +13,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "promem_fast"
 
 MAX_LINES = 450
@@ -217,28 +219,29 @@ def test_a_circle_closed_by_an_import_inside_a_function_is_found(tmp_path: Path)
     ]]
 
 
-def test_layered_imports_and_compiled_submodules_make_no_circle(tmp_path: Path) -> None:
-    package = _write(tmp_path, {
+@pytest.mark.parametrize(("files", "expected"), [
+    pytest.param({
         "pkg/__init__.py": "from pkg import native\nfrom pkg.engine import Engine\n",
         "pkg/native.py": "from pkg import _native\n",
         "pkg/engine.py": "from . import native\nfrom .types import Session\n\nclass Engine:\n    pass\n",
         "pkg/types.py": "import json\n\nclass Session:\n    pass\n",
-    })
-    edges = imports(package)
-    assert {(e.source, e.target) for e in edges} == {
-        ("pkg", "pkg.native"), ("pkg", "pkg.engine"), ("pkg.engine", "pkg.native"), ("pkg.engine", "pkg.types")}
-    assert circles(edges) == []
-
-
-def test_importing_a_name_from_a_package_ties_the_module_to_the_package(tmp_path: Path) -> None:
-    package = _write(tmp_path, {
+    }, {("pkg", "pkg.native", False), ("pkg", "pkg.engine", False), ("pkg.engine", "pkg.native", False),
+        ("pkg.engine", "pkg.types", False)}, id="layers-and-a-compiled-submodule"),
+    pytest.param({
         "pkg/__init__.py": "from pkg.engine import Engine\n",
         "pkg/engine.py": "class Engine:\n    pass\n",
         "pkg/helper.py": "from pkg import Engine\n",
         "pkg/other.py": "def f():\n    import pkg.helper\n",
-    })
-    assert {(e.source, e.target, e.deferred) for e in imports(package)} == {
-        ("pkg", "pkg.engine", False), ("pkg.helper", "pkg", False), ("pkg.other", "pkg.helper", True)}
+    }, {("pkg", "pkg.engine", False), ("pkg.helper", "pkg", False), ("pkg.other", "pkg.helper", True)},
+        id="a-name-taken-from-a-package"),
+])
+def test_each_import_points_at_the_module_that_provides_the_name(
+    tmp_path: Path, files: dict[str, str], expected: set[tuple[str, str, bool]]
+) -> None:
+    """Relative and absolute forms alike; a compiled submodule (``_native``) is no edge, so it closes no circle."""
+    edges = imports(_write(tmp_path, files))
+    assert {(e.source, e.target, e.deferred) for e in edges} == expected
+    assert circles(edges) == []
 
 
 def test_long_files_counts_lines_per_module(tmp_path: Path) -> None:
