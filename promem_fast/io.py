@@ -430,13 +430,29 @@ def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:
                 yield MemoryGraph.from_json(line)
 
 
+def file_stem(session_id: str, taken: set[str]) -> str:
+    """A file name for a session id: letters, digits and ``-_.`` kept, the rest ``_``, at most 100 characters.
+
+    Different ids can give the same name (``a/b`` and ``a_b``) or one too long for a file system; those get
+    a short hash of the id appended, so no export overwrites another.
+    """
+    import hashlib
+
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in session_id).lstrip(".")
+    if safe != session_id or len(safe) > 100 or safe.lower() in taken:
+        safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:10]}"
+    taken.add(safe.lower())
+    return safe
+
+
 def export_graphs(path: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
-    """One file per session: ``node-link`` JSON (networkx) or ``graphml``."""
+    """One file per session: ``node-link`` JSON (networkx) or ``graphml``, named by :func:`file_stem`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    taken: set[str] = set()
     for graph in read_graphs(path):
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in graph.session_id)
+        safe = file_stem(graph.session_id, taken)
         if fmt == "graphml":
             target = out / f"{safe}.graphml"
             graph.write_graphml(str(target))
