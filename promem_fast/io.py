@@ -404,6 +404,11 @@ class RejectWriter(_Appender):
         self._seen = {self._key(json.loads(line)) for line in self.lines}
         self.count = 0
 
+    @property
+    def failed(self) -> set[str]:
+        """Ids of the sessions whose program failed (the gaps a resume may find in the output)."""
+        return {sid for kind, _, sid in self._seen if kind == "session"}
+
     @staticmethod
     def _key(record: dict[str, Any]) -> tuple[Any, ...]:
         return (record.get("kind"), record.get("line"), record.get("session_id"))

@@ -152,12 +152,13 @@ def check_resume(path: Path, now: Manifest, *, out: Path, kept: int) -> None:
                          file=str(out))
 
 
-def kept_prefix(kept_ids: list[str], input_ids: Iterable[str], *, out: Path) -> int:
+def kept_prefix(kept_ids: list[str], input_ids: Iterable[str], *, out: Path, failed: set[str]) -> int:
     """How many input sessions the kept graphs cover: the position after the last kept one.
 
-    The output is written in input order, so the kept graphs must be sessions of the input in that order
-    (sessions that failed leave gaps). Anything else, a graph of another input, a repeat, a shuffled
-    line, is an :class:`InputError` naming the output line.
+    The output is written in input order, so the kept graphs must be sessions of the input in that order,
+    and a session skipped between two of them must have failed (``failed``: the ids in the rejects file).
+    Anything else, a graph of another input, a repeat, a moved or a deleted line, is an
+    :class:`InputError` naming the output line.
     """
     position = 0
     expected = iter(input_ids)
@@ -166,6 +167,10 @@ def kept_prefix(kept_ids: list[str], input_ids: Iterable[str], *, out: Path) -> 
             position += 1
             if candidate == sid:
                 break
+            if candidate not in failed:
+                raise InputError(f"session {candidate!r} of the input has neither a graph nor a reject before "
+                                 f"this line (a deleted or moved line); start again with --overwrite",
+                                 file=str(out), line=number, session_id=sid)
         else:
             raise InputError("this graph is not of a later session of the input (a repeated, moved or foreign "
                              "line); start again with --overwrite", file=str(out), line=number, session_id=sid)

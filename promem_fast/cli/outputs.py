@@ -51,6 +51,9 @@ class RunFiles:
 
     def check(self, source: Path, *, resume: bool, overwrite: bool) -> None:
         """Refuse outputs that would destroy the input or cannot be files, and clobbering without a flag."""
+        folder = next(p for p in self.out.absolute().parents if p.exists())
+        if not folder.is_dir():
+            raise UsageError(f"{folder} is not a directory, so {self.out} cannot be created there")
         for path in (self.out, self.rejects, self.manifest):
             if not path.exists():
                 continue
@@ -86,7 +89,7 @@ class RunFiles:
             return writer, rejects, 0
         try:
             sessions = (s.session_id for s in read_sessions(source) if isinstance(s, Session))
-            return writer, rejects, kept_prefix(writer.kept, sessions, out=self.out)
+            return writer, rejects, kept_prefix(writer.kept, sessions, out=self.out, failed=rejects.failed)
         except Exception:
             writer.close()
             rejects.close()
