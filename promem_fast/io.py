@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from promem_fast.errors import InputError, WriteFailed
+from promem_fast.jsonl import BOM, CONTROL, decode_line, printable, unwritable_field
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -68,55 +67,6 @@ MAX_SESSION_ID_CHARS = 512
 """Session ids show up in every log line, reject record and exported file name; longer ones are refused."""
 MAX_TURN_ID = 2**63 - 1
 """Integer turn ids must fit 64 bits (stores and array code index by them)."""
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def printable(text: str) -> str:
-    """``text`` with lone surrogates spelled as ``\\udXXX`` escapes, so an error about it can be written."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-class _HugeInteger:
-    """A JSON integer too long for ``int()`` (over ``sys.get_int_max_str_digits()`` digits), kept as a marker.
-
-    Parsing it would raise ``ValueError`` for the whole line; as a marker, validation can name its field.
-    """
-
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-
-def _parse_int(text: str) -> int | _HugeInteger:
-    limit = sys.get_int_max_str_digits()
-    return _HugeInteger(len(text.lstrip("-"))) if limit and len(text) > limit else int(text)
-
-
-def _unwritable_field(record: dict[str, Any]) -> tuple[str, str] | None:
-    """The path (``turns[2].text``) and problem of the first value that would crash a later write or read.
-
-    A JSON escape such as ``\\ud800`` decodes to a lone surrogate that no UTF-8 file can hold, and an
-    integer of thousands of digits cannot be read back; either would pass a type check here and then end
-    the run. The walk is iterative, so a record nested as deep as the parser allows cannot exhaust the stack.
-    """
-    stack: list[tuple[Any, str]] = [(record, "")]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str) and _SURROGATE.search(value):
-            return path, "holds a lone UTF-16 surrogate escape (such as \\ud800), which is not text"
-        if isinstance(value, _HugeInteger):
-            return path, f"is an integer of {value.digits:,} digits, too long to read back"
-        if isinstance(value, dict):
-            for key, item in reversed(value.items()):
-                sub = f"{path}.{printable(key)}" if path else printable(key)
-                if _SURROGATE.search(key):
-                    return sub, "the key holds a lone UTF-16 surrogate escape, which is not text"
-                stack.append((item, sub))
-        elif isinstance(value, list):
-            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(value))))
-    return None
-
-
 class _Check:
     """Field checks for one record, raising errors that say exactly where."""
 
@@ -158,7 +108,7 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     if isinstance(sid, (str, int)) and not isinstance(sid, bool):
         sid = str(sid)
         check.named(sid if len(sid) <= MAX_SESSION_ID_CHARS else sid[:60] + "…")
-    bad = _unwritable_field(record)
+    bad = unwritable_field(record)
     if bad is not None:
         raise check.error(bad[1], bad[0])
     if sid is None:
@@ -232,7 +182,7 @@ def _check_session_id(check: _Check, sid: str) -> None:
         raise check.error("must not be empty", "session_id")
     if len(sid) > MAX_SESSION_ID_CHARS:
         raise check.error(f"is {len(sid):,} characters long; at most {MAX_SESSION_ID_CHARS} are allowed", "session_id")
-    if _CONTROL.search(sid):
+    if CONTROL.search(sid):
         raise check.error("must not contain line breaks or control characters", "session_id")
 
 
@@ -255,52 +205,40 @@ def _turn_id(check: _Check, tid: Any, where: str) -> int | str:
     return tid
 
 
-BOM = b"\xef\xbb\xbf"
-
-
-def _decode(raw: bytes, file: str, line: int) -> Any:
-    """The JSON value of one line, or the :class:`InputError` saying why it has none."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return InputError(f"invalid UTF-8 at byte {exc.start}", file=file, line=line)
-    try:
-        return json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as exc:
-        return InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=file, line=line)
-    except RecursionError:
-        return InputError("invalid JSON: nested too deeply to read", file=file, line=line)
-
-
 def read_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> Iterator[Session | InputError]:
     """Each line's session, or the error that line has; a duplicated session id is an error of the later line."""
-    name = str(path)
-    seen: set[str] = set()
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if number == 1:
-                raw = raw.removeprefix(BOM)  # editors on Windows start UTF-8 files with one
-            if not raw.strip():
-                continue
-            record = _decode(raw, name, number)
-            if isinstance(record, InputError):
-                yield record
-                continue
-            try:
-                session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
-            except InputError as exc:
-                yield exc
-                continue
-            except Exception as exc:  # a record the checks above missed still loses only its own line
-                log.debug("validation crashed", exc_info=True)
-                yield InputError(f"could not be read ({type(exc).__name__}: {exc})", file=name, line=number)
-                continue
-            if session.session_id in seen:
-                yield InputError("duplicated session id (first occurrence kept)", file=name, line=number,
-                                 session_id=session.session_id, field="session_id")
-                continue
-            seen.add(session.session_id)
-            yield session
+        yield from parse_lines(enumerate(handle, start=1), str(path), max_turn_chars=max_turn_chars)
+
+
+def parse_lines(lines: Iterable[tuple[int, bytes]], name: str, *,
+                max_turn_chars: int = 200_000) -> Iterator[Session | InputError]:
+    """:func:`read_sessions` over numbered raw lines (a whole file, or a part of one)."""
+    seen: set[str] = set()
+    for number, raw in lines:
+        if number == 1:
+            raw = raw.removeprefix(BOM)  # editors on Windows start UTF-8 files with one
+        if not raw.strip():
+            continue
+        record = decode_line(raw, name, number)
+        if isinstance(record, InputError):
+            yield record
+            continue
+        try:
+            session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
+        except InputError as exc:
+            yield exc
+            continue
+        except Exception as exc:  # a record the checks missed still loses only its own line
+            log.debug("validation crashed", exc_info=True)
+            yield InputError(f"could not be read ({type(exc).__name__}: {exc})", file=name, line=number)
+            continue
+        if session.session_id in seen:
+            yield InputError("duplicated session id (first occurrence kept)", file=name, line=number,
+                             session_id=session.session_id, field="session_id")
+            continue
+        seen.add(session.session_id)
+        yield session
 
 
 def load_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> list[Session]:
@@ -425,7 +363,7 @@ class RejectWriter(_Appender):
 
     def session_error(self, session: Session, error: BaseException) -> None:
         self.write({"kind": "session", "file": None, "line": None, "session_id": session.session_id,
-                    "field": None, "error": printable(f"{type(error).__name__}: {error}")})
+                    "field": None, "error": f"{type(error).__name__}: {error}"})
 
 
 def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:
