@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from typing import Any
 
 from promem_fast.errors import InputError
@@ -34,9 +33,22 @@ class _HugeInteger:
         self.digits = digits
 
 
+MAX_INT_DIGITS = 4300
+"""Python's default ``sys.get_int_max_str_digits()``: longer integers are refused (they cannot be read back)."""
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (MAX_INT_DIGITS + 1))
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _parse_int(text: str) -> int | _HugeInteger:
-    limit = sys.get_int_max_str_digits()
-    return _HugeInteger(len(text.lstrip("-"))) if limit and len(text) > limit else int(text)
+    digits = len(text.lstrip("-"))
+    return _HugeInteger(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+def may_be_unwritable(raw: bytes) -> bool:
+    """Whether a raw line can hold what :func:`unwritable_field` looks for (a fast test on the bytes, so the
+    walk over every value runs only for the rare lines that need it)."""
+    return (b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None) or (
+        len(raw) > MAX_INT_DIGITS and _LONG_DIGITS.search(raw) is not None)
 
 
 def unwritable_field(record: dict[str, Any]) -> tuple[str, str] | None:
@@ -79,3 +91,5 @@ def decode_line(raw: bytes, file: str, line: int) -> Any:
         return InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=file, line=line)
     except RecursionError:
         return InputError("invalid JSON: nested too deeply to read", file=file, line=line)
+    except ValueError as exc:  # an integer over a lower sys.set_int_max_str_digits() limit
+        return InputError(f"invalid JSON: {exc}", file=file, line=line)
