@@ -124,9 +124,10 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     assert user is not None
     if not user.strip():
         raise check.error("must not be empty", "user")
-    owner = check.text(record, "owner_role", "owner_role", required=False) or "user"
-    if not owner.strip():
-        raise check.error("must not be empty", "owner_role")
+    owner = check.text(record, "owner_role", "owner_role", required=False)
+    if owner is not None and not owner.strip():
+        raise check.error("must not be empty (leave it out for 'user')", "owner_role")
+    owner = owner or "user"
     timestamp = check.timestamp(record, "timestamp")
     metadata = record.get("metadata", {})
     if not isinstance(metadata, dict):

@@ -60,6 +60,7 @@ def errors_of(path: Path) -> list[InputError]:
         {"role": "assistant", "text": "c", "turn_id": 0}]}, "turns[2].turn_id", "comes back after turn 1"),
     # decided: roles are free speaker labels, but not empty, and the owner must speak
     ({"session_id": "x", "user": "Ann", "turns": [{"role": "", "text": "hi"}]}, "turns[0].role", "must not be empty"),
+    ({"session_id": "x", "user": "Ann", "owner_role": "", "turns": GOOD["turns"]}, "owner_role", "must not be empty"),
     ({"session_id": "x", "user": "Ann", "owner_role": "Ann", "turns": GOOD["turns"]}, "owner_role",
      "no turn is spoken by 'Ann'"),
     ({"session_id": "x", "user": "Ann", "messages": [{"role": "assistant", "content": "hello"}]}, "owner_role",
@@ -230,3 +231,13 @@ def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: i
     (gml,) = export_graphs(out, tmp_path / "gml", "graphml")
     read = nx.read_graphml(gml)
     assert read.number_of_nodes() == len(graph.nodes) and read.number_of_edges() == len(graph.edges)
+
+
+def test_records_given_as_dicts_are_screened_too() -> None:
+    """The Python API (``Engine.extract`` of dicts) gets the same check as a file's lines."""
+    from promem_fast.io import session_from_dict
+
+    record = {"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "a\ud800"}]}
+    with pytest.raises(InputError) as info:
+        session_from_dict(record)
+    assert info.value.field == "turns[0].text" and "surrogate" in info.value.message
