@@ -17,7 +17,7 @@ from promem_fast.backends.base import NLIResult
 from promem_fast.backends.llm_scripted import ScriptedLLM
 from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
-from promem_fast.errors import InputError
+from promem_fast.errors import InputError, SessionFailed
 from promem_fast.io import session_from_dict
 from promem_fast.parsing import dominant_script, parse_reply
 from promem_fast.pipeline.completeness import Candidate
@@ -218,3 +218,22 @@ def test_a_failed_adjudication_keeps_the_fact_and_only_an_explicit_discard_remov
     assert not any("yacht" in text for text, _ in kept)         # the adjudicator said DISCARD: removed
     assert [f.item for f in stats.failures] == ["Maya bought a sailboat."]
     assert stats.counts["discarded"] == 1 and stats.counts["hv_unverified"] == 1
+
+
+class _SimilarityDown:
+    """A similarity backend that always fails: grounding cannot finish, so each session's program crashes."""
+
+    def top1(self, pairs: Sequence[Any]) -> list[Any]:
+        raise RuntimeError("similarity backend down")
+
+
+def test_under_stop_a_crashed_session_is_reported_then_ends_the_run(sample: list) -> None:  # type: ignore[type-arg]
+    config = scripted_config()
+    config.on_error, config.max_failed_batches = "stop", 1000
+    engine = Engine(config, similarity=_SimilarityDown())
+    reported: list[str] = []
+    engine.on_session_error = lambda session, error: reported.append(session.session_id)
+    with pytest.raises(SessionFailed) as info:
+        list(engine.extract_stream(sample[:3]))
+    assert reported == [sample[0].session_id]  # written to the rejects before the run stops
+    assert sample[0].session_id in str(info.value) and "similarity backend down" in str(info.value.__cause__)
