@@ -131,8 +131,8 @@ class Engine:
         self.summary = RunSummary()
         self._failed_batches = 0
         self.on_session_error: Callable[[Session, BaseException], None] | None = None
-        """Called for a session whose program crashed (before the run stops, with ``on_error='stop'``); the CLI
-        writes rejects."""
+        """Called for each session whose program crashed, under either ``on_error`` policy (with ``stop``, just
+        before the run ends); the CLI writes rejects."""
 
     # ------------------------------------------------------------------------------------ public API
     def extract(self, sessions: Iterable[Session | dict[str, Any]]) -> list[MemoryGraph]:

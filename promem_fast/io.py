@@ -67,6 +67,8 @@ MAX_SESSION_ID_CHARS = 512
 """Session ids show up in every log line, reject record and exported file name; longer ones are refused."""
 MAX_TURN_ID = 2**63 - 1
 """Integer turn ids must fit 64 bits (stores and array code index by them)."""
+
+
 class _Check:
     """Field checks for one record, raising errors that say exactly where."""
 
@@ -285,7 +287,7 @@ class _Appender:
         for number, raw in enumerate(data[:end].splitlines(), start=1):
             try:
                 self._check(json.loads(raw))
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                 raise InputError(f"not a complete record ({type(exc).__name__}: {exc}); remove it or start "
                                  f"again with --overwrite", file=str(self.path), line=number) from exc
             good.append(raw.decode("utf-8"))
@@ -380,10 +382,11 @@ def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:
 
 
 def file_stem(session_id: str, taken: set[str]) -> str:
-    """A file name for a session id: letters, digits and ``-_.`` kept, the rest ``_``, at most 100 characters.
+    """A file name for a session id: ASCII letters, digits and ``-_.`` kept, the rest ``_``.
 
-    Different ids can give the same name (``a/b`` and ``a_b``) or one too long for a file system; those get
-    a short hash of the id appended, so no export overwrites another.
+    A name that had to change, runs over 100 characters or is already taken (``a/b`` and ``a_b``, or ``A``
+    and ``a`` on a case-insensitive disk) is cut to 100 characters and gets a short hash of the id, so no
+    export overwrites another and none is too long for a file system.
     """
     import hashlib
 

@@ -76,6 +76,7 @@ class RunFiles:
         if resume:
             check_resume(self.manifest, now, out=self.out, kept=_count_lines(self.out))
         self.existed = {p: p.exists() for p in (self.out, self.rejects, self.manifest)}
+        writer: GraphWriter | None = None
         try:
             if not resume or not self.manifest.exists():
                 self.out.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +84,8 @@ class RunFiles:
             writer = GraphWriter(self.out, resume=resume, fsync=config.fsync, timings=config.record_timings)
             rejects = RejectWriter(self.rejects, resume=resume)
         except OSError as exc:
+            if writer is not None:
+                writer.close()
             self.discard_if_empty()
             raise WriteFailed(exc.filename or self.out, exc) from exc
         if not writer.kept:
@@ -96,7 +99,8 @@ class RunFiles:
             raise
 
     def discard_if_empty(self) -> None:
-        """After a failed start: remove the files this run created, so an empty OUT does not block the rerun."""
+        """After a failed write: if no graph made it, remove the files this run created, so an empty OUT does
+        not block the rerun."""
         if self.out.exists() and self.out.stat().st_size > 0:
             return
         for path, existed in self.existed.items():
