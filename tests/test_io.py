@@ -203,7 +203,7 @@ def test_resume_refuses_kept_lines_that_are_not_one_graph_per_session(tmp_path: 
 
 
 def test_exported_file_names_never_collide(tmp_path: Path) -> None:
-    a, b = _two_graphs()
+    a, _ = _two_graphs()
     graphs = []
     for sid in ("team/a", "team_a", "Team_a", "." * 3, "x" * 300):
         a.session_id = sid

@@ -11,8 +11,8 @@ import pytest
 from conftest import halumem_sessions, write_jsonl
 from promem_fast.cli import main
 from promem_fast.config import EngineConfig
-from promem_fast.manifest import Manifest, kept_prefix
 from promem_fast.errors import InputError
+from promem_fast.manifest import Manifest, kept_prefix
 
 SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
 
@@ -150,6 +150,6 @@ def test_kept_graphs_must_follow_the_input_order(tmp_path: Path) -> None:
 
 
 def test_the_manifest_sits_beside_the_output(interrupted: tuple[Path, Path, bytes]) -> None:
-    source, out, _ = interrupted
+    _, out, _ = interrupted
     data = json.loads((out.parent / "out.manifest.json").read_text())
     assert data["timings"] is False and len(data["input_lines"]) == 6 and data["config"]["pipeline"]["tau_comp"] == 0.6

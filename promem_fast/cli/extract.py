@@ -67,7 +67,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     engine = Engine(config)
     engine.on_session_error = rejects.session_error
-    total = sum(1 for line in open(source, "rb") if line.strip())
+    with open(source, "rb") as handle:
+        total = sum(1 for line in handle if line.strip())
     status = 0
     try:
         for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):
