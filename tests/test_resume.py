@@ -153,3 +153,15 @@ def test_the_manifest_sits_beside_the_output(interrupted: tuple[Path, Path, byte
     _, out, _ = interrupted
     data = json.loads((out.parent / "out.manifest.json").read_text())
     assert data["timings"] is False and len(data["input_lines"]) == 6 and data["config"]["pipeline"]["tau_comp"] == 0.6
+
+
+def test_another_version_or_a_damaged_manifest_is_refused(interrupted: tuple[Path, Path, bytes],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    source, out, _ = interrupted
+    manifest = out.parent / "out.manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "version": "0.0.1"}))
+    argv = ["extract", str(source), "-o", str(out), "--resume", *SCRIPTED]
+    assert "promem_fast version 0.0.1 wrote it" in refused(capsys, argv, out)
+    manifest.write_text('{"version": ')
+    assert "not a readable manifest" in refused(capsys, argv, out)
