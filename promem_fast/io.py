@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from promem_fast.errors import InputError, WriteFailed
-from promem_fast.jsonl import BOM, CONTROL, decode_line, may_be_unwritable, printable, unwritable_field
+from promem_fast.jsonl import BOM, CONTROL, decode_line, printable, unwritable_field
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -101,12 +101,8 @@ class _Check:
 
 
 def session_from_dict(record: Any, *, file: str | None = None, line: int | None = None,
-                      max_turn_chars: int = 200_000, screened: bool = False) -> Session:
-    """Validate one input record and build its :class:`Session`.
-
-    ``screened``: the caller has checked the raw line (:func:`~promem_fast.jsonl.may_be_unwritable`), so the
-    walk over every value for lone surrogates and giant integers can be skipped.
-    """
+                      max_turn_chars: int = 200_000) -> Session:
+    """Validate one input record and build its :class:`Session`."""
     check = _Check(file, line)
     if not isinstance(record, dict):
         raise check.error(f"a session must be a JSON object, got {type(record).__name__}")
@@ -114,7 +110,7 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     if isinstance(sid, (str, int)) and not isinstance(sid, bool):
         sid = str(sid)
         check.named(sid if len(sid) <= MAX_SESSION_ID_CHARS else sid[:60] + "…")
-    bad = None if screened else unwritable_field(record)
+    bad = unwritable_field(record)
     if bad is not None:
         raise check.error(bad[1], bad[0])
     if sid is None:
@@ -232,8 +228,7 @@ def parse_lines(lines: Iterable[tuple[int, bytes]], name: str, *,
             yield record
             continue
         try:
-            session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars,
-                                        screened=not may_be_unwritable(raw))
+            session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
         except InputError as exc:
             yield exc
             continue
