@@ -254,6 +254,10 @@ def load_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> list[Se
     return out
 
 
+NOT_A_GRAPH = (ValueError, KeyError, TypeError, AttributeError, RecursionError)
+"""What reading a line that is JSON of another shape (or no JSON) as a graph raises."""
+
+
 class _Appender:
     """An append-only JSONL file that survives ``kill -9``: whole lines, flushed one by one."""
 
@@ -282,7 +286,7 @@ class _Appender:
         for number, raw in enumerate(data[:end].splitlines(), start=1):
             try:
                 self._check(json.loads(raw))
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            except NOT_A_GRAPH as exc:
                 raise InputError(f"not a complete record ({type(exc).__name__}: {exc}); remove it or start "
                                  f"again with --overwrite", file=str(self.path), line=number) from exc
             good.append(raw.decode("utf-8"))
@@ -370,10 +374,17 @@ class RejectWriter(_Appender):
 
 
 def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield MemoryGraph.from_json(line)
+    """Each graph of an output file; a line that is not one is an :class:`InputError` naming file and line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                graph = MemoryGraph.from_json(raw.decode("utf-8"))
+            except NOT_A_GRAPH as exc:
+                raise InputError(f"not a memory graph ({type(exc).__name__}: {exc})", file=str(path),
+                                 line=number) from exc
+            yield graph
 
 
 def file_stem(session_id: str, taken: set[str]) -> str:

@@ -193,3 +193,14 @@ def test_a_write_limit_mid_run_is_one_line_in_a_real_process(six: Path, tmp_path
     assert f"cannot write {out}: File too large" in done.stderr
     kept = out.read_bytes()
     assert reference.startswith(kept[:kept.rfind(b"\n") + 1])
+
+
+def test_export_of_a_damaged_or_missing_file_is_one_line(
+        six: Path, reference: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graphs = tmp_path / "graphs.jsonl"
+    lines = reference.splitlines(keepends=True)
+    graphs.write_bytes(lines[0] + b'{"session_id": "x"}\n' + lines[1])
+    assert main(["export", str(graphs), str(tmp_path / "out")]) == 2
+    assert f"{graphs}:2: not a memory graph" in one_error_line(capsys)
+    assert main(["export", str(tmp_path / "nope.jsonl"), str(tmp_path / "out")]) == 2
+    assert "No such file" in one_error_line(capsys)
