@@ -70,7 +70,7 @@ def test_on_error_stop_writes_every_session_before_the_bad_line(
     assert ids(out) == [s.session_id for s in halumem_sessions(at - 1)]
     (reject,) = [json.loads(x) for x in (tmp_path / "out.rejects.jsonl").read_text().splitlines()]
     assert (reject["line"], reject["session_id"], reject["field"]) == (at, "bad", "turns")
-    assert f"in.jsonl:{at}" in capsys.readouterr().err
+    assert f"in.jsonl:{at}" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("policy", ["skip", "stop"])

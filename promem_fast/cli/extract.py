@@ -75,7 +75,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
             writer.write(graph)
     except (SessionFailed, BackendUnavailable) as exc:
         what = "a backend is gone" if isinstance(exc, BackendUnavailable) else "a session failed"
-        print(f"promem: stopping, {what}: {exc}\n{len(writer.done)} sessions are safely written to {out}; "
+        print(f"promem: stopping, {what}: {exc}; {len(writer.done)} sessions are safely written to {out}; "
               f"run again with --resume to continue", file=sys.stderr)
         status = 1
     except WriteFailed as exc:
@@ -89,7 +89,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     if status == 2:
         files.discard_if_empty()
     if stopped:
-        print(f"promem: stopped at bad input (--on-error stop): {stopped[0]}\nthe {len(writer.done)} sessions "
+        print(f"promem: stopped at bad input (--on-error stop): {stopped[0]}; the {len(writer.done)} sessions "
               f"before it are written to {out}", file=sys.stderr)
         status = 2
     engine.summary.rejected += counts["input_rejects"]
