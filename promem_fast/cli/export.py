@@ -16,8 +16,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from promem_fast.cli.outputs import check_input
     from promem_fast.io import export_graphs
 
+    check_input(args.input)
     written = export_graphs(args.input, args.out_dir, args.format)
     print(f"wrote {len(written)} {args.format} files to {args.out_dir}")
     return 0
