@@ -1,7 +1,9 @@
 """One prompt template per role, each with the JSON schema of its answer.
 
 The wording is ours. Every extraction prompt names the memory owner and the session date and asks for
-calendar dates instead of relative ones, and carries one short example of its answer. Every template puts the text that a session's calls share first (the system text,
+calendar dates instead of relative ones. The event, draft, relation, decomposition and adjudication prompts
+carry one short example of their answer; the detail prompt does not: with SmolLM2-135M its example made 4
+of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template puts the text that a session's calls share first (the system text,
 then the dialogue or the entry list) and the per-call item last, so prefix caching (vLLM, llama.cpp)
 reuses the shared part. Schemas bound every list with ``maxItems`` so a reply can never run away.
 """
@@ -63,9 +65,7 @@ TEMPLATES: dict[str, Template] = {
             "Task: list the small concrete details stated in one dialogue turn: names of people and "
             "organisations, dates and times, places, quantities and prices, named objects, preferences. "
             "Each detail is a short fragment, not a sentence about the whole conversation. "
-            f"Skip greetings and anything that carries no concrete fact. {WHO} {WHEN}\n"
-            'Example: from "Tom: I pay 40 euros a month for the climbing gym on Elm Street" the details are '
-            '["40 euros a month", "climbing gym", "Elm Street"].'
+            f"Skip greetings and anything that carries no concrete fact. {WHO} {WHEN}"
         ),
         user=('Dialogue turn:\n{turn}\n\nReply with a JSON object whose "details" list holds one short fragment '
               'per detail.{more}'),

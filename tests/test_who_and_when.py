@@ -57,7 +57,7 @@ def test_every_extraction_prompt_names_the_owner_and_gives_the_date_and_the_date
             assert "The memory owner is Maya Chen" in prompt, role
             assert "2025-03-14 (Friday)" in prompt, role
             assert '"yesterday", "tomorrow"' in prompt and "calendar date" in prompt, role
-            assert "Example:" in prompt, role
+            assert ("Example:" in prompt) == (role != "detail"), role  # the detail example made a small model copy it
             assert "user:" not in prompt, role  # turns speak with names, never as "user"
     assert any("] Maya Chen: I'm flying to Oslo tomorrow" in p for p in llm.prompts["draft"])
 
@@ -166,13 +166,14 @@ def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:
 
 
 def test_items_copied_from_the_prompts_example_are_dropped_but_the_same_words_from_the_dialogue_stay() -> None:
-    copying = {"detail": lambda f: {"details": ["40 euros a month", "climbing gym", "Harbor Bank", "Pixel"]},
+    copying = {"event": lambda f: {"events": ["Tom starts a new job at the bakery on 2024-05-13.",
+                                              "Maya Chen starts a new job at the bakery."]},
                "draft": lambda f: {"facts": ["Tom's sister is called Lea.", "Maya Chen adopted a cat named Pixel."]}}
     s = session()
     s = Session(session_id="s", user=s.user, timestamp=s.timestamp,
-                turns=(*s.turns, Turn(3, "user", "I joined a climbing gym near the harbour.", DAY)))
+                turns=(*s.turns, Turn(3, "user", "I start a new job at the bakery on Monday.", DAY)))
     graph = Engine(scripted_config(mode="promem"), llm=ScriptedLLM(rules=copying)).extract([s])[0]
-    details = {d.text for d in graph.details}
-    assert details == {"Harbor Bank", "Pixel", "climbing gym"}  # "climbing gym" is said in turn 3
+    # most words of the second event are the example's too, but turn 3 says them: only the example's event goes
+    assert [e.text for e in graph.events] == ["Maya Chen starts a new job at the bakery."]
     assert "Tom's sister is called Lea." not in [n.text for n in graph.nodes]
-    assert graph.stats.counts["repaired_replies"] >= 1
+    assert graph.stats.counts["repaired_replies"] >= 2
