@@ -1,0 +1,104 @@
+"""Exact inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
+
+Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
+of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
+only grow), and rebuilt whole when the user's ``generation`` says nodes were removed, so a reader process
+sees a writer's sessions without any message between them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+IndexKind = Literal["auto", "faiss", "numpy"]
+
+
+def _faiss() -> Any | None:
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+def resolve_kind(kind: IndexKind) -> Literal["faiss", "numpy"]:
+    """``auto``: FAISS when it is installed, numpy otherwise (both exact; FAISS is the faster on large users)."""
+    if kind == "auto":
+        return "faiss" if _faiss() is not None else "numpy"
+    if kind == "faiss" and _faiss() is None:
+        from promem_fast.backends._deps import require
+
+        require("faiss", "cpu", "faiss-cpu")
+    return kind
+
+
+class VectorIndex:
+    """One user's vectors with their node ids; ``search`` returns the best ids, best first.
+
+    Ties are broken by the lower node id (the older node), so results never depend on the index kind.
+    """
+
+    def __init__(self, dim: int, kind: Literal["faiss", "numpy"], generation: int) -> None:
+        self.dim = dim
+        self.kind = kind
+        self.generation = generation
+        self.last_id = 0
+        """The highest node id held: rows above it are the ones added since the index was filled."""
+        self.ids = np.zeros(0, np.int64)
+        self._matrix = np.zeros((0, dim), np.float32)
+        self._faiss: Any | None = None
+        if kind == "faiss":
+            faiss = _faiss()
+            assert faiss is not None
+            index = faiss.IndexFlatIP(dim)
+            if faiss.get_num_gpus() > 0:
+                index = faiss.index_cpu_to_all_gpus(index)
+            self._faiss = index
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if not len(ids):
+            return
+        vectors = np.ascontiguousarray(vectors, np.float32).reshape(len(ids), self.dim)
+        self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
+        if self._faiss is not None:
+            self._faiss.add(vectors)
+        else:
+            self._matrix = np.concatenate([self._matrix, vectors]) if len(self._matrix) else vectors.copy()
+        self.last_id = max(self.last_id, int(ids.max()))
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best node ids for one normalised query vector and their scores, best first."""
+        n = len(self)
+        k = min(k, n)
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
+        if self._faiss is not None:
+            scores, rows = self._faiss.search(q, k)
+            rows, scores = rows[0], scores[0]
+            keep = rows >= 0
+            rows, scores = rows[keep], scores[keep]
+        else:
+            all_scores = self._matrix @ q[0]
+            rows = np.argpartition(-all_scores, k - 1)[:k] if k < n else np.arange(n)
+            scores = all_scores[rows]
+        order = np.lexsort((self.ids[rows], -scores))
+        return self.ids[rows][order], scores[order].astype(np.float32)
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, np.float32).tobytes()
+
+
+def from_blobs(blobs: list[bytes], dim: int) -> np.ndarray:
+    if not blobs:
+        return np.zeros((0, dim), np.float32)
+    return np.frombuffer(b"".join(blobs), np.float32).reshape(len(blobs), dim)
