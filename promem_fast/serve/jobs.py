@@ -2,8 +2,8 @@
 
 A job is one request's sessions for one user. Each session row moves ``pending`` -> ``running`` (claimed by the
 worker) -> ``done`` or ``failed``. A restart puts ``running`` rows back to ``pending``, so nothing accepted is
-lost; the worker replaces a session's graph rather than adding a second one, so a session run twice (claimed,
-finished, killed before it was marked) still ends with exactly one graph.
+lost; the store skips a session it already holds, so a session run twice (claimed, stored, killed before it
+was marked done) still ends with exactly one graph.
 """
 
 from __future__ import annotations

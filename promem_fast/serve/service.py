@@ -68,10 +68,10 @@ class Service:
         return summary.rounds, dict(summary.backend_calls)
 
     def _write(self, tenant: str, graph: MemoryGraph) -> None:
-        """Store a finished session, replacing any graph it already has (a session run again after a crash
-        between the store's commit and the queue's leaves one graph, not two)."""
-        self._writer.delete(tenant=tenant, user=graph.user, session=graph.session_id)
-        self._writer.add([graph], tenant=tenant)
+        """Store a finished session. The store skips a session it already has, so one run again after a crash
+        between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
+        the worker's own engine (this is called on the worker's thread, between its rounds)."""
+        self._writer.add([graph], tenant=tenant, engine=self.engine)
 
     @property
     def store(self) -> Any:
