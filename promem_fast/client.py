@@ -7,6 +7,7 @@ same against a server.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -100,12 +101,12 @@ class Client:
         return int(self._call("DELETE", path)["deleted"])
 
     def export(self, path: str | Path) -> int:
-        """Write the tenant's memory as JSONL to ``path``; returns the number of lines."""
+        """Write the tenant's memory to ``path`` in the store's exchange format; returns the sessions written."""
         response = self._http.get("/v1/export")
         if response.status_code >= 400:
             raise ServerError(response.status_code, response.text)
         Path(path).write_bytes(response.content)
-        return response.content.count(b"\n")
+        return sum(1 for line in response.text.splitlines() if json.loads(line).get("kind") == "session")
 
     def close(self) -> None:
         self._http.close()

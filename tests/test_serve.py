@@ -7,6 +7,7 @@ memory in it, so every route is also tried with the other tenant's key.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -260,3 +261,72 @@ def test_another_tenants_memory_is_not_found(a: httpx.Client, b: httpx.Client, m
     assert MARTIN not in b.get("/v1/export").text
     wait_job(a, job)
     assert a.get("/v1/export").text == before  # untouched (the job re-added a session it already had)
+
+
+# ---------------------------------------------------------------------------------------------- web page
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test does)")
+
+
+def chromium(url: str, *args: str) -> str:
+    """Headless Chromium on ``url`` after its scripts ran (the fetches to 127.0.0.1 included)."""
+    assert CHROMIUM is not None
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           "--window-size=1280,800", "--virtual-time-budget=10000", *args, url]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def graph_pixels(png: Path) -> tuple[int, int]:
+    """Pixels of the graph panel that are drawn (not its white background), and those in the node colour."""
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(png).convert("RGB")).astype(np.int32)
+    height, width, _ = image.shape
+    panel = image[60:height - 10, int(width * 0.4):width - 10]
+    drawn = int((panel != 255).any(axis=2).sum())
+    nodes = int((np.abs(panel - np.array([0x3b, 0x6f, 0xd4])) < 24).all(axis=2).sum())
+    return drawn, nodes
+
+
+@needs_chromium
+def test_the_web_page_draws_the_graph_and_finds_memories(served: tuple[Server, dict[str, str]], a: httpx.Client,
+                                                        tmp_path: Path) -> None:
+    server, keys = served
+    url = f"{server.url}/#key={keys['a']}&user={MARTIN.replace(' ', '%20')}&q=promotion"
+    dom = chromium(url, "--dump-dom")
+    graph = a.get(f"/v1/users/{MARTIN}/graph").json()
+    assert f'data-nodes="{len(graph["nodes"])}"' in dom
+    results = dom.count("<li>")
+    assert results > 0 and f'data-results="{results}"' in dom and "data-error" not in dom
+    shot = Path(os.environ.get("PROMEM_PAGE_SCREENSHOT", tmp_path / "page.png"))  # docs/serve-page.png
+    chromium(url, f"--screenshot={shot}")
+    drawn, nodes = graph_pixels(shot)
+    assert drawn > 5_000 and nodes > 200
+    empty = tmp_path / "empty.png"  # the same page without a key draws nothing: the check can fail
+    chromium(f"{server.url}/", f"--screenshot={empty}")
+    assert graph_pixels(empty)[1] == 0
+
+
+# ---------------------------------------------------------------------------------------------- client
+def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
+    from promem_fast.client import Client, ServerError
+
+    server, keys = served
+    with Client(server.url, keys["b"]) as client:
+        assert client.add(MAYA, [maya_session("maya-2")])["done"] == 1
+        assert client.users() == [MAYA]
+        assert client.sessions(MAYA) == ["maya-1", "maya-2"]
+        hits = client.search(MAYA, "beagle Biscuit", k=3)
+        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"]
+        memories = client.get_all(MAYA)
+        assert client.get(MAYA, memories[0]["id"])["text"] == memories[0]["text"]
+        assert {n["id"] for n in client.graph(MAYA)["nodes"]} >= {m["id"] for m in memories}
+        assert client.export(tmp_path / "globex.jsonl") == 2
+        assert client.delete(user=MAYA, session="maya-2") > 0
+        assert client.sessions(MAYA) == ["maya-1"]
+        with pytest.raises(ServerError) as refused:
+            client.search(MARTIN, "work")
+        assert refused.value.status == 404
