@@ -13,6 +13,8 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,18 @@ class JobQueue:
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the shared connection, all or nothing."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     def recover(self) -> int:
         """Put sessions a previous process had claimed back in line; returns how many."""
         with self._lock:
@@ -47,17 +61,10 @@ class JobQueue:
         """Store a job and its sessions in one transaction; the id is returned only once it is durable."""
         job = secrets.token_hex(8)
         rows = [(job, tenant, str(s["session_id"]), json.dumps(s, ensure_ascii=False)) for s in sessions]
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.execute("INSERT INTO serve_jobs (id, tenant, user, created, total) VALUES (?, ?, ?, ?, ?)",
-                                   (job, tenant, user, time.time(), len(rows)))
-                self._conn.executemany(
-                    "INSERT INTO serve_queue (job, tenant, session_id, payload) VALUES (?, ?, ?, ?)", rows)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO serve_jobs (id, tenant, user, created, total) VALUES (?, ?, ?, ?, ?)",
+                         (job, tenant, user, time.time(), len(rows)))
+            conn.executemany("INSERT INTO serve_queue (job, tenant, session_id, payload) VALUES (?, ?, ?, ?)", rows)
         self.wakeup.set()
         return job
 
@@ -65,24 +72,18 @@ class JobQueue:
         """Up to ``limit`` pending sessions, oldest first, marked running."""
         if limit <= 0:
             return []
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = self._conn.execute(
-                    "SELECT seq, job, tenant, session_id, payload FROM serve_queue WHERE state='pending' "
-                    "ORDER BY seq LIMIT ?", (limit,)).fetchall()
-                self._conn.executemany("UPDATE serve_queue SET state='running' WHERE seq=?",
-                                       [(r[0],) for r in rows])
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT seq, job, tenant, session_id, payload FROM serve_queue WHERE state='pending' "
+                                "ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            conn.executemany("UPDATE serve_queue SET state='running' WHERE seq=?", [(r[0],) for r in rows])
         return [Claimed(seq=r[0], job=r[1], tenant=r[2], session_id=r[3], payload=json.loads(r[4])) for r in rows]
 
-    def finish(self, seq: int, error: str | None = None) -> None:
-        with self._lock:
-            self._conn.execute("UPDATE serve_queue SET state=?, error=?, finished=? WHERE seq=?",
-                               ("failed" if error else "done", error, time.time(), seq))
+    def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
+        """Mark sessions done (error None) or failed, in one transaction."""
+        now = time.time()
+        with self._transaction() as conn:
+            conn.executemany("UPDATE serve_queue SET state=?, error=?, finished=? WHERE seq=?",
+                             [("failed" if error else "done", error, now, seq) for seq, error in outcomes])
 
     def depth(self) -> int:
         """Sessions accepted and not finished yet (pending or running)."""

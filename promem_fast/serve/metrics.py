@@ -26,12 +26,13 @@ class Metrics:
         self._queue_depth = queue_depth
         self._engine_counts = engine_counts
         self._finished: deque[float] = deque()
+        self._started = time.monotonic()
         self.sessions = {"done": 0, "failed": 0}
         self.failed_steps = 0
         self.tokens: dict[tuple[str, str], int] = {}
         self.requests: dict[int, int] = {}
-        self.clients_per_window_max = 0
-        """Most distinct jobs (client requests) whose sessions were in the engine's window at once."""
+        self.users_per_window_max = 0
+        """Most distinct users (tenant, user) whose sessions were in the engine's window at once."""
 
     def session_done(self, stats: RunStats | None, ok: bool) -> None:
         now = time.monotonic()
@@ -46,9 +47,9 @@ class Metrics:
                     for kind, n in (("prompt", st.prompt_tokens), ("completion", st.completion_tokens)):
                         self.tokens[(stage, kind)] = self.tokens.get((stage, kind), 0) + n
 
-    def window_clients(self, n: int) -> None:
+    def window_users(self, n: int) -> None:
         with self._lock:
-            self.clients_per_window_max = max(self.clients_per_window_max, n)
+            self.users_per_window_max = max(self.users_per_window_max, n)
 
     def request(self, status: int) -> None:
         with self._lock:
@@ -58,9 +59,7 @@ class Metrics:
         now = time.monotonic()
         with self._lock:
             recent = [t for t in self._finished if t >= now - RATE_WINDOW_S]
-        if not recent:
-            return 0.0
-        return len(recent) / max(now - recent[0], 1.0) if len(recent) > 1 else 1.0 / RATE_WINDOW_S
+        return len(recent) / max(min(RATE_WINDOW_S, now - self._started), 1e-3)
 
     def render(self) -> str:
         rounds, calls = self._engine_counts()
@@ -75,7 +74,7 @@ class Metrics:
             sessions = dict(self.sessions)
             tokens = dict(self.tokens)
             requests = dict(self.requests)
-            failed_steps, clients = self.failed_steps, self.clients_per_window_max
+            failed_steps, users = self.failed_steps, self.users_per_window_max
         metric("promem_queue_depth", "gauge", "Sessions accepted and not finished (pending or running).",
                [("", self._queue_depth())])
         metric("promem_sessions_total", "counter", "Sessions finished, by outcome.",
@@ -89,8 +88,8 @@ class Metrics:
         metric("promem_engine_rounds_total", "counter", "Batching rounds of the engine.", [("", rounds)])
         metric("promem_backend_calls_total", "counter", "Model backend calls, by request kind.",
                [(f'{{kind="{k}"}}', v) for k, v in sorted(calls.items())])
-        metric("promem_window_clients_max", "gauge", "Most client jobs sharing the engine window at once.",
-               [("", clients)])
+        metric("promem_window_users_max", "gauge", "Most users (of any tenants) whose sessions shared the engine "
+               "window at once.", [("", users)])
         metric("promem_http_responses_total", "counter", "HTTP responses, by status code.",
                [(f'{{code="{k}"}}', v) for k, v in sorted(requests.items())])
         return "\n".join(out) + "\n"

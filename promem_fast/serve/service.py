@@ -37,9 +37,9 @@ class Service:
 
         self.path = Path(path)
         self.config = config
-        self._conn = db.connect(self.path)
-        self.keys = KeyRing(self._conn)
-        self.queue = JobQueue(self._conn)
+        self._conns = [db.connect(self.path), db.connect(self.path)]  # each owner serialises its own
+        self.keys = KeyRing(self._conns[0])
+        self.queue = JobQueue(self._conns[1])
         self.engine = engine if engine is not None else Engine(config)
         self._embedder = self.engine.services.embedder
         self._writer = MemoryStore(self.path, config, embedder=self._embedder)
@@ -61,17 +61,18 @@ class Service:
                 store.close()
             self._stores.clear()
         self.engine.close()
-        self._conn.close()
+        for conn in self._conns:
+            conn.close()
 
     def _engine_counts(self) -> tuple[int, dict[str, int]]:
         summary = self.engine.summary
         return summary.rounds, dict(summary.backend_calls)
 
-    def _write(self, tenant: str, graph: MemoryGraph) -> None:
-        """Store a finished session. The store skips a session it already has, so one run again after a crash
+    def _write(self, tenant: str, graphs: list[MemoryGraph]) -> None:
+        """Store finished sessions. The store skips a session it already has, so one run again after a crash
         between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
         the worker's own engine (this is called on the worker's thread, between its rounds)."""
-        self._writer.add([graph], tenant=tenant, engine=self.engine)
+        self._writer.add(graphs, tenant=tenant, engine=self.engine)
 
     @property
     def store(self) -> Any:
@@ -150,7 +151,8 @@ class Service:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
 
     def answer(self, tenant: str, user: str, questions: list[str]) -> list[dict[str, Any]]:
-        return list(self.store.answer(self._user(tenant, user), questions, engine=self.gate, tenant=tenant))
+        name = self._user(tenant, user)
+        return list(self.store.answer(name, questions, engine=self.gate, tenant=tenant))
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))

@@ -46,7 +46,7 @@ class Worker:
     """Runs the engine on a thread of its own until :meth:`stop`."""
 
     def __init__(self, engine: Engine, queue: JobQueue, metrics: Metrics,
-                 write: Callable[[str, MemoryGraph], None], *, poll_s: float = 0.5) -> None:
+                 write: Callable[[str, list[MemoryGraph]], None], *, poll_s: float = 0.5) -> None:
         self.engine = engine
         self._queue = queue
         self._metrics = metrics
@@ -57,7 +57,8 @@ class Worker:
         self._running: list[_Call] = []
         self._claimed: deque[Claimed] = deque()
         self._in_flight = 0
-        self._jobs: Counter[str] = Counter()
+        self._users: Counter[tuple[str, str]] = Counter()
+        self._stored: list[tuple[Claimed, MemoryGraph]] = []
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -103,18 +104,26 @@ class Worker:
                     else:
                         self._finish(key[0], outcome)
                     if self._stop.is_set():
+                        self._flush()
                         return
-            except Exception as exc:  # a backend gone: fail the waiting calls, requeue the sessions, go on
-                log.error("the engine stopped: %s; retrying in %.1f s", exc, self._poll_s)
-                for call in [*self._running, *self._calls]:
-                    self._fail_call(call, exc)
-                self._running.clear()
-                self._calls.clear()
-                self._in_flight = 0
-                self._jobs.clear()
-                self._claimed.clear()
-                self._queue.recover()
+            except Exception as exc:  # a backend gone, the file busy: fail the waiting calls, requeue, go on
+                log.exception("the engine stopped: %s; retrying in %.1f s", exc, self._poll_s)
+                self._reset(exc)
                 self._stop.wait(self._poll_s)
+
+    def _reset(self, exc: BaseException) -> None:
+        for call in [*self._running, *self._calls]:
+            self._fail_call(call, exc)
+        self._running.clear()
+        self._calls.clear()
+        self._in_flight = 0
+        self._users.clear()
+        self._claimed.clear()
+        self._stored.clear()
+        try:
+            self._queue.recover()
+        except Exception:  # the claimed rows stay running and are put back at the next start
+            log.exception("could not put the claimed sessions back in line")
 
     def _source(self) -> Iterator[Any]:
         from promem_fast.io import session_from_dict
@@ -122,6 +131,7 @@ class Worker:
 
         window = self.engine.config.max_in_flight
         while not self._stop.is_set():
+            self._flush()
             if self._calls:
                 call = self._calls.popleft()
                 self._running.append(call)
@@ -136,11 +146,11 @@ class Worker:
                 try:
                     session = session_from_dict(item.payload)
                 except PromemError as exc:  # checked when accepted; a row edited since fails alone
-                    self._queue.finish(item.seq, error=str(exc))
+                    self._queue.finish([(item.seq, str(exc))])
                     continue
                 self._in_flight += 1
-                self._jobs[item.job] += 1
-                self._metrics.window_clients(len(self._jobs))
+                self._users[(item.tenant, session.user)] += 1
+                self._metrics.window_users(len(self._users))
                 yield (item,), (lambda ctx, s=session: session_program(s, ctx))
                 continue
             if self._in_flight:
@@ -161,23 +171,48 @@ class Worker:
         call.done.set()
 
     def _finish(self, item: Claimed, outcome: Any) -> None:
-        self._jobs[item.job] -= 1
-        if self._jobs[item.job] <= 0:
-            del self._jobs[item.job]
+        user = (item.tenant, str(item.payload.get("user")))
+        self._users[user] -= 1
+        if self._users[user] <= 0:
+            del self._users[user]
         if isinstance(outcome, BaseException):
             log.warning("session %s of job %s failed: %s", item.session_id, item.job, outcome)
-            self._queue.finish(item.seq, error=f"{type(outcome).__name__}: {outcome}")
+            self._queue.finish([(item.seq, f"{type(outcome).__name__}: {outcome}")])
             self._metrics.session_done(None, ok=False)
+        else:
+            self._stored.append((item, outcome))
+
+    def _flush(self) -> None:
+        """Store the graphs finished since the last call, one store call per tenant.
+
+        Called when the source is asked for more work, which the engine does after every burst of finished
+        sessions, so the graphs of one round are written (and judged for updates) together: one batch of
+        update-judging requests for many sessions, not one per session.
+        """
+        if not self._stored:
             return
+        by_tenant: dict[str, list[tuple[Claimed, MemoryGraph]]] = {}
+        for item, graph in self._stored:
+            by_tenant.setdefault(item.tenant, []).append((item, graph))
+        self._stored.clear()
+        for tenant, done in by_tenant.items():
+            try:
+                self._write(tenant, [graph for _, graph in done])
+                results = [(item, graph, None) for item, graph in done]
+            except Exception:  # find the session the store refuses; the others are written one by one
+                log.exception("could not store %d graphs together; storing them one by one", len(done))
+                results = [(item, graph, self._write_one(tenant, graph)) for item, graph in done]
+            self._queue.finish([(item.seq, error) for item, _, error in results])
+            for _, graph, error in results:
+                self._metrics.session_done(graph.stats if error is None else None, ok=error is None)
+
+    def _write_one(self, tenant: str, graph: MemoryGraph) -> str | None:
         try:
-            self._write(item.tenant, outcome)
+            self._write(tenant, [graph])
         except Exception as exc:
-            log.exception("could not store the graph of session %s", item.session_id)
-            self._queue.finish(item.seq, error=f"{type(exc).__name__}: {exc}")
-            self._metrics.session_done(None, ok=False)
-            return
-        self._queue.finish(item.seq)
-        self._metrics.session_done(outcome.stats, ok=True)
+            log.exception("could not store the graph of session %s", graph.session_id)
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
 
 class EngineGate:
