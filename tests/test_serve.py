@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import ROOT, halumem_sessions, make_session
+from conftest import halumem_sessions, make_session
 from serve_server import Server, new_key, wait_job
 
 MARTIN = "Martin Mark"
