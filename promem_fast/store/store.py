@@ -20,13 +20,14 @@ import numpy as np
 from promem_fast.config import EngineConfig
 
 from . import rows
-from .records import Hit, embed_text
+from .records import Hit
 from .schema import StoreError, connect
 from .vectors import IndexKind, VectorIndex, from_blobs, resolve_kind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine, RunSummary
+    from promem_fast.eval.qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)
@@ -166,8 +167,9 @@ class MemoryStore:
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
-        texts = [embed_text(node.text, [d.text for d in details])
-                 for graph in graphs for node, details in graph.iter_anchored()]
+        from promem_fast.eval.qa import memory_units
+
+        texts = [unit.key for graph in graphs for unit in memory_units(graph)]
         matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
         self._check_dim(matrix.shape[1] if texts else None)
         blocks, start = [], 0
@@ -268,14 +270,36 @@ class MemoryStore:
         (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
         found = self._indexes.get(user_pk)
         if found is None or found.generation != generation:
-            dim = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-            found = VectorIndex(int(dim[0]) if dim else 1, self._kind, generation)
+            found = VectorIndex(self._dim(), self._kind, generation)
             self._indexes[user_pk] = found
         new = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT NULL "
                                "ORDER BY id", (user_pk, found.last_id)).fetchall()
         if new:
             found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
         return found
+
+    def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
+                        history: bool = False) -> RetrievalIndex:
+        """The QA units of these sessions (of any user of ``tenant``) with their stored vectors: what
+        evaluation's answer program retrieves from, for :meth:`answer` and ``promem eval`` alike. Sessions
+        the store does not hold are left out (the answer program reports them missing)."""
+        from .answering import retrieval_index
+
+        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history)
+
+    def _dim(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        if row is not None:
+            return int(row[0])
+        return int(getattr(self.embedder, "dim", 0) or 1)
+
+    def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
+               question_time: str | None = None) -> list[dict[str, Any]]:
+        """Answer questions about ``user`` from their memory with evaluation's QA program, all questions in
+        one batched engine run; each answer as a dict (prediction, the dated memories it was shown)."""
+        from .answering import answer
+
+        return answer(self, user, questions, engine, tenant, question_time)
 
     def history(self, node_id: int, *, tenant: str = "default") -> list[dict[str, Any]]:
         """The supersede chain through ``node_id``: every node it updated and every node that updated it
