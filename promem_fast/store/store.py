@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 UpdateJudge = Literal["llm", "nli", "off"]
 
+LOAD_CHUNK = 65_536
+"""Vectors read from SQLite per step when an index is filled (bounds the memory a large user takes to load)."""
+
 ADD_CHUNK = 64
 """Graphs embedded (and judged for updates) together; each is still written in its own transaction."""
 
@@ -272,11 +275,13 @@ class MemoryStore:
         if found is None or found.generation != generation:
             found = VectorIndex(self._dim(), self._kind, generation)
             self._indexes[user_pk] = found
-        new = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT NULL "
-                               "ORDER BY id", (user_pk, found.last_id)).fetchall()
-        if new:
+        cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT NULL "
+                                  "ORDER BY id", (user_pk, found.last_id))
+        while True:
+            new = cursor.fetchmany(LOAD_CHUNK)
+            if not new:
+                return found
             found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
-        return found
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False) -> RetrievalIndex:

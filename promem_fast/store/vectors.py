@@ -52,7 +52,8 @@ class VectorIndex:
         self.last_id = 0
         """The highest node id held: rows above it are the ones added since the index was filled."""
         self.ids = np.zeros(0, np.int64)
-        self._matrix = np.zeros((0, dim), np.float32)
+        self._blocks: list[np.ndarray] = []
+        """numpy kind: the added blocks, joined into one matrix at the next search."""
         self._faiss: Any | None = None
         if kind == "faiss":
             faiss = _faiss()
@@ -73,7 +74,7 @@ class VectorIndex:
         if self._faiss is not None:
             self._faiss.add(vectors)
         else:
-            self._matrix = np.concatenate([self._matrix, vectors]) if len(self._matrix) else vectors.copy()
+            self._blocks.append(vectors.copy())
         self.last_id = max(self.last_id, int(ids.max()))
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +103,9 @@ class VectorIndex:
             scores, rows = self._faiss.search(q, fetch)
             keep = rows[0] >= 0
             return rows[0][keep], scores[0][keep]
-        all_scores = self._matrix @ q[0]
+        if len(self._blocks) > 1:
+            self._blocks = [np.concatenate(self._blocks)]
+        all_scores = self._blocks[0] @ q[0]
         rows = np.argpartition(-all_scores, fetch - 1)[:fetch] if fetch < n else np.arange(n)
         return rows, all_scores[rows]
 
