@@ -70,6 +70,7 @@ CREATE TABLE edges (
     relation TEXT NOT NULL,
     data TEXT NOT NULL
 );
+CREATE INDEX edges_session ON edges (session_pk);
 CREATE INDEX edges_source ON edges (source);
 CREATE INDEX edges_target ON edges (target);
 CREATE TABLE details (

@@ -159,7 +159,7 @@ class MemoryStore:
                 if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                               (user_pk, graph.session_id)).fetchone():
                     continue  # another writer stored it since we looked
-                ids = rows.insert_session(db, user_pk, graph.to_dict(), block)
+                ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
                 written.update({(position, local): node for local, node in ids.items()})
                 for old, new_local, reason in links.get(position, []):
                     old_id = old if isinstance(old, int) else written.get(old)
