@@ -123,3 +123,47 @@ def test_store_ingest_and_search(benchmark: Any, tmp_path: Path, nodes: int, use
     info["numpy_vs_faiss_p99"] = round(info["numpy_p99_ms"] / info["faiss_p99_ms"], 2)
     benchmark.extra_info.update(info)
     print(info)
+
+
+HALUMEM = Path(__file__).resolve().parents[2] / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl"
+
+
+@pytest.mark.skipif(not HALUMEM.exists(), reason="the HaluMem development sample is not here")
+def test_halumem_update_points_as_supersede_links(benchmark: Any, tmp_path: Path) -> None:
+    """How many of the HaluMem sample's update points end as supersede links, scripted backends throughout
+    (a check that the update path runs end to end on real sessions; the scripted judge is word overlap,
+    so the figure says nothing about a real model's quality).
+
+    An update point counts when the node of its session that best matches it (cosine of the store's
+    embedder) superseded an older node. ``extra_info`` also holds the links made and the judged pairs' cost.
+    """
+    from promem_fast.engine import Engine
+    from promem_fast.eval.datasets import load_benchmark
+
+    bench = load_benchmark("halumem", HALUMEM)
+    config = EngineConfig.profile("scripted")
+    with Engine(config) as engine:
+        graphs = engine.extract(bench.sessions)
+
+    def add() -> MemoryStore:
+        db = tmp_path / f"halumem-{time.monotonic_ns()}.db"
+        with MemoryStore(db, config) as store, Engine(config) as judge:
+            store.add(graphs, engine=judge)
+        return MemoryStore(db, config, read_only=True)
+
+    store = benchmark.pedantic(add, rounds=1, iterations=1)
+    points = [p for user in bench.users for p in user.memory_points if p.is_update]
+    found = 0
+    nodes = [h for user in store.users() for h in store.get_all(user, history=True)]
+    superseding = {h["superseded_by"] for h in nodes if h["superseded_by"] is not None}
+    for point in points:
+        mine = [h for h in nodes if h["session_id"] == point.session_id]
+        if not mine:
+            continue
+        scores = store.embedder.embed([h["text"] for h in mine]) @ store.embedder.embed([point.content])[0]
+        found += mine[int(np.argmax(scores))]["id"] in superseding
+    benchmark.extra_info.update({"update_points": len(points), "update_points_superseding": found,
+                                 "supersede_links": sum(h["superseded_by"] is not None for h in nodes),
+                                 "nodes": len(nodes), "sessions": len(graphs)})
+    print(benchmark.extra_info)
+    store.close()
