@@ -5,12 +5,14 @@ byte-identical; a schema from the future is refused."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import scripted_config
+from promem_fast.errors import InputError
 from promem_fast.store import MemoryStore, StoreError
 from promem_fast.store.schema import SCHEMA_VERSION
 from store_helpers import graph
@@ -174,3 +176,39 @@ def test_a_reader_sees_removals_by_another_connection(tmp_path: Path) -> None:
         assert [h.session_id for h in reader.search("Maya", "Lisbon Biscuit", k=5)] == ["m2"]
         vectors = reader.index(reader._user_pk("default", "Maya") or 0)
         assert len(vectors) == 1 and np.isfinite(vectors.search(np.ones(vectors.dim), 1)[1]).all()
+
+
+def test_a_graph_that_cannot_be_stored_is_named_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    bad = graph("bad", "Maya", ["Maya likes tea.", "Maya likes coffee."])
+    bad.nodes[1].id = 0  # two nodes with one id
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+        with pytest.raises(InputError, match=r"session 'bad', field 'nodes'"):
+            store.add([bad])
+        assert store.add([MAYA_2]) == 1
+        assert store.sessions("Maya") == ["m1", "m2"] and len(store.get_all("Maya")) == 3
+
+
+def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> None:
+    failures: list[BaseException] = []
+    with open_store(tmp_path / "m.db", update_judge="off") as store:
+        store.add([graph("t0", "Maya", [f"Maya note {j} about travel plans" for j in range(20)])])
+
+        def read() -> None:
+            try:
+                for _ in range(100):
+                    ids = [h.node_id for h in store.search("Maya", "travel plans note", k=60)]
+                    assert len(ids) == len(set(ids))
+            except BaseException as exc:  # reported by the main thread
+                failures.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for thread in readers:
+            thread.start()
+        for i in range(1, 30):
+            store.add([graph(f"t{i}", "Maya", [f"Maya note {j} of batch {i} about travel plans" for j in range(20)])])
+        for thread in readers:
+            thread.join(timeout=120)
+        assert not failures, failures
+        index = store.index(store._user_pk("default", "Maya") or 0)
+        assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))

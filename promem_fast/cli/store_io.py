@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promem_fast.cli.common import build_config, config_args
+
+if TYPE_CHECKING:
+    from promem_fast.errors import InputError
+    from promem_fast.types import MemoryGraph
 
 log = logging.getLogger("promem_fast")
 
@@ -42,8 +47,8 @@ def open_store(args: argparse.Namespace, config: Any, *, embedder: Any = None) -
     return MemoryStore(args.db, config, embedder=embedder, update_judge=getattr(args, "update_judge", None) or "llm")
 
 
-def read_graph_lines(path: Path) -> Any:
-    """``(graph or InputError)`` for each non-empty line of a graphs JSONL."""
+def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError]]:
+    """``(line number, graph or InputError)`` for each non-empty line of a graphs JSONL."""
     import json
 
     from promem_fast.errors import InputError
@@ -56,15 +61,15 @@ def read_graph_lines(path: Path) -> Any:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield InputError(f"not JSON ({exc.msg})", file=str(path), line=number)
+                yield number, InputError(f"not JSON ({exc.msg})", file=str(path), line=number)
                 continue
             sid = record.get("session_id") if isinstance(record, dict) else None
             try:
-                yield MemoryGraph.from_dict(record)
+                yield number, MemoryGraph.from_dict(record)
             except (KeyError, TypeError, ValueError) as exc:
                 field = exc.args[0] if isinstance(exc, KeyError) else None
-                yield InputError(f"not a memory graph ({type(exc).__name__}: {exc})", file=str(path), line=number,
-                                 session_id=sid, field=field)
+                yield number, InputError(f"not a memory graph ({type(exc).__name__}: {exc})", file=str(path),
+                                         line=number, session_id=sid, field=field)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -75,12 +80,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     config = build_config(args)
     added = bad = 0
     with open_store(args, config) as store:
-        for item in read_graph_lines(args.graphs):
+        for number, item in read_graph_lines(args.graphs):
             if isinstance(item, InputError):
                 log.warning("skipped: %s", item)
                 bad += 1
                 continue
-            added += store.add([item], tenant=args.tenant)
+            try:
+                added += store.add([item], tenant=args.tenant)
+            except InputError as exc:
+                exc.file, exc.line = str(args.graphs), number
+                log.warning("skipped: %s", exc)
+                bad += 1
         users = len(store.users(tenant=args.tenant))
     print(f"added {added} sessions to {args.db} (tenant {args.tenant}, {users} users)"
           + (f"; skipped {bad} bad lines (see the log)" if bad else ""))
@@ -111,9 +121,11 @@ def cmd_store_export(args: argparse.Namespace) -> int:
 def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any) -> Any:
     """The store ``promem extract --db`` feeds (None without ``--db``). Resuming, graphs already in the output
     file that the store lacks (a run stopped between the two writes) are added first."""
+    from promem_fast.errors import InputError
+
     if getattr(args, "db", None) is None:
         return None
     store = open_store(args, config, embedder=engine.services.embedder)
     if args.resume and out.exists():
-        store.add((g for g in read_graph_lines(out) if not isinstance(g, Exception)), engine=engine)
+        store.add((g for _, g in read_graph_lines(out) if not isinstance(g, InputError)), engine=engine)
     return store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from promem_fast.config import EngineConfig
+from promem_fast.errors import InputError
 
 from . import rows
 from .records import Hit
@@ -64,6 +66,9 @@ class MemoryStore:
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
         self._indexes: dict[int, VectorIndex] = {}
+        self._lock = threading.RLock()
+        """One store object may serve several threads (a web server's pool): writes and index refreshes
+        take turns, so a transaction is never shared and no row enters an index twice."""
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -100,13 +105,14 @@ class MemoryStore:
         """One write transaction: all of it is committed, or none of it (a crash rolls it back on reopen)."""
         if self.read_only:
             raise StoreError(f"{self.path}: the store was opened read-only")
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------------------------ ids
     def _user_pk(self, tenant: str, user: str) -> int | None:
@@ -159,7 +165,11 @@ class MemoryStore:
                 if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                               (user_pk, graph.session_id)).fetchone():
                     continue  # another writer stored it since we looked
-                ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
+                try:
+                    ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
+                except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
+                    raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
+                                     field="nodes") from exc
                 written.update({(position, local): node for local, node in ids.items()})
                 for old, new_local, reason in links.get(position, []):
                     old_id = old if isinstance(old, int) else written.get(old)
@@ -270,18 +280,19 @@ class MemoryStore:
 
     def index(self, user_pk: int) -> VectorIndex:
         """The user's vector index, brought up to date with SQLite (rows added since; rebuilt after removals)."""
-        (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
-        found = self._indexes.get(user_pk)
-        if found is None or found.generation != generation:
-            found = VectorIndex(self._dim(), self._kind, generation)
-            self._indexes[user_pk] = found
-        cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT NULL "
-                                  "ORDER BY id", (user_pk, found.last_id))
-        while True:
-            new = cursor.fetchmany(LOAD_CHUNK)
-            if not new:
-                return found
-            found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
+        with self._lock:
+            (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
+            found = self._indexes.get(user_pk)
+            if found is None or found.generation != generation:
+                found = VectorIndex(self._dim(), self._kind, generation)
+                self._indexes[user_pk] = found
+            cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
+                                      "NULL ORDER BY id", (user_pk, found.last_id))
+            while True:
+                new = cursor.fetchmany(LOAD_CHUNK)
+                if not new:
+                    return found
+                found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False) -> RetrievalIndex:
