@@ -386,7 +386,12 @@ class MemoryStore:
         """Write the store (or one tenant) as JSONL (see :mod:`.exchange`); returns sessions written."""
         from .exchange import export_store
 
-        return export_store(self._db, Path(path), tenant)
+        with self._lock:  # one read transaction: a consistent snapshot while a writer goes on
+            self._db.execute("BEGIN")
+            try:
+                return export_store(self._db, Path(path), tenant)
+            finally:
+                self._db.execute("COMMIT")
 
     def import_(self, path: str | Path) -> int:
         """Read an export into this store (sessions already here are skipped); returns sessions added."""
