@@ -212,3 +212,15 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
         assert not failures, failures
         index = store.index(store._user_pk("default", "Maya") or 0)
         assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
+
+
+def test_a_store_refuses_an_embedder_of_another_dimension(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+    other = scripted_config()
+    other.embedder.dim = 64
+    with MemoryStore(tmp_path / "m.db", other) as store:
+        with pytest.raises(StoreError, match="256-dimensional vectors but this embedder gives 64"):
+            store.search("Maya", "Lisbon")
+        with pytest.raises(StoreError, match="256-dimensional"):
+            store.add([MAYA_2])

@@ -252,6 +252,7 @@ class MemoryStore:
         if user_pk is None or k <= 0:
             return []
         vector = np.asarray(self._embed_queries([query]), np.float32)[0]
+        self._check_dim(int(vector.shape[0]))
         return self.search_vector(user_pk, vector, k, history=history)
 
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
