@@ -24,11 +24,13 @@ def register(sub: Any) -> None:
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
+    p.add_argument("--db", type=Path, help="also add each graph to this memory store as it is written")
     config_args(p)
     p.set_defaults(func=cmd_extract)
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    from promem_fast.cli.store_io import extract_store
     from promem_fast.engine import Engine
     from promem_fast.errors import BackendUnavailable, InputError
     from promem_fast.io import GraphWriter, RejectWriter, read_sessions
@@ -60,10 +62,13 @@ def cmd_extract(args: argparse.Namespace) -> int:
     total = sum(1 for line in open(args.input, "rb") if line.strip())
     engine = Engine(config)
     engine.on_session_error = rejects.session_error
+    store = extract_store(args, config, out, engine)
     status = 0
     try:
         for graph in engine.extract_stream(sessions(), total=max(total - already, 0)):
             writer.write(graph)
+            if store is not None:
+                store.add([graph], engine=engine)
     except InputError as exc:
         print(f"promem: bad input: {exc}", file=sys.stderr)
         status = 2
@@ -74,6 +79,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     finally:
         writer.close()
         rejects.close()
+        if store is not None:
+            store.close()
         engine.close()
     print(engine.summary.table())
     if args.resume:

@@ -6,8 +6,10 @@
 2. apply the variant to the config (:func:`variant_config`; the paper's Table 2 rows and NativeRAG);
 3. extract every session's graph into ``OUT/graphs-<kind>-<variant>.jsonl`` (or the given graphs file),
    skipping sessions already in it, as ``promem extract --resume`` does; NativeRAG extracts nothing;
-4. embed the retrievable units of every session once, then answer and judge every question and (HaluMem)
-   judge every session's extraction (integrity, accuracy, updates), all in one batched engine run;
+4. put every session's graph into a memory store (``OUT/store-<kind>-<variant>.db``) and read its QA units
+   back, so evaluation retrieves through the store as its users do (NativeRAG embeds raw turns instead),
+   then answer and judge every question and (HaluMem) judge every session's extraction (integrity,
+   accuracy, updates), all in one batched engine run;
 5. aggregate with :mod:`.metrics` and write ``OUT/result-<kind>-<variant>.json`` (every raw label, the
    aggregates, the per-stage cost of every session) and rebuild ``OUT/report-<kind>.md`` plus
    ``OUT/variants-<kind>.png`` from all the variant results present in ``OUT`` (:func:`write_report`).
@@ -32,6 +34,7 @@ from promem_fast.errors import ConfigError
 from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather
 from promem_fast.requests import Program
+from promem_fast.store.answering import evaluation_index
 from promem_fast.types import STAGES, MemoryGraph, RunStats, Session, StageStats
 
 from .datasets import LOADERS, load_benchmark
@@ -39,7 +42,7 @@ from .judges import (
     QA_JUDGES, accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, integrity_program,
     point_labels, unjudged_qa_label, update_labels, update_program,
 )
-from .qa import Answer, RetrievalIndex, Source, Unit, answer_program, build_index, memory_units, turn_units, with_stats
+from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 from .records import Benchmark, GoldMemory, Question
 
 log = logging.getLogger(__name__)
@@ -283,13 +286,11 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
 
     with Engine(cfg, llm=llm) as engine:
         graphs: dict[str, MemoryGraph] | None = None
-        units: dict[str, list[Unit]]
         if graphs_file is None:
-            units = {s.session_id: turn_units(s) for s in bench.iter_sessions()}
+            index = build_index(engine, {s.session_id: turn_units(s) for s in bench.iter_sessions()})
         else:
             graphs = extract_graphs(engine, bench, graphs_file)
-            units = {sid: memory_units(g) for sid, g in graphs.items()}
-        index = build_index(engine, units)
+            index = evaluation_index(engine, graphs.values(), out / f"store-{kind}-{tag}.db")
         judged = answer_and_judge(engine, kind, bench, graphs, index, source)
 
     if kind == "halumem":

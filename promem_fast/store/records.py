@@ -7,14 +7,8 @@ nodes of the same session) and its date, so a question about a detail reaches th
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-
-def embed_text(text: str, details: Sequence[str]) -> str:
-    """The text embedded for retrieval: the node and its details, ``text (a; b)``."""
-    return text + (" (" + "; ".join(details) + ")" if details else "")
 
 
 def turn_key(turn_id: Any) -> str | None:
@@ -45,15 +39,18 @@ class Hit:
     """The node's full JSON as extracted (fields added by newer versions included)."""
 
     def body(self) -> str:
-        """The text shown to an answerer: ``text | details: a; b | links: causal → other; …``."""
-        out = self.text
-        if self.details:
-            out += " | details: " + "; ".join(self.details)
-        if self.edges:
-            arrows = {"out": "→", "in": "←"}
-            out += " | links: " + "; ".join(f"{e['relation']} {arrows[e['direction']]} {e['text']}"
-                                             for e in self.edges)
-        return out
+        """What an answerer is shown (:func:`promem_fast.eval.qa.unit_body`): text, details and links."""
+        from promem_fast.eval.qa import unit_body
+
+        arrows = {"out": "→", "in": "←"}
+        return unit_body(self.text, self.details,
+                         [f"{e['relation']} {arrows[e['direction']]} {e['text']}" for e in self.edges])
+
+    def key(self) -> str:
+        """What is embedded for retrieval (:func:`promem_fast.eval.qa.unit_key`)."""
+        from promem_fast.eval.qa import unit_key
+
+        return unit_key(self.text, self.details)
 
     def to_dict(self) -> dict[str, Any]:
         return {

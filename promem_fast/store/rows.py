@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
+
+from promem_fast.types import MemoryGraph
 
 from .records import Hit, turn_key
 from .vectors import to_blob
@@ -49,16 +52,14 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
     db.executemany(
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
         [(session_pk, i, d["text"], turn_key(d.get("turn_id")), dumps(d)) for i, d in enumerate(record["details"])])
-    ids: dict[int, int] = {}
-    for row, node in enumerate(record["nodes"]):
-        turns = node.get("turn_ids") or []
-        cur = db.execute(
-            "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_pk, user_pk, node["id"], node["text"], turn_key(turns[0]) if turns else None,
-             node.get("date") or record.get("timestamp"), dumps(node),
-             None if vectors is None else to_blob(vectors[row])))
-        ids[int(node["id"])] = int(cur.lastrowid or 0)
+    db.executemany(
+        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(session_pk, user_pk, node["id"], node["text"],
+          turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
+          node.get("date") or record.get("timestamp"), dumps(node),
+          None if vectors is None else to_blob(vectors[row])) for row, node in enumerate(record["nodes"])])
+    ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
     edges = []
     for edge in record["edges"]:
         if edge["source"] in ids and edge["target"] in ids:
@@ -68,6 +69,30 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
                         record["session_id"], edge["source"], edge["target"])
     db.executemany("INSERT INTO edges (session_pk, source, target, relation, data) VALUES (?, ?, ?, ?, ?)", edges)
     return ids
+
+
+def graph_record(graph: MemoryGraph) -> dict[str, Any]:
+    """The graph as :func:`insert_session` takes it: ``MemoryGraph.to_dict`` without its generic (and, for a
+    million nodes, slow) ``dataclasses.asdict`` walk; every field of a record is kept, new ones included."""
+    return {"session_id": graph.session_id, "timestamp": graph.timestamp, "mode": graph.mode,
+            "nodes": [_fields(n) for n in graph.nodes], "edges": [_fields(e) for e in graph.edges],
+            "details": [_fields(d) for d in graph.details], "events": [_fields(e) for e in graph.events],
+            "stats": graph.stats.to_dict()}
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A flat record's fields (lists copied), in declaration order, as ``asdict`` gives them."""
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
+    out = {}
+    for name in names:
+        value = getattr(record, name)
+        out[name] = list(value) if isinstance(value, list) else value
+    return out
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def supersede(db: sqlite3.Connection, old: int, new: int, reason: str) -> bool:

@@ -31,7 +31,7 @@ _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE tenants (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE users (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers cache vector indexes by user id
     tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
     name TEXT NOT NULL,
     generation INTEGER NOT NULL DEFAULT 0,  -- bumped when nodes are removed (vector indexes rebuild)
@@ -70,6 +70,7 @@ CREATE TABLE edges (
     relation TEXT NOT NULL,
     data TEXT NOT NULL
 );
+CREATE INDEX edges_session ON edges (session_pk);
 CREATE INDEX edges_source ON edges (source);
 CREATE INDEX edges_target ON edges (target);
 CREATE TABLE details (

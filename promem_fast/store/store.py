@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,20 +19,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from promem_fast.config import EngineConfig
+from promem_fast.errors import InputError
 
 from . import rows
-from .records import Hit, embed_text
+from .records import Hit
 from .schema import StoreError, connect
 from .vectors import IndexKind, VectorIndex, from_blobs, resolve_kind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine, RunSummary
+    from promem_fast.eval.qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)
 
 UpdateJudge = Literal["llm", "nli", "off"]
+
+LOAD_CHUNK = 65_536
+"""Vectors read from SQLite per step when an index is filled (bounds the memory a large user takes to load)."""
 
 ADD_CHUNK = 64
 """Graphs embedded (and judged for updates) together; each is still written in its own transaction."""
@@ -60,6 +66,9 @@ class MemoryStore:
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
         self._indexes: dict[int, VectorIndex] = {}
+        self._lock = threading.RLock()
+        """One store object may serve several threads (a web server's pool): writes and index refreshes
+        take turns, so a transaction is never shared and no row enters an index twice."""
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -96,13 +105,14 @@ class MemoryStore:
         """One write transaction: all of it is committed, or none of it (a crash rolls it back on reopen)."""
         if self.read_only:
             raise StoreError(f"{self.path}: the store was opened read-only")
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------------------------ ids
     def _user_pk(self, tenant: str, user: str) -> int | None:
@@ -155,7 +165,11 @@ class MemoryStore:
                 if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                               (user_pk, graph.session_id)).fetchone():
                     continue  # another writer stored it since we looked
-                ids = rows.insert_session(db, user_pk, graph.to_dict(), block)
+                try:
+                    ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
+                except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
+                    raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
+                                     field="nodes") from exc
                 written.update({(position, local): node for local, node in ids.items()})
                 for old, new_local, reason in links.get(position, []):
                     old_id = old if isinstance(old, int) else written.get(old)
@@ -166,8 +180,9 @@ class MemoryStore:
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
-        texts = [embed_text(node.text, [d.text for d in details])
-                 for graph in graphs for node, details in graph.iter_anchored()]
+        from promem_fast.eval.qa import memory_units
+
+        texts = [unit.key for graph in graphs for unit in memory_units(graph)]
         matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
         self._check_dim(matrix.shape[1] if texts else None)
         blocks, start = [], 0
@@ -237,6 +252,7 @@ class MemoryStore:
         if user_pk is None or k <= 0:
             return []
         vector = np.asarray(self._embed_queries([query]), np.float32)[0]
+        self._check_dim(int(vector.shape[0]))
         return self.search_vector(user_pk, vector, k, history=history)
 
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
@@ -265,17 +281,42 @@ class MemoryStore:
 
     def index(self, user_pk: int) -> VectorIndex:
         """The user's vector index, brought up to date with SQLite (rows added since; rebuilt after removals)."""
-        (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
-        found = self._indexes.get(user_pk)
-        if found is None or found.generation != generation:
-            dim = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-            found = VectorIndex(int(dim[0]) if dim else 1, self._kind, generation)
-            self._indexes[user_pk] = found
-        new = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT NULL "
-                               "ORDER BY id", (user_pk, found.last_id)).fetchall()
-        if new:
-            found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
-        return found
+        with self._lock:
+            (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
+            found = self._indexes.get(user_pk)
+            if found is None or found.generation != generation:
+                found = VectorIndex(self._dim(), self._kind, generation)
+                self._indexes[user_pk] = found
+            cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
+                                      "NULL ORDER BY id", (user_pk, found.last_id))
+            while True:
+                new = cursor.fetchmany(LOAD_CHUNK)
+                if not new:
+                    return found
+                found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
+
+    def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
+                        history: bool = False) -> RetrievalIndex:
+        """The QA units of these sessions (of any user of ``tenant``) with their stored vectors: what
+        evaluation's answer program retrieves from, for :meth:`answer` and ``promem eval`` alike. Sessions
+        the store does not hold are left out (the answer program reports them missing)."""
+        from .answering import retrieval_index
+
+        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history)
+
+    def _dim(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        if row is not None:
+            return int(row[0])
+        return int(getattr(self.embedder, "dim", 0) or 1)
+
+    def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
+               question_time: str | None = None) -> list[dict[str, Any]]:
+        """Answer questions about ``user`` from their memory with evaluation's QA program, all questions in
+        one batched engine run; each answer as a dict (prediction, the dated memories it was shown)."""
+        from .answering import answer
+
+        return answer(self, user, questions, engine, tenant, question_time)
 
     def history(self, node_id: int, *, tenant: str = "default") -> list[dict[str, Any]]:
         """The supersede chain through ``node_id``: every node it updated and every node that updated it
@@ -346,7 +387,12 @@ class MemoryStore:
         """Write the store (or one tenant) as JSONL (see :mod:`.exchange`); returns sessions written."""
         from .exchange import export_store
 
-        return export_store(self._db, Path(path), tenant)
+        with self._lock:  # one read transaction: a consistent snapshot while a writer goes on
+            self._db.execute("BEGIN")
+            try:
+                return export_store(self._db, Path(path), tenant)
+            finally:
+                self._db.execute("COMMIT")
 
     def import_(self, path: str | Path) -> int:
         """Read an export into this store (sessions already here are skipped); returns sessions added."""

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from promem_fast.backends.base import TIE_TOLERANCE
+
 log = logging.getLogger(__name__)
 
 IndexKind = Literal["auto", "faiss", "numpy"]
@@ -50,7 +52,8 @@ class VectorIndex:
         self.last_id = 0
         """The highest node id held: rows above it are the ones added since the index was filled."""
         self.ids = np.zeros(0, np.int64)
-        self._matrix = np.zeros((0, dim), np.float32)
+        self._blocks: list[np.ndarray] = []
+        """numpy kind: the added blocks, joined into one matrix at the next search."""
         self._faiss: Any | None = None
         if kind == "faiss":
             faiss = _faiss()
@@ -71,27 +74,40 @@ class VectorIndex:
         if self._faiss is not None:
             self._faiss.add(vectors)
         else:
-            self._matrix = np.concatenate([self._matrix, vectors]) if len(self._matrix) else vectors.copy()
+            self._blocks.append(vectors.copy())
         self.last_id = max(self.last_id, int(ids.max()))
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best node ids for one normalised query vector and their scores, best first."""
+        """The ``k`` best node ids for one normalised query vector and their scores, best first.
+
+        Scores within :data:`~promem_fast.backends.base.TIE_TOLERANCE` count as equal and the lower id
+        wins, so the answer is the same from FAISS and numpy: the fetch widens while the last candidate
+        still ties with the k-th.
+        """
         n = len(self)
         k = min(k, n)
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
-        if self._faiss is not None:
-            scores, rows = self._faiss.search(q, k)
-            rows, scores = rows[0], scores[0]
-            keep = rows >= 0
-            rows, scores = rows[keep], scores[keep]
-        else:
-            all_scores = self._matrix @ q[0]
-            rows = np.argpartition(-all_scores, k - 1)[:k] if k < n else np.arange(n)
-            scores = all_scores[rows]
-        order = np.lexsort((self.ids[rows], -scores))
+        fetch = min(n, k + 16)
+        while True:
+            rows, scores = self._top(q, fetch, n)
+            if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
+                break
+            fetch = min(n, fetch * 4)
+        order = np.lexsort((self.ids[rows], -np.round(scores / TIE_TOLERANCE)))[:k]
         return self.ids[rows][order], scores[order].astype(np.float32)
+
+    def _top(self, q: np.ndarray, fetch: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._faiss is not None:
+            scores, rows = self._faiss.search(q, fetch)
+            keep = rows[0] >= 0
+            return rows[0][keep], scores[0][keep]
+        if len(self._blocks) > 1:
+            self._blocks = [np.concatenate(self._blocks)]
+        all_scores = self._blocks[0] @ q[0]
+        rows = np.argpartition(-all_scores, fetch - 1)[:fetch] if fetch < n else np.arange(n)
+        return rows, all_scores[rows]
 
 
 def to_blob(vector: np.ndarray) -> bytes:

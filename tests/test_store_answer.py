@@ -1,0 +1,54 @@
+"""Answering and ingesting through the store: the units evaluation retrieves from are the graph's own QA
+units, ``answer`` reads current memory, and ``ingest`` extracts only sessions the store does not hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from conftest import make_session, scripted_config
+from promem_fast.backends.embed_hashing import HashingEmbedder
+from promem_fast.engine import Engine
+from promem_fast.eval.qa import memory_units
+from promem_fast.store import MemoryStore
+from store_helpers import graph
+
+
+def test_store_units_and_vectors_are_the_graphs_qa_units(tmp_path: Path) -> None:
+    graphs = [graph("a", "Maya", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon in May."],
+                    details=[["Biscuit"], ["Lisbon", "May"]], edges=[(1, 0, "temporal")]),
+              graph("b", "Ben", ["Ben plays chess on Sundays."], details=[["Sundays"]])]
+    with MemoryStore(tmp_path / "m.db", scripted_config()) as store:
+        store.add(graphs)
+        index = store.retrieval_index(["a", "b", "gone"])
+    embedder = HashingEmbedder(scripted_config().embedder)
+    assert set(index.units) == {"a", "b"}
+    for g in graphs:
+        units = memory_units(g)
+        assert index.units[g.session_id] == units
+        np.testing.assert_allclose(index.vectors[g.session_id], embedder.embed([u.key for u in units]), atol=1e-6)
+
+
+def test_answer_reads_current_memory_and_dates_it(tmp_path: Path) -> None:
+    jobs = [graph("j1", "Maya", ["Maya works as a nurse at Mercy hospital in Boston."], timestamp="2024-01-10"),
+            graph("j2", "Maya", ["Maya works as a teacher at Lincoln school in Boston."], timestamp="2024-06-10")]
+    config = scripted_config()
+    with MemoryStore(tmp_path / "m.db", config, update_min_cosine=0.3) as store, Engine(config) as engine:
+        store.add(jobs)
+        (reply,) = store.answer("Maya", ["Where does Maya work as a teacher or nurse?"], engine=engine)
+    assert reply["prediction"] == "Maya works as a teacher at Lincoln school in Boston."
+    assert [(r["session_id"], r["date"]) for r in reply["retrieved"]] == [("j2", "2024-06-10")]
+
+
+def test_ingest_extracts_only_what_the_store_lacks(tmp_path: Path) -> None:
+    sessions = [make_session(f"s{i}", "Maya", [(f"I visited museum number {i} in Porto.", "Nice!")]) for i in range(3)]
+    config = scripted_config()
+    with MemoryStore(tmp_path / "m.db", config) as store:
+        with Engine(config) as engine:
+            assert store.ingest(sessions[:2], engine).sessions == 2
+        with Engine(config) as engine:
+            summary = store.ingest(sessions, engine)
+        assert summary.sessions == 1
+        assert store.sessions("Maya") == ["s0", "s1", "s2"]
+        assert store.search("Maya", "museum number 2", k=1)[0].session_id == "s2"
