@@ -96,10 +96,19 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
     assert all(h["date"] for h in hits) and any(h["details"] for h in hits)
 
 
-def test_answer_uses_the_shared_engine(a: httpx.Client) -> None:
+def rounds(server: Server) -> float:
+    line = next(x for x in httpx.get(server.url + "/metrics").text.splitlines()
+                if x.startswith("promem_engine_rounds_total "))
+    return float(line.split()[1])
+
+
+def test_answer_runs_on_the_one_shared_engine(served: tuple[Server, dict[str, str]], a: httpx.Client) -> None:
+    before = rounds(served[0])
     reply = a.post(f"/v1/users/{MARTIN}/answer", json={"questions": ["What did Martin Mark accept?", "Who?"]})
     assert reply.status_code == 200, reply.text
-    assert len(reply.json()["answers"]) == 2
+    answers = reply.json()["answers"]
+    assert len(answers) == 2 and all(x["prediction"] for x in answers)
+    assert rounds(served[0]) > before  # the worker's engine ran the QA programs (no second engine)
 
 
 def test_export_holds_only_the_tenants_sessions(a: httpx.Client) -> None:

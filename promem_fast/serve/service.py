@@ -8,7 +8,6 @@ takes the tenant first and passes it to the store; none reads a tenant from requ
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,9 @@ class Service:
         self.engine = engine if engine is not None else Engine(config)
         self._embedder = self.engine.services.embedder
         self._writer = MemoryStore(self.path, config, embedder=self._embedder)
-        self._local = threading.local()
-        self._stores = [self._writer]
-        self._stores_lock = threading.Lock()
+        self.store = MemoryStore(self.path, config, embedder=self._embedder)
+        """The request threads' store; a connection apart from the worker's, so they read committed sessions
+        only, never one the worker is writing."""
         self.metrics = Metrics(self.queue.depth, self._engine_counts)
         self.worker = Worker(self.engine, self.queue, self.metrics, self._write)
         self.gate = EngineGate(self.worker)
@@ -56,10 +55,8 @@ class Service:
 
     def close(self) -> None:
         self.worker.stop()
-        with self._stores_lock:
-            for store in self._stores:
-                store.close()
-            self._stores.clear()
+        self.store.close()
+        self._writer.close()
         self.engine.close()
         for conn in self._conns:
             conn.close()
@@ -73,19 +70,6 @@ class Service:
         between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
         the worker's own engine (this is called on the worker's thread, between its rounds)."""
         self._writer.add(graphs, tenant=tenant, engine=self.engine)
-
-    @property
-    def store(self) -> Any:
-        """This thread's store (SQLite connections are not shared between request threads)."""
-        store = getattr(self._local, "store", None)
-        if store is None:
-            from promem_fast.store import MemoryStore
-
-            store = MemoryStore(self.path, self.config, embedder=self._embedder)
-            self._local.store = store
-            with self._stores_lock:
-                self._stores.append(store)
-        return store
 
     # ------------------------------------------------------------------------------ verbs
     def submit(self, tenant: str, user: str, sessions: list[Any]) -> tuple[str | None, list[dict[str, Any]]]:
