@@ -165,7 +165,10 @@ def test_openapi_lists_the_versioned_routes(served: tuple[Server, dict[str, str]
     spec = httpx.get(served[0].url + "/openapi.json").json()
     assert {"/v1/users/{user}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user}/search", "/v1/users/{user}/answer",
             "/v1/users/{user}/graph", "/v1/export"} <= set(spec["paths"])
-    assert httpx.get(served[0].url + "/docs").status_code == 200
+    docs = httpx.get(served[0].url + "/docs")
+    assert docs.status_code == 200 and "/static/swagger/swagger-ui-bundle.js" in docs.text
+    assert "https://" not in docs.text  # served from the package: works with no internet
+    assert httpx.get(served[0].url + "/static/swagger/swagger-ui-bundle.js").status_code == 200
 
 
 # ---------------------------------------------------------------------------------------------- refusals

@@ -1,4 +1,5 @@
-"""The HTTP API (FastAPI): versioned routes under ``/v1``, OpenAPI at ``/docs``, the web page at ``/``.
+"""The HTTP API (FastAPI): versioned routes under ``/v1``, OpenAPI at ``/docs`` (Swagger UI shipped in the package,
+no CDN), the web page at ``/``.
 
 Every ``/v1`` route depends on :func:`caller`, which turns the presented API key into a tenant; no route reads
 a tenant from the path, query or body. A user, memory or job the tenant does not have is a plain 404, the same
@@ -19,6 +20,7 @@ from promem_fast.serve.service import NotFound, Service
 
 require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request  # noqa: E402
+from fastapi.openapi.docs import get_swagger_ui_html  # noqa: E402
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse  # noqa: E402
 from fastapi.staticfiles import StaticFiles  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
@@ -60,7 +62,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
             if manage:
                 service.close()
 
-    app = FastAPI(title="promem serve", version="1", lifespan=lifespan,
+    app = FastAPI(title="promem serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Verified graph memory for many applications: one engine, one store, per-key tenants.")
 
     def caller(request: Request) -> Caller:
@@ -147,6 +149,13 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (totals, no tenant labels)")
     def metrics() -> Any:
         return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Any:
+        """Swagger UI from the files shipped in the package (an on-prem server may have no internet)."""
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="promem serve API",
+                                   swagger_js_url="/static/swagger/swagger-ui-bundle.js",
+                                   swagger_css_url="/static/swagger/swagger-ui.css", swagger_favicon_url="")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> Any:
