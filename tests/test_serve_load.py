@@ -96,14 +96,19 @@ def test_16_clients_share_one_engine(tmp_path: Path) -> None:
     calls = sum(v for k, v in m.items() if k.startswith("promem_backend_calls_total"))
     rounds = m["promem_engine_rounds_total"]
     assert m["promem_window_users_max"] >= 8  # sessions of at least half the clients shared the window
-    assert calls / total < 1.0  # far fewer model calls than sessions: batches span clients
     assert len(latencies) >= CLIENTS
+    alone = Engine(scripted_config())  # side by side: sessions extracted one request at a time, no sharing
+    for session in client_sessions(0, SESSIONS):
+        alone.extract([session])
+    alone_per_session = sum(alone.summary.backend_calls.values()) / SESSIONS
+    assert alone_per_session / (calls / total) > 5
     quantiles = statistics.quantiles(latencies, n=100)
     print(f"\nload: {CLIENTS} clients x {SESSIONS} sessions in {wall:.1f} s = {total / wall:.1f} sessions/s; "
           f"search under load p50 {1e3 * quantiles[49]:.1f} ms, p99 {1e3 * quantiles[98]:.1f} ms "
           f"({len(latencies)} searches); {rounds:.0f} rounds, {calls:.0f} backend calls "
           f"({calls / rounds:.2f} per round, {calls / total:.3f} per session); "
-          f"most clients' users in one window {m['promem_window_users_max']:.0f}")
+          f"most clients' users in one window {m['promem_window_users_max']:.0f}; one request at a time with no "
+          f"sharing takes {alone_per_session:.1f} calls per session ({alone_per_session / (calls / total):.1f}x)")
 
 
 def test_kill_9_mid_load_then_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
