@@ -19,6 +19,7 @@ def register(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=20.0, help="requests per second per API key (0: no limit)")
     p.add_argument("--burst", type=int, default=40, help="requests a key may send at once before --rate applies")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    judge_arg(p)
     config_args(p)
     p.set_defaults(func=cmd_serve)
 
@@ -37,6 +38,7 @@ def register(sub: Any) -> None:
     m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
     m.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
     m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
+    judge_arg(m)
     config_args(m)
     m.set_defaults(func=cmd_mcp)
 
@@ -47,6 +49,11 @@ def register(sub: Any) -> None:
     v.set_defaults(func=cmd_view)
 
 
+def judge_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--update-judge", choices=["llm", "nli", "off"], default="llm",
+                        help="how a new memory is found to update an older one (see the memory store)")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from promem_fast.backends._deps import require
     from promem_fast.serve.app import create_app
@@ -55,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve")
     config = build_config(args)
     config.progress = False
-    service = Service(args.db, config)
+    service = Service(args.db, config, update_judge=args.update_judge)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
@@ -85,7 +92,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     config.progress = False
-    service = Service(args.db, config)
+    service = Service(args.db, config, update_judge=args.update_judge)
     service.start()
     try:
         build_server(service, args.tenant).run("stdio")

@@ -49,6 +49,8 @@ CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
 def connect(path: str | Path) -> sqlite3.Connection:
     """A connection with the settings every user of the file needs: WAL (readers never block the worker's
     writes), a busy timeout instead of instant 'database is locked' errors, and the schema in place."""
+    if not Path(path).parent.is_dir():
+        raise PromemError(f"{path}: folder {Path(path).parent} does not exist")
     conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")

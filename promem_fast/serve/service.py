@@ -18,6 +18,7 @@ from promem_fast.serve.jobs import JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.serve.worker import EngineGate, Worker
+from promem_fast.store.store import UpdateJudge
 from promem_fast.types import MemoryGraph
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class NotFound(LookupError):
 class Service:
     """The memory service over one store file."""
 
-    def __init__(self, path: str | Path, config: EngineConfig, *, engine: Any = None) -> None:
+    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm") -> None:
         from promem_fast.engine import Engine
         from promem_fast.store import MemoryStore
 
@@ -39,9 +40,9 @@ class Service:
         self._conns = [db.connect(self.path), db.connect(self.path)]  # each owner serialises its own
         self.keys = KeyRing(self._conns[0])
         self.queue = JobQueue(self._conns[1])
-        self.engine = engine if engine is not None else Engine(config)
+        self.engine = Engine(config)
         self._embedder = self.engine.services.embedder
-        self._writer = MemoryStore(self.path, config, embedder=self._embedder)
+        self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
         self.store = MemoryStore(self.path, config, embedder=self._embedder)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
