@@ -19,9 +19,11 @@ from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
 
 require("fastapi", "serve")
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request  # noqa: E402
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request  # noqa: E402
+from fastapi import Path as PathParam  # noqa: E402
 from fastapi.openapi.docs import get_swagger_ui_html  # noqa: E402
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse  # noqa: E402
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer  # noqa: E402
 from fastapi.staticfiles import StaticFiles  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 from starlette.background import BackgroundTask  # noqa: E402
@@ -65,9 +67,11 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     app = FastAPI(title="promem serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Verified graph memory for many applications: one engine, one store, per-key tenants.")
 
-    def caller(request: Request) -> Caller:
-        auth = request.headers.get("authorization", "")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    def caller(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(HTTPBearer(auto_error=False))
+               ) -> Caller:
+        """The key's caller (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``); declared as a bearer scheme so
+        the OpenAPI page offers to authorize."""
+        key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
         found = service.keys.check(key)
         if found is None:
             raise HTTPException(401, "invalid or missing API key", headers=UNAUTHORIZED)
