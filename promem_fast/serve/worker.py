@@ -107,7 +107,7 @@ class Worker:
                         self._flush()
                         return
             except Exception as exc:  # a backend gone, the file busy: fail the waiting calls, requeue, go on
-                log.exception("the engine stopped: %s; retrying in %.1f s", exc, self._poll_s)
+                log.exception("the engine stopped; retrying in %.1f s", self._poll_s)
                 self._reset(exc)
                 self._stop.wait(self._poll_s)
 
