@@ -260,19 +260,16 @@ class MemoryStore:
         embed = getattr(embedder, "embed_queries", embedder.embed)
         return embed(texts)
 
-    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
-                      sessions: Sequence[str] | None = None) -> list[Hit]:
-        """Search by an already embedded query; ``sessions`` keeps only those sessions' nodes."""
+    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False) -> list[Hit]:
+        """Search by an already embedded (normalised) query vector."""
         index = self.index(user_pk)
-        wanted = k if history and sessions is None else 2 * k + 8
-        allowed = None if sessions is None else set(sessions)
+        wanted = k if history else 2 * k + 8
         while True:
             ids, scores = index.search(vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             found = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})", tuple(ids.tolist()),
                                    score_of) if len(ids) else []
-            hits = [h for h in found if (history or h.superseded_by is None)
-                    and (allowed is None or h.session_id in allowed)]
+            hits = [h for h in found if history or h.superseded_by is None]
             if len(hits) >= k or wanted >= len(index):
                 break
             wanted *= 4
