@@ -224,3 +224,30 @@ def test_a_store_refuses_an_embedder_of_another_dimension(tmp_path: Path) -> Non
             store.search("Maya", "Lisbon")
         with pytest.raises(StoreError, match="256-dimensional"):
             store.add([MAYA_2])
+
+
+def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        store.cache_min_vectors = 1
+        store.add([MAYA_1, MAYA_2])
+        assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
+    saved = list((tmp_path / "m.db.vectors").iterdir())
+    assert len(saved) == 1
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE nodes SET vector = NULL")  # only the saved index can answer now
+    raw.commit()
+    raw.close()
+    with open_store(db) as store:
+        assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
+        store.delete(user="Maya", session="m2")  # a new generation: the saved index is stale
+    with open_store(db) as store:
+        assert store.search("Maya", "Lisbon", k=3) == []  # refilled from SQLite, where no vector is left
+    db.unlink()
+    with open_store(db) as store:  # another store at the same path never reads the old file
+        store.add([graph("n1", "Maya", ["Maya sings in a choir.", "Maya grows tomatoes.", "Maya swims laps."])])
+        hits = store.search("Maya", "Maya choir in Lisbon", k=3)
+        query = store.embedder.embed(["Maya choir in Lisbon"])[0]
+        assert [round(h.score or 0, 5) for h in hits] == [
+            round(float(store.embedder.embed([h.key()])[0] @ query), 5) for h in hits]
+        assert hits[0].text == "Maya sings in a choir."

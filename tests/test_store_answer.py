@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import make_session, scripted_config
 from promem_fast.backends.embed_hashing import HashingEmbedder
 from promem_fast.engine import Engine
 from promem_fast.eval.qa import memory_units
-from promem_fast.store import MemoryStore
+from promem_fast.store import MemoryStore, answering
 from store_helpers import graph
 
 
@@ -52,3 +53,22 @@ def test_ingest_extracts_only_what_the_store_lacks(tmp_path: Path) -> None:
         assert summary.sessions == 1
         assert store.sessions("Maya") == ["s0", "s1", "s2"]
         assert store.search("Maya", "museum number 2", k=1)[0].session_id == "s2"
+
+
+def test_a_large_users_pool_preselected_by_the_index_gives_the_same_answers(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    topics = ["pottery", "sailing", "chess", "violin", "climbing", "baking", "astronomy", "cycling"]
+    graphs = [graph(f"s{i}", "Maya", [f"Maya practised {topics[(i + j) % 8]} with friend{j} in week {i}."
+                                      for j in range(25)], timestamp=f"2025-02-{i + 1:02d}") for i in range(12)]
+    questions = ["When did Maya practise violin with friend3?", "Who sails with Maya?", "Maya baking week 7"]
+    config = scripted_config()
+    config.qa_top_k = 5
+    with MemoryStore(tmp_path / "m.db", config, update_judge="off") as store, Engine(config) as engine:
+        store.add(graphs)
+        whole = store.answer("Maya", questions, engine=engine)
+        monkeypatch.setattr(answering, "PRESELECT_ABOVE", 10)
+        picked = store.answer("Maya", questions, engine=engine)
+    assert [a["candidates"] for a in whole] == [300] * 3 and all(a["candidates"] <= 60 for a in picked)
+    for a, b in zip(whole, picked, strict=True):
+        assert (a["prediction"], a["retrieved"], a["missing_sessions"]) == (
+            b["prediction"], b["retrieved"], b["missing_sessions"])

@@ -62,3 +62,14 @@ def test_user_errors_are_one_line_and_status_2(tmp_path: Path, capsys: pytest.Ca
     assert main(["ingest", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "m.db"), *SCRIPTED]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "graphs.jsonl")]) == 2
+
+
+def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -> None:
+    sessions = halumem_sessions(4)
+    source = write_jsonl(tmp_path / "in.jsonl", sessions)
+    graphs, db = tmp_path / "graphs.jsonl", tmp_path / "memory.db"
+    assert main(["extract", str(write_jsonl(tmp_path / "first.jsonl", sessions[:3])), "-o", str(graphs),
+                 *SCRIPTED]) == 0
+    assert main(["extract", str(source), "-o", str(graphs), "--resume", "--db", str(db), *SCRIPTED]) == 0
+    with MemoryStore(db, read_only=True) as store:
+        assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]

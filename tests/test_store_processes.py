@@ -3,6 +3,7 @@ with SIGKILL inside a session's transaction, after which the store is as it was 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, scripted_config
+from conftest import ROOT, halumem_sessions, scripted_config, write_jsonl
 from promem_fast.store import MemoryStore
 from store_helpers import NODES_PER_SESSION, worker_graph
 
@@ -75,3 +76,29 @@ def test_kill_9_inside_a_session_leaves_no_torn_session_and_ingest_resumes(tmp_p
         assert store.sessions("w") == [f"w{i}" for i in range(4)]
         assert store.add(worker_graph(i) for i in range(10)) == 6  # the first four are kept, not repeated
         assert counts(store) == {f"w{i}": NODES_PER_SESSION for i in range(10)}
+
+
+def test_extract_into_a_store_killed_then_resumed_stores_every_session_once(tmp_path: Path) -> None:
+    sessions = halumem_sessions(12)
+    source = write_jsonl(tmp_path / "in.jsonl", sessions)
+    out, db = tmp_path / "graphs.jsonl", tmp_path / "memory.db"
+    cmd = [sys.executable, "-m", "promem_fast.cli", "extract", str(source), "-o", str(out), "--db", str(db),
+           "--max-in-flight", "2", "--profile", "scripted", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if out.exists() and out.read_bytes().count(b"\n") >= 5:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert subprocess.run([*cmd, "--resume"], env=env, capture_output=True, timeout=300).returncode == 0
+    written = {json.loads(line)["session_id"]: len(json.loads(line)["nodes"]) for line in out.read_text().splitlines()}
+    with MemoryStore(db, scripted_config(), read_only=True) as store:
+        assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]
+        stored: dict[str, int] = {}
+        for hit in store.get_all(sessions[0].user, history=True):
+            stored[hit["session_id"]] = stored.get(hit["session_id"], 0) + 1
+    assert stored == {sid: n for sid, n in written.items() if n}

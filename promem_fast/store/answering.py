@@ -25,30 +25,42 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 
+PRESELECT_ABOVE = 20_000
+"""A user with more current nodes than this is not read whole to answer: each question's nearest nodes (by
+the user's vector index) make the pool, :data:`PRESELECT_FACTOR` times ``qa_top_k`` of them, which holds
+the question's top-k exactly (nothing outside a question's nearest can outrank them)."""
+PRESELECT_FACTOR = 4
+
+
 def retrieval_index(store: MemoryStore, db: sqlite3.Connection, wanted: list[str], tenant: str,
                     history: bool) -> RetrievalIndex:
     """Each wanted session's current nodes (all with ``history``) as QA units, with their vectors."""
-    from promem_fast.eval.qa import RetrievalIndex, Unit
-
-    units: dict[str, list[Unit]] = {}
-    keys: dict[str, list[int]] = {}
-    blobs: dict[int, bytes | None] = {}
+    scope = "" if history else " AND n.superseded_by IS NULL"
+    chunks, found = [], []
     for lo in range(0, len(wanted), 500):
         part = wanted[lo:lo + 500]
-        where = ("n.session_pk IN (SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t "
-                 f"ON t.id = u.tenant_id WHERE t.name = ? AND s.session_id IN ({rows.placeholders(len(part))}))"
-                 + ("" if history else " AND n.superseded_by IS NULL"))
-        params = (tenant, *part)
-        for sid, in db.execute(
-                "SELECT s.session_id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
-                f"t.id = u.tenant_id WHERE t.name = ? AND s.session_id IN ({rows.placeholders(len(part))})",
-                params):
-            units.setdefault(sid, [])
-            keys.setdefault(sid, [])
+        sessions = ("SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
+                    f"t.id = u.tenant_id WHERE t.name = ? AND s.session_id IN ({rows.placeholders(len(part))})")
+        chunks.append((f"n.session_pk IN ({sessions}){scope}", (tenant, *part)))
+        found.extend(sid for (sid,) in db.execute(sessions.replace("SELECT s.id", "SELECT s.session_id"),
+                                                  (tenant, *part)))
+    return _index(store, db, chunks, found)
+
+
+def _index(store: MemoryStore, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
+           sessions: Sequence[str]) -> RetrievalIndex:
+    """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
+    ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored)."""
+    from promem_fast.eval.qa import RetrievalIndex, Unit
+
+    units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
+    keys: dict[str, list[int]] = {sid: [] for sid in sessions}
+    blobs: dict[int, bytes | None] = {}
+    for where, params in chunks:
         blobs.update(db.execute(f"SELECT n.id, n.vector FROM nodes n WHERE {where}", params).fetchall())
         for hit in rows.read_hits(db, where, params):
-            units[hit.session_id].append(Unit(hit.session_id, hit.key(), hit.body()))
-            keys[hit.session_id].append(hit.node_id)
+            units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body()))
+            keys.setdefault(hit.session_id, []).append(hit.node_id)
     dim = store._dim()
     vectors = {}
     for sid, ids in keys.items():
@@ -64,6 +76,19 @@ def retrieval_index(store: MemoryStore, db: sqlite3.Connection, wanted: list[str
     return RetrievalIndex(units=units, vectors=vectors)
 
 
+def _preselected(store: MemoryStore, user_pk: int, questions: Sequence[str], top_k: int,
+                 sessions: Sequence[str]) -> RetrievalIndex:
+    """The pool of a large user: every question's nearest current nodes, found through the vector index."""
+    wanted: set[int] = set()
+    for query in store._embed_queries(list(questions)):
+        wanted.update(h.node_id for h in store.search_vector(user_pk, np.asarray(query, np.float32),
+                                                             PRESELECT_FACTOR * top_k))
+    ids = sorted(wanted)
+    chunks = [(f"n.id IN ({rows.placeholders(len(ids[lo:lo + 500]))})", tuple(ids[lo:lo + 500]))
+              for lo in range(0, len(ids), 500)]
+    return _index(store, store._db, chunks, sessions)
+
+
 def answer(store: MemoryStore, user: str, questions: Sequence[str], engine: Engine, tenant: str,
            question_time: str | None) -> list[dict[str, Any]]:
     """Every question about ``user`` asked of all their sessions (dated as stored), in one engine run."""
@@ -77,7 +102,12 @@ def answer(store: MemoryStore, user: str, questions: Sequence[str], engine: Engi
     user_pk = store._user_pk(tenant, user)
     dated = [] if user_pk is None else store._db.execute(
         "SELECT session_id, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()
-    index = store.retrieval_index([sid for sid, _ in dated], tenant=tenant)
+    current = 0 if user_pk is None else store._db.execute(
+        "SELECT COUNT(*) FROM nodes WHERE user_id = ? AND superseded_by IS NULL", (user_pk,)).fetchone()[0]
+    if user_pk is not None and current > PRESELECT_ABOVE:
+        index = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, _ in dated])
+    else:
+        index = store.retrieval_index([sid for sid, _ in dated], tenant=tenant)
     asked = [(Question(question_id=str(i), user_id=user, question=text, answer=None, question_type="ask",
                        session_ids=tuple(sid for sid, _ in dated), session_dates=tuple(ts for _, ts in dated),
                        question_time=question_time), user) for i, text in enumerate(questions)]

@@ -29,6 +29,7 @@ class StoreError(PromemError):
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));  -- names index files' owner
 CREATE TABLE tenants (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE users (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers cache vector indexes by user id

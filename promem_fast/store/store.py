@@ -24,7 +24,7 @@ from promem_fast.errors import InputError
 from . import rows
 from .records import Hit
 from .schema import StoreError, connect
-from .vectors import IndexKind, VectorIndex, from_blobs, resolve_kind
+from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
@@ -66,12 +66,22 @@ class MemoryStore:
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
         self._indexes: dict[int, VectorIndex] = {}
+        (self._store_id,) = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        self.cache_min_vectors = CACHE_MIN_VECTORS
+        """Users with at least this many vectors get their index saved next to the store on close."""
         self._lock = threading.RLock()
         """One store object may serve several threads (a web server's pool): writes and index refreshes
         take turns, so a transaction is never shared and no row enters an index twice."""
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
+        """Close the file; large users' vector indexes are saved first for the next process to read."""
+        for user_pk, index in self._indexes.items():
+            if len(index) >= self.cache_min_vectors and len(index) > index.saved:
+                try:
+                    index.save(self._index_file(user_pk), self._store_id)
+                except OSError as exc:  # a cache: a store on a read-only medium just refills next time
+                    log.info("vector index of user %d not saved: %s", user_pk, exc)
         if self._engine is not None:
             self._engine.close()
             self._engine = None
@@ -119,6 +129,9 @@ class MemoryStore:
         row = self._db.execute("SELECT u.id FROM users u JOIN tenants t ON t.id = u.tenant_id "
                                "WHERE t.name = ? AND u.name = ?", (tenant, user)).fetchone()
         return None if row is None else int(row[0])
+
+    def _index_file(self, user_pk: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.vectors") / f"user-{user_pk}.npz"
 
     def _has_session(self, tenant: str, user: str, session_id: str) -> bool:
         return self._db.execute(
@@ -260,19 +273,16 @@ class MemoryStore:
         embed = getattr(embedder, "embed_queries", embedder.embed)
         return embed(texts)
 
-    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
-                      sessions: Sequence[str] | None = None) -> list[Hit]:
-        """Search by an already embedded query; ``sessions`` keeps only those sessions' nodes."""
+    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False) -> list[Hit]:
+        """Search by an already embedded (normalised) query vector."""
         index = self.index(user_pk)
-        wanted = k if history and sessions is None else 2 * k + 8
-        allowed = None if sessions is None else set(sessions)
+        wanted = k if history else 2 * k + 8
         while True:
             ids, scores = index.search(vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             found = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})", tuple(ids.tolist()),
                                    score_of) if len(ids) else []
-            hits = [h for h in found if (history or h.superseded_by is None)
-                    and (allowed is None or h.session_id in allowed)]
+            hits = [h for h in found if history or h.superseded_by is None]
             if len(hits) >= k or wanted >= len(index):
                 break
             wanted *= 4
@@ -285,7 +295,9 @@ class MemoryStore:
             (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
             found = self._indexes.get(user_pk)
             if found is None or found.generation != generation:
-                found = VectorIndex(self._dim(), self._kind, generation)
+                found = (VectorIndex.load(self._index_file(user_pk), self._kind, generation, self._dim(),
+                                          self._store_id)
+                         or VectorIndex(self._dim(), self._kind, generation))
                 self._indexes[user_pk] = found
             cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
                                       "NULL ORDER BY id", (user_pk, found.last_id))

@@ -3,12 +3,16 @@
 Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
 of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
 only grow), and rebuilt whole when the user's ``generation`` says nodes were removed, so a reader process
-sees a writer's sessions without any message between them.
+sees a writer's sessions without any message between them. A large user's index is also kept in a file
+next to the store (:meth:`VectorIndex.save`), read back by the next process instead of a million rows,
+and ignored when it belongs to another store file or generation.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -18,6 +22,10 @@ from promem_fast.backends.base import TIE_TOLERANCE
 log = logging.getLogger(__name__)
 
 IndexKind = Literal["auto", "faiss", "numpy"]
+
+CACHE_MIN_VECTORS = 50_000
+"""Users with at least this many vectors get their index saved to a file (smaller ones refill in well under
+a second from SQLite, and a file per user of a thousand-user store would cost more than it saves)."""
 
 
 def _faiss() -> Any | None:
@@ -52,6 +60,8 @@ class VectorIndex:
         self.last_id = 0
         """The highest node id held: rows above it are the ones added since the index was filled."""
         self.ids = np.zeros(0, np.int64)
+        self.saved = 0
+        """Vectors held when last saved or loaded (the file is behind when ``len(self)`` is larger)."""
         self._blocks: list[np.ndarray] = []
         """numpy kind: the added blocks, joined into one matrix at the next search."""
         self._faiss: Any | None = None
@@ -76,6 +86,44 @@ class VectorIndex:
         else:
             self._blocks.append(vectors.copy())
         self.last_id = max(self.last_id, int(ids.max()))
+
+    def vectors(self) -> np.ndarray:
+        """Every vector held, row ``i`` for ``ids[i]``."""
+        if self._faiss is None:
+            if len(self._blocks) > 1:
+                self._blocks = [np.concatenate(self._blocks)]
+            return self._blocks[0] if self._blocks else np.zeros((0, self.dim), np.float32)
+        faiss = _faiss()
+        assert faiss is not None
+        index = self._faiss if isinstance(self._faiss, faiss.IndexFlat) else faiss.index_gpu_to_cpu(self._faiss)
+        return faiss.vector_to_array(index.codes).view(np.float32).reshape(-1, self.dim)
+
+    def save(self, path: Path, store_id: str) -> None:
+        """Write the index to ``path`` (atomically: a reader sees the old file or the new one)."""
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as out:
+            np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
+                     state=np.array([self.generation, self.last_id, self.dim], np.int64))
+        os.replace(tmp, path)
+        self.saved = len(self)
+
+    @classmethod
+    def load(cls, path: Path, kind: Literal["faiss", "numpy"], generation: int, dim: int,
+             store_id: str) -> VectorIndex | None:
+        """The index saved at ``path`` if it is this store's, of this generation and dimension; else None."""
+        try:
+            with np.load(path) as saved:
+                if str(saved["store_id"]) != store_id or saved["state"].tolist()[::2] != [generation, dim]:
+                    return None
+                found = cls(dim, kind, generation)
+                found.add(saved["ids"], saved["vectors"])
+                found.last_id = int(saved["state"][1])
+        except (OSError, ValueError, KeyError) as exc:
+            log.debug("vector index file %s not used: %s", path, exc)
+            return None
+        found.saved = len(found)
+        return found
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best node ids for one normalised query vector and their scores, best first.
@@ -103,9 +151,7 @@ class VectorIndex:
             scores, rows = self._faiss.search(q, fetch)
             keep = rows[0] >= 0
             return rows[0][keep], scores[0][keep]
-        if len(self._blocks) > 1:
-            self._blocks = [np.concatenate(self._blocks)]
-        all_scores = self._blocks[0] @ q[0]
+        all_scores = self.vectors() @ q[0]
         rows = np.argpartition(-all_scores, fetch - 1)[:fetch] if fetch < n else np.arange(n)
         return rows, all_scores[rows]
 
