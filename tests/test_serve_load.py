@@ -6,6 +6,7 @@ are marked slow (they still run in CI).
 
 from __future__ import annotations
 
+import signal
 import statistics
 import threading
 import time
@@ -170,5 +171,29 @@ def test_kill_9_mid_load_then_restart_loses_and_duplicates_nothing(tmp_path: Pat
                 export = [line for line in http.get("/v1/export").text.splitlines() if '"kind":"session"' in line
                           or '"kind": "session"' in line]
                 assert len(export) == len({line for line in export})
+    finally:
+        server.stop()
+
+
+def test_a_stop_mid_job_leaves_the_rest_for_the_next_start(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    key = new_key(path, "acme")
+    server = Server(path, "--rate", "0", "--max-in-flight", "8")
+    with server.client(key) as http:
+        job = http.post("/v1/users/user0/sessions", json={"sessions": client_sessions(0, 60)}).json()["job_id"]
+        deadline = time.monotonic() + 60
+        while http.get(f"/v1/jobs/{job}").json()["done"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    started = time.monotonic()
+    server.stop()  # SIGTERM: the worker leaves the engine's loop without finishing the sessions in flight
+    # uvicorn shuts down, then exits by the signal it caught
+    assert server.proc.returncode in (0, -signal.SIGTERM) and time.monotonic() - started < 15
+    server = Server(path, "--rate", "0")
+    try:
+        with server.client(key) as http:
+            assert http.get(f"/v1/jobs/{job}").json()["done"] < 60  # stopped mid-job
+            status = wait_job(http, job, timeout=120)
+            assert (status["done"], status["failed"]) == (60, 0)
+            assert len(http.get("/v1/users/user0/sessions").json()["sessions"]) == 60
     finally:
         server.stop()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from promem_fast.backends._deps import require
+from promem_fast.errors import PromemError
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
@@ -176,6 +177,11 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": "not found"}, status_code=404)
+
+    @app.exception_handler(PromemError)
+    def unavailable(request: Request, exc: PromemError) -> JSONResponse:
+        """The engine or the store could not serve the request now (stopping, a backend gone, timed out)."""
+        return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Any:

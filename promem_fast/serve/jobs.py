@@ -79,11 +79,14 @@ class JobQueue:
         return [Claimed(seq=r[0], job=r[1], tenant=r[2], session_id=r[3], payload=json.loads(r[4])) for r in rows]
 
     def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
-        """Mark sessions done (error None) or failed, in one transaction."""
+        """Mark sessions done (error None) or failed, in one transaction. A done session's payload is dropped
+        (its memory is in the store now); a failed one keeps it, to be looked at or sent again."""
         now = time.time()
         with self._transaction() as conn:
-            conn.executemany("UPDATE serve_queue SET state=?, error=?, finished=? WHERE seq=?",
-                             [("failed" if error else "done", error, now, seq) for seq, error in outcomes])
+            conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=?",
+                             [(now, seq) for seq, error in outcomes if not error])
+            conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=?",
+                             [(error, now, seq) for seq, error in outcomes if error])
 
     def depth(self) -> int:
         """Sessions accepted and not finished yet (pending or running)."""

@@ -28,6 +28,10 @@ CALL_TIMEOUT_S = 300.0
 """How long a request waits for its programs (answering questions) to come back from the worker."""
 
 
+class _Stopped(Exception):
+    """Raised through the engine's loop to leave it at once when the service stops."""
+
+
 @dataclass
 class _Call:
     """Programs a request thread handed to the worker, and the outcomes as they come back."""
@@ -104,14 +108,17 @@ class Worker:
                     else:
                         self._finish(key[0], outcome)
                     if self._stop.is_set():
-                        self._flush()
-                        return
+                        raise _Stopped
+            except _Stopped:  # sessions still in flight stay claimed: the next start runs them again
+                self._flush()
+                self._reset(PromemError("the service is stopping"), requeue=False)
+                return
             except Exception as exc:  # a backend gone, the file busy: fail the waiting calls, requeue, go on
                 log.exception("the engine stopped; retrying in %.1f s", self._poll_s)
                 self._reset(exc)
                 self._stop.wait(self._poll_s)
 
-    def _reset(self, exc: BaseException) -> None:
+    def _reset(self, exc: BaseException, *, requeue: bool = True) -> None:
         for call in [*self._running, *self._calls]:
             self._fail_call(call, exc)
         self._running.clear()
@@ -120,6 +127,8 @@ class Worker:
         self._users.clear()
         self._claimed.clear()
         self._stored.clear()
+        if not requeue:
+            return
         try:
             self._queue.recover()
         except Exception:  # the claimed rows stay running and are put back at the next start
@@ -130,7 +139,9 @@ class Worker:
         from promem_fast.pipeline import session_program
 
         window = self.engine.config.max_in_flight
-        while not self._stop.is_set():
+        while True:
+            if self._stop.is_set():
+                raise _Stopped  # out of the engine's loop now, not after the sessions in flight finish
             self._flush()
             if self._calls:
                 call = self._calls.popleft()
