@@ -84,6 +84,10 @@ class Client:
     def get(self, user: str, node_id: int) -> dict[str, Any]:
         return self._call("GET", self._u(user) + f"/memories/{int(node_id)}")
 
+    def history(self, user: str, node_id: int) -> list[dict[str, Any]]:
+        """The supersede chain through a memory, oldest first."""
+        return self.get(user, node_id)["history"]
+
     def users(self) -> list[str]:
         return self._call("GET", "/v1/users")["users"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -335,6 +336,7 @@ def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, s
         assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"]
         memories = client.get_all(MAYA)
         assert client.get(MAYA, memories[0]["id"])["text"] == memories[0]["text"]
+        assert [h["id"] for h in client.history(MAYA, memories[0]["id"])] == [memories[0]["id"]]
         assert {n["id"] for n in client.graph(MAYA)["nodes"]} >= {m["id"] for m in memories}
         assert client.export(tmp_path / "globex.jsonl") == 2
         assert client.delete(user=MAYA, session="maya-2") > 0
@@ -342,3 +344,26 @@ def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, s
         with pytest.raises(ServerError) as refused:
             client.search(MARTIN, "work")
         assert refused.value.status == 404
+
+
+def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:
+    from promem_fast.store import MemoryStore
+
+    path = tmp_path / "memory.db"
+    key = new_key(path, "acme")
+    MemoryStore(path).close()
+    conn = sqlite3.connect(path)  # the file itself refuses one session, as a full disk or a bad row would
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON sessions WHEN NEW.session_id = 'poison' "
+                 "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    conn.close()
+    server = Server(path)
+    try:
+        with server.client(key) as http:
+            sessions = [maya_session("good-1"), maya_session("poison"), maya_session("good-2")]
+            status = add(http, MAYA, sessions)
+            assert (status["done"], status["failed"]) == (2, 1)
+            assert status["errors"][0]["session_id"] == "poison" and "refused by the test" in status["errors"][0]["error"]
+            assert http.get(f"/v1/users/{MAYA}/sessions").json()["sessions"] == ["good-1", "good-2"]
+            assert add(http, MAYA, [maya_session("good-3")])["done"] == 1  # the worker goes on
+    finally:
+        server.stop()
