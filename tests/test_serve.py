@@ -362,7 +362,8 @@ def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:
             sessions = [maya_session("good-1"), maya_session("poison"), maya_session("good-2")]
             status = add(http, MAYA, sessions)
             assert (status["done"], status["failed"]) == (2, 1)
-            assert status["errors"][0]["session_id"] == "poison" and "refused by the test" in status["errors"][0]["error"]
+            error = status["errors"][0]
+            assert error["session_id"] == "poison" and "refused by the test" in error["error"]
             assert http.get(f"/v1/users/{MAYA}/sessions").json()["sessions"] == ["good-1", "good-2"]
             assert add(http, MAYA, [maya_session("good-3")])["done"] == 1  # the worker goes on
     finally:
