@@ -85,7 +85,8 @@ class Service:
             record = dict(raw, user=raw.get("user", user)) if isinstance(raw, dict) else raw
             try:
                 if isinstance(record, dict) and record["user"] != user:
-                    raise InputError("must match the user of the route", session_id=str(record.get("session_id")),
+                    sid = record.get("session_id")
+                    raise InputError("must match the user of the route", session_id=None if sid is None else str(sid),
                                      field="user")
                 session_from_dict(record, max_turn_chars=max_chars)
             except InputError as exc:
@@ -115,22 +116,24 @@ class Service:
 
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
         """One memory with its versions; only found among the tenant's user's own nodes."""
-        for item in self.memories(tenant, user, history=True):
-            if item.get("id") == node_id:
-                return {**item, "history": [_plain(h) for h in self.store.history(node_id, tenant=tenant)]}
+        name = self._user(tenant, user)
+        chain = [_plain(h) for h in self.store.history(node_id, tenant=tenant)]
+        for item in chain:
+            if item["id"] == node_id and item["user"] == name:
+                return {**item, "history": chain}
         raise NotFound("memory")
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
 
     def delete(self, tenant: str, user: str, *, session: str | None = None, node: int | None = None) -> int:
-        self._user(tenant, user)
         if node is not None:
             self.memory(tenant, user, node)
-        removed = self.store.delete(tenant=tenant, user=user, session=session, node=node)
-        if session is not None and not removed:
+        elif session is not None and session not in self.sessions(tenant, user):
             raise NotFound("session")
-        return int(removed)
+        else:
+            self._user(tenant, user)
+        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
 
     def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
