@@ -237,7 +237,6 @@ class EngineGate:
         self._worker = worker
         self.config = worker.engine.config
         self.services = worker.engine.services
-        self.summary = worker.engine.summary
 
     def run(self, programs: Iterable[tuple[Any, Callable[[Any], Any]]]) -> Iterator[tuple[Any, Any]]:
         return iter(self._worker.call(programs))
