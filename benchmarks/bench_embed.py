@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import bench_threads, limit_threads, ort_session, ratio_info, side_by_side  # noqa: E402
-from throughput import DEFAULT_HALUMEM, load_halumem_sessions, nli_pairs, synthetic_sessions  # noqa: E402
+from workload import DEFAULT_HALUMEM, load_halumem_sessions, nli_pairs, synthetic_sessions  # noqa: E402
 
 from promem_fast.backends.embed_onnx import OnnxEmbedder, cache_folder  # noqa: E402
 from promem_fast.backends.embed_st import SentenceTransformerEmbedder  # noqa: E402

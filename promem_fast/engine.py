@@ -28,7 +28,7 @@ from promem_fast import native
 from promem_fast.backends.base import Compressor, Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
 from promem_fast.context import RunContext
-from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError
+from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError, SessionFailed
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import (
     Anchor, Attend, CleanEdges, Compress, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
@@ -144,7 +144,8 @@ class Engine:
         self.summary = RunSummary()
         self._failed_batches = 0
         self.on_session_error: Callable[[Session, BaseException], None] | None = None
-        """Called for a session whose program crashed (with ``on_error='skip'``); the CLI writes rejects."""
+        """Called for each session whose program crashed, under either ``on_error`` policy (with ``stop``, just
+        before the run ends); the CLI writes rejects."""
 
     # ------------------------------------------------------------------------------------ public API
     def extract(self, sessions: Iterable[Session | dict[str, Any]]) -> list[MemoryGraph]:
@@ -172,11 +173,12 @@ class Engine:
             for session, outcome in self.run(programs()):
                 if isinstance(outcome, BaseException):
                     self.summary.rejected += 1
-                    if self.config.on_error == "stop":
-                        raise outcome
-                    log.error("session %s failed and was skipped: %s", session.session_id, outcome)
                     if self.on_session_error is not None:
                         self.on_session_error(session, outcome)
+                    if self.config.on_error == "stop":
+                        raise SessionFailed(f"session {session.session_id!r} failed: "
+                                            f"{type(outcome).__name__}: {outcome}") from outcome
+                    log.error("session %s failed and was skipped: %s", session.session_id, outcome)
                     continue
                 if not timings:
                     for st in outcome.stats.stages.values():

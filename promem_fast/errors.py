@@ -17,6 +17,18 @@ class ConfigError(PromemError, ValueError):
     """A configuration value is unknown or out of range; the message names the field."""
 
 
+class UsageError(PromemError):
+    """The command line asks for what cannot be done (a missing input, an output that is the input)."""
+
+
+class WriteFailed(PromemError):
+    """An output file could not be written (disk full, read-only file system); the message names the path."""
+
+    def __init__(self, path: object, cause: OSError) -> None:
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}")
+        self.path = path
+
+
 @dataclass
 class InputError(PromemError):
     """A bad input record: names the file, line, session id and field so it can be found and fixed."""
@@ -54,6 +66,10 @@ class InputError(PromemError):
 
 class BackendError(PromemError, RuntimeError):
     """A backend call failed for one batch; the engine splits the batch to isolate the bad request."""
+
+
+class SessionFailed(PromemError, RuntimeError):
+    """With ``on_error='stop'``: a session's program crashed, so the run ends (the cause is chained)."""
 
 
 class BackendUnavailable(PromemError, RuntimeError):

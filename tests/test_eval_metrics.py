@@ -15,6 +15,7 @@ from promem_fast.eval.metrics import (
     halumem_memory_f1,
     halumem_memory_type_accuracy,
     halumem_qa,
+    halumem_unscored,
     halumem_update,
     judge_says_yes,
     locomo_score,
@@ -22,6 +23,7 @@ from promem_fast.eval.metrics import (
     longmemeval_scores,
     normalize_answer,
     token_f1,
+    unscored_warnings,
 )
 
 approx = pytest.approx
@@ -212,17 +214,31 @@ def test_halumem_qa():
         "n": 2, "correct": approx(0.0), "hallucination": approx(0.5), "omission": approx(0.0)}
 
 
-def test_halumem_memory_type_accuracy():
+def test_halumem_memory_type_accuracy_counts_as_halumem_does():
     updates = [{"memory_update_type": "Correct", "memory_type": "Event Memory"},
-               {"memory_update_type": "Omission", "memory_type": "Persona Memory"}]
+               {"memory_update_type": "Omission", "memory_type": "Persona Memory"},
+               {"memory_update_type": None, "memory_type": "Persona Memory"}]
     out = halumem_memory_type_accuracy(INTEGRITY, updates)
-    # Event: integrity points (2, None) + one correct update -> n 3, integrity 1/3, update 1/3
-    assert out["Event Memory"] == {"n": 3, "integrity": approx(1 / 3), "update": approx(1 / 3),
-                                   "accuracy": approx(2 / 3)}
-    assert out["Persona Memory"] == {"n": 3, "integrity": 0.0, "update": 0.0, "accuracy": 0.0}
-    assert out["Relationship Memory"]["accuracy"] == approx(1.0)
-    # interference points are not counted (else Event would have n = 5)
-    assert halumem_memory_type_accuracy(INTEGRITY)["Event Memory"]["n"] == 2
+    # HaluMem's loop takes every integrity record, interference ones too: Event = scores 2, None and the
+    # interference 0 and 2 (an absorbed false fact counts as a hit) + one Correct update -> n 5, 2/5 + 1/5
+    assert out["Event Memory"] == {"n": 5, "integrity": approx(2 / 5), "update": approx(1 / 5),
+                                   "accuracy": approx(3 / 5)}
+    # Persona = scores 1, 0, interference 0 + two updates (one without a usable label, counted all the same)
+    assert out["Persona Memory"] == {"n": 5, "integrity": 0.0, "update": 0.0, "accuracy": 0.0}
+    assert out["Relationship Memory"] == {"n": 1, "integrity": 1.0, "update": 0.0, "accuracy": 1.0}
+    assert halumem_memory_type_accuracy(INTEGRITY)["Event Memory"]["n"] == 4
+
+
+def test_unscored_grades_are_counted_described_and_warned_past_five_percent():
+    labels = [{"memory_integrity_score": s} for s in [2] * 18 + ["judge_failed", None]]
+    table = halumem_unscored(integrity=labels, qa=[{"result_type": "Correct"}] * 99 + [{"result_type": "?"}])
+    assert table["integrity"] == {"n": 20, "unscored": 2, "share": approx(0.1),
+                                  "values": {'"judge_failed"': 1, "null": 1}}
+    assert table["qa"]["unscored"] == 1 and table["qa"]["share"] == approx(0.01)
+    (warning,) = unscored_warnings(table)  # 10% warns, 1% does not
+    assert warning.startswith("integrity judge: 2 of 20 records (10.0%)") and "rest on 18" in warning
+    assert unscored_warnings({"qa": {**table["integrity"], "unscored": 1, "share": 0.05}}) == []  # 5% is not past 5%
+    assert halumem_unscored(update=[])["update"]["share"] is None
 
 
 # ============================================================================================= LongMemEval

@@ -386,19 +386,32 @@ def test_halumem_update_aggregation_by_hand() -> None:
     rows = [label("Event Memory", 2), label("Event Memory", 1), label("Persona Memory", 2, "Correct"),
             label("Persona Memory", 0, "Omission"), label("Event Memory", 2, "Hallucination"),
             label("Relationship Memory", None, "not a label")]
-    integrity = [i for i, _ in rows]
     update = [u for i, u in rows if i["is_update"]]
-    extraction = aggregate_halumem(integrity, [], [], update)["extraction"]
+    # official routing: the update points reached the update judge only, so integrity holds the two plain ones
+    official = aggregate_halumem([i for i, _ in rows if not i["is_update"]], [], [], update)
+    extraction = official["extraction"]
     # four update points, three with one of the four labels: one each of Correct, Hallucination, Omission
     assert extraction["update"] == approx({
         "n": 4, "n_valid": 3, "correct": 0.25, "hallucination": 0.25, "omission": 0.25, "other": 0.0,
         "correct_valid": 1 / 3, "hallucination_valid": 1 / 3, "omission_valid": 1 / 3, "other_valid": 0.0})
+    assert official["headline"]["memory_integrity"] == 0.5 and official["update_routing"] == "official"
     # type-wise, each point once: Event = two plain points (one scored 2) and one hallucinated update -> 1/3;
-    # Persona = two updates, one Correct -> 1/2 (its integrity scores do not count again)
+    # Persona = two updates, one Correct -> 1/2
     types = extraction["memory_type_accuracy"]
     assert types["Event Memory"] == approx({"n": 3, "integrity": 1 / 3, "update": 0.0, "accuracy": 1 / 3})
     assert types["Persona Memory"] == approx({"n": 2, "integrity": 0.0, "update": 0.5, "accuracy": 0.5})
     assert types["Relationship Memory"]["accuracy"] == 0.0
+    assert official["unscored"]["update"]["unscored"] == 1
+    assert official["warnings"] == [('update judge: 1 of 4 records (25.0%) have no usable grade (e.g. "not a label"), '
+                                     "so its figures rest on 3")]
+    # "both": every point also went to the integrity judge; recall covers all six, the type table still
+    # counts each point once (the update points by their update label)
+    both = aggregate_halumem([i for i, _ in rows], [], [], update, update_routing="both")
+    assert both["headline"]["memory_integrity"] == approx(3 / 6)
+    assert both["extraction"]["integrity"]["n"] == 6
+    assert both["extraction"]["memory_type_accuracy"] == types
+    with pytest.raises(ValueError, match="unknown update routing"):
+        aggregate_halumem([], [], [], [], update_routing="integrity")
 
 
 def test_locomo_aggregation_by_hand() -> None:

@@ -19,8 +19,11 @@ from promem_fast.cli import main
 from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics
 from promem_fast.eval.datasets import load_benchmark
+from promem_fast.eval.judges import UPDATE_ROUTINGS
 from promem_fast.eval.prompts import EVAL_TEMPLATES
-from promem_fast.eval.runner import VARIANTS, extraction_cost, load_results, run_eval, variant_config
+from promem_fast.eval.runner import (
+    VARIANTS, extraction_cost, load_results, route_points, run_eval, variant_config,
+)
 from promem_fast.io import load_sessions, read_graphs
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -65,10 +68,16 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     bench = load_benchmark("halumem", HALUMEM, 2)
     labels = stored["labels"]
 
-    # every gold point of every non-distractor session judged once; every extracted entry judged once
+    # every gold point of every non-distractor session judged once, an update point (its session has
+    # memories) by the update judge only, as HaluMem routes it; every extracted entry judged once
     graphs = {g.session_id: g for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl")}
     assert set(graphs) == {s.session_id for s in bench.sessions}
-    assert len(labels["integrity"]) == len(bench.memory_points)
+    assert all(graphs[p.session_id].nodes for p in bench.memory_points if p.is_update)
+    points = {(p.session_id, p.index) for p in bench.memory_points}
+    by_integrity = [(lab["session_id"], lab["index"]) for lab in labels["integrity"]]
+    by_update = [(lab["session_id"], lab["index"]) for lab in labels["update"]]
+    assert sorted(by_integrity + by_update) == sorted(points) and labels["update"]
+    assert by_update == [(p.session_id, p.index) for p in bench.memory_points if p.is_update]
     judged = {p.session_id for p in bench.memory_points}
     assert len(labels["accuracy"]) == sum(len(graphs[sid].nodes) for sid in judged)
     assert [lab["question_id"] for lab in labels["qa"]] == [q.question_id for q in bench.questions]
@@ -90,8 +99,14 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     report = (tmp_path / "report-halumem.md").read_text()
     for heading in ("## Runs", "## Table 1: memory extraction and QA", "## Table 2: ablation",
                     "## Table 6: extraction cost per session", "## Extraction in detail", "## QA by question type",
-                    "## Evaluation cost", "![Variants compared](variants-halumem.png)"):
+                    "## Evaluation cost", "![Variants compared](variants-halumem.png)", "## Type-wise accuracy",
+                    "## Judge records without a usable grade"):
         assert heading in report
+    types = metrics.halumem_memory_type_accuracy(labels["integrity"], labels["update"])
+    assert {row[0]: row[1] for row in table(report, "Type-wise accuracy")} == {
+        t: f"{pct(v['accuracy'])} = {pct(v['integrity'])} + {pct(v['update'])} (n {v['n']})" for t, v in types.items()}
+    assert table(report, "Judge records without a usable grade") == [
+        ["ProMem (Full)", *(f"0/{len(labels[j])} (0.00%)" for j in ("integrity", "accuracy", "update", "qa"))]]
     tokens = sum(g.stats.total().tokens for g in graphs.values()) / len(graphs)
     assert table(report, "Table 1") == [["ProMem (Full)", pct(extraction["memory_integrity"]),
                                          pct(extraction["memory_accuracy"]), pct(extraction["memory_f1"]),
@@ -107,6 +122,62 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
     calls = sum(g.stats.total().calls for g in graphs.values()) / len(graphs)
     assert cost_row[7] == f"{calls:.2f}"
     assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
+
+
+def test_update_points_reach_the_update_judge_only_unless_both_is_asked(tmp_path: Path) -> None:
+    official = evaluate("halumem", HALUMEM, tmp_path / "official", limit=2)
+    both = evaluate("halumem", HALUMEM, tmp_path / "both", limit=2, update_routing="both")
+    updates = official["labels"]["update"]
+    assert updates and [u["memory_update_type"] for u in updates] == [
+        u["memory_update_type"] for u in both["labels"]["update"]]
+    # "both" also sends them to the integrity judge: they enter the recall denominator, as the issue measured
+    n_official = official["aggregates"]["extraction"]["integrity"]["n"]
+    assert both["aggregates"]["extraction"]["integrity"]["n"] == n_official + len(updates)
+    assert not any(label["is_update"] for label in official["labels"]["integrity"])
+    assert (official["config"]["update_routing"], both["config"]["update_routing"]) == ("official", "both")
+    assert "judged as `both`" in (tmp_path / "both" / "report-halumem.md").read_text()
+    # without memories HaluMem has nothing to show the update judge: the point goes to the integrity judge
+    bench = load_benchmark("halumem", HALUMEM, 1)
+    points = [p for p in bench.memory_points if p.session_id == "u-ada:0"]
+    assert any(p.is_update for p in points) and route_points(points, None, "official") == (points, [])
+    with pytest.raises(Exception, match="unknown update routing"):
+        evaluate("halumem", HALUMEM, tmp_path, limit=1, update_routing="integrity")
+
+
+class GarbledIntegrityJudge(ScriptedLLM):
+    """The scripted model, replying to every integrity-judge prompt with text that is not a grade."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        replies = super().generate(requests)
+        return [Completion("judge_failed", reply.prompt_tokens, 2)
+                if (parse_rendered(request.messages) or ("",))[0] == "judge_integrity" else reply
+                for request, reply in zip(requests, replies, strict=True)]
+
+
+def test_a_judge_that_gives_no_grades_is_counted_and_warned_about(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    config = scripted_config()
+    result = run_eval("halumem", HALUMEM, config, out_dir=tmp_path, limit=1, llm=GarbledIntegrityJudge(config.llm))
+    n = len(result["labels"]["integrity"])
+    assert n and all(label["memory_integrity_score"] is None for label in result["labels"]["integrity"])
+    assert result["aggregates"]["unscored"]["integrity"] == {"n": n, "unscored": n, "share": 1.0,
+                                                             "values": {"null": n}}
+    assert result["aggregates"]["unscored"]["qa"]["unscored"] == 0
+    (warning,) = result["aggregates"]["warnings"]
+    assert warning.startswith(f"integrity judge: {n} of {n} records (100.0%) have no usable grade")
+    report = (tmp_path / "report-halumem.md").read_text()
+    assert f"**Warning:** ProMem (Full): {warning}." in report
+    (row,) = table(report, "Judge records without a usable grade")
+    assert row[1] == f"{n}/{n} (100.00%)"
+    # the same from the stored labels alone
+    capsys.readouterr()
+    assert main(["eval", "aggregate", result["files"]["result"], "-o", str(tmp_path / "agg.json")]) == 0
+    assert f"warning: {warning}" in capsys.readouterr().out.splitlines()
+    recomputed = json.loads((tmp_path / "agg.json").read_text())
+    assert recomputed["aggregates"]["unscored"] == result["aggregates"]["unscored"]
+    assert recomputed["overall_score"]["memory_integrity"]["memory_valid_num"] == 0
+    assert main(["eval", "aggregate", result["files"]["result"], "--report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"promem: {tmp_path}: cannot write: Is a directory"
 
 
 def test_graphs_already_extracted_are_reused_and_missing_ones_extracted(tmp_path: Path) -> None:
@@ -169,6 +240,7 @@ def test_variant_config_switches_one_module_each() -> None:
     with pytest.raises(Exception, match="unknown variant"):
         variant_config(base, "w/o everything")
     assert set(eval_cli._VARIANTS) == set(VARIANTS)
+    assert set(eval_cli._ROUTINGS) == set(UPDATE_ROUTINGS)
 
 
 # ============================================================================================= LoCoMo, LongMemEval

@@ -42,15 +42,81 @@ def errors_of(path: Path) -> list[InputError]:
      "timestamp", "unknown timestamp"),
     ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "x" * 300_000}]},
      "turns[0].text", "exceeds max_turn_chars"),
+    # the field the user's form calls for, not the other spelling
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user"}]}, "turns[0].text", "missing field"),
+    ({"session_id": "x", "user": "Ann", "messages": [{"role": "user"}]}, "messages[0].content", "missing field"),
+    # values that pass a type check but would crash the output write or the resume's read
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "hi \ud800 there"}]},
+     "turns[0].text", "lone UTF-16 surrogate"),
+    ({"session_id": "x", "user": "Ann", "metadata": {"note\udfff": 1}, "turns": GOOD["turns"]},
+     "metadata.note\\udfff", "lone UTF-16 surrogate"),
+    # decided: turn ids are labels, non-negative, and a turn's messages are consecutive
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "hi", "turn_id": -1}]},
+     "turns[0].turn_id", "from 0 to 2**63-1"),
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "hi", "turn_id": 2**64}]},
+     "turns[0].turn_id", "from 0 to 2**63-1"),
+    ({"session_id": "x", "user": "Ann", "turns": [
+        {"role": "user", "text": "a", "turn_id": 0}, {"role": "user", "text": "b", "turn_id": 1},
+        {"role": "assistant", "text": "c", "turn_id": 0}]}, "turns[2].turn_id", "comes back after turn 1"),
+    # decided: roles are free speaker labels, but not empty, and the owner must speak
+    ({"session_id": "x", "user": "Ann", "turns": [{"role": "", "text": "hi"}]}, "turns[0].role", "must not be empty"),
+    ({"session_id": "x", "user": "Ann", "owner_role": "", "turns": GOOD["turns"]}, "owner_role", "must not be empty"),
+    ({"session_id": "x", "user": "Ann", "owner_role": "Ann", "turns": GOOD["turns"]}, "owner_role",
+     "no turn is spoken by 'Ann'"),
+    ({"session_id": "x", "user": "Ann", "messages": [{"role": "assistant", "content": "hello"}]}, "owner_role",
+     "no turn is spoken by 'user'"),
+    # decided: a session id is one line of printable text
+    ({"session_id": "x\ny", "user": "Ann", "turns": GOOD["turns"]}, "session_id", "line breaks"),
 ])
 def test_each_bad_field_is_named(tmp_path: Path, record: dict, field: str, message: str) -> None:
-    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD).encode(), json.dumps(record).encode()])
+    line = json.dumps(record).encode("utf-8", "surrogatepass")  # json escapes a lone surrogate as \\udXXX
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD).encode(), line])
     (error,) = errors_of(path)
     assert error.field == field and message in error.message
     assert error.line == 2 and error.file == str(path)
     assert str(path) + ":2" in str(error)
     if "session_id" in record and isinstance(record["session_id"], str):
         assert error.session_id == record["session_id"]
+
+
+def test_records_that_crashed_the_reader_become_errors_of_their_line(tmp_path: Path) -> None:
+    huge = b'{"session_id": "big", "user": "Ann", "turns": [{"role": "user", "text": "hi", "turn_id": ' + \
+        b"9" * 5000 + b"}]}"
+    deep = b'{"session_id": "deep", "user": "Ann", "turns": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    good2 = {**GOOD, "session_id": "b"}
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD).encode(), huge, deep, json.dumps(good2).encode()])
+    items = list(read_sessions(path))
+    assert [getattr(x, "session_id", None) for x in items] == ["a", "big", None, "b"]
+    assert (items[1].line, items[1].field) == (2, "turns[0].turn_id") and "5,000 digits" in items[1].message
+    assert items[2].line == 3 and "nested too deeply" in items[2].message
+
+
+def test_a_lone_surrogate_in_the_session_id_is_reported_in_a_writable_form(tmp_path: Path) -> None:
+    bad = json.dumps({"session_id": "s\ud800", "user": "Ann", "turns": []}).encode()
+    (error,) = errors_of(write_lines(tmp_path / "in.jsonl", [bad]))
+    assert error.field == "session_id" and error.session_id == "s\\ud800"
+    rejects = RejectWriter(tmp_path / "r.jsonl")
+    rejects.input_error(error)
+    rejects.close()
+    assert json.loads((tmp_path / "r.jsonl").read_text(encoding="utf-8"))["session_id"] == "s\\ud800"
+
+
+def test_a_very_long_session_id_is_refused_and_named_briefly(tmp_path: Path) -> None:
+    (error,) = errors_of(write_lines(tmp_path / "in.jsonl", [json.dumps({**GOOD, "session_id": "x" * 100_000}).encode()]))
+    assert error.field == "session_id" and "100,000 characters" in error.message
+    assert len(error.session_id or "") < 100
+
+
+def test_a_utf8_bom_before_the_first_record_is_accepted(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [b"\xef\xbb\xbf" + json.dumps(GOOD).encode()])
+    assert [s.session_id for s in load_sessions(path)] == ["a"]
+
+
+def test_ids_with_path_separators_and_free_roles_are_accepted(tmp_path: Path) -> None:
+    record = {"session_id": "team/a:1", "user": "Ann", "owner_role": "Ann",
+              "turns": [{"role": "Ann", "text": "I like tea."}, {"role": "Bob", "text": "Me too."}]}
+    (session,) = load_sessions(write_lines(tmp_path / "in.jsonl", [json.dumps(record).encode()]))
+    assert session.session_id == "team/a:1" and [t.role for t in session.turns] == ["Ann", "Bob"]
 
 
 def test_bad_lines_among_good_ones_do_not_stop_the_good_ones(tmp_path: Path) -> None:
@@ -106,15 +172,47 @@ def test_without_resume_the_output_starts_empty(tmp_path: Path) -> None:
     assert out.read_text() == ""
 
 
-def test_rejects_are_written_once_across_resumed_runs(tmp_path: Path) -> None:
-    error = InputError("invalid JSON", file="in.jsonl", line=3)
-    for resume in (False, True):
+def test_rejects_are_written_once_across_resumed_runs_however_the_input_is_spelled(tmp_path: Path) -> None:
+    for resume, spelled in ((False, "in.jsonl"), (True, "./in.jsonl"), (True, str(tmp_path / "in.jsonl"))):
         rejects = RejectWriter(tmp_path / "r.jsonl", resume=resume)
-        rejects.input_error(error)
+        rejects.input_error(InputError("invalid JSON", file=spelled, line=3))
         rejects.close()
     (line,) = (tmp_path / "r.jsonl").read_text().splitlines()
     assert json.loads(line) == {"kind": "input", "file": "in.jsonl", "line": 3, "session_id": None, "field": None,
                                 "error": "invalid JSON"}
+
+
+def _two_graphs() -> list[MemoryGraph]:
+    return Engine(scripted_config()).extract([make_session("a", "Ann", [("I like tea.", "ok")]),
+                                              make_session("b", "Ben", [("I like jazz.", "ok")])])
+
+
+@pytest.mark.parametrize("damage,line,message", [
+    (lambda a, b: [a, a, b], 2, "written twice"),
+    (lambda a, b: [a, '{"session_id": "b", "note": "valid JSON, not a graph"}', b], 2, "not a complete record"),
+    (lambda a, b: [a, "[1, 2]", b], 2, "not a complete record"),
+])
+def test_resume_refuses_kept_lines_that_are_not_one_graph_per_session(tmp_path: Path, damage, line: int,  # type: ignore[no-untyped-def]
+                                                                       message: str) -> None:
+    a, b = (g.to_json() for g in _two_graphs())
+    out = tmp_path / "out.jsonl"
+    out.write_text("\n".join(damage(a, b)) + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        GraphWriter(out, resume=True)
+    assert info.value.line == line and info.value.file == str(out) and message in info.value.message
+
+
+def test_exported_file_names_never_collide(tmp_path: Path) -> None:
+    a, _ = _two_graphs()
+    graphs = []
+    for sid in ("team/a", "team_a", "Team_a", "." * 3, "x" * 300):
+        a.session_id = sid
+        graphs.append(a.to_json())
+    out = tmp_path / "g.jsonl"
+    out.write_text("\n".join(graphs) + "\n", encoding="utf-8")
+    written = export_graphs(out, tmp_path / "nl", "node-link")
+    assert len({p.name.lower() for p in written}) == 5 and all(p.exists() for p in written)
+    assert all(len(p.name) < 120 and not p.name.startswith(".") for p in written)
 
 
 def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: ignore[no-untyped-def]
@@ -133,3 +231,13 @@ def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: i
     (gml,) = export_graphs(out, tmp_path / "gml", "graphml")
     read = nx.read_graphml(gml)
     assert read.number_of_nodes() == len(graph.nodes) and read.number_of_edges() == len(graph.edges)
+
+
+def test_records_given_as_dicts_are_screened_too() -> None:
+    """The Python API (``Engine.extract`` of dicts) gets the same check as a file's lines."""
+    from promem_fast.io import session_from_dict
+
+    record = {"session_id": "x", "user": "Ann", "turns": [{"role": "user", "text": "a\ud800"}]}
+    with pytest.raises(InputError) as info:
+        session_from_dict(record)
+    assert info.value.field == "turns[0].text" and "surrogate" in info.value.message

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from promem_fast.backends._llamacpp_grammar import gbnf_for, grammar_schema
 from promem_fast.backends.base import GenerationRequest, LLMBackend
 from promem_fast.config import LLMConfig
 from promem_fast.errors import ContextOverflow
@@ -110,14 +111,14 @@ def test_conformance_check_catches_violations() -> None:
 
 
 def test_integer_bounds_become_an_enum_and_type_lists_keep_their_keywords() -> None:
-    rewritten = llm_llamacpp.grammar_schema(RELATIONS)
+    rewritten = grammar_schema(RELATIONS)
     item = rewritten["properties"]["relations"]["items"]["properties"]
     assert item["source"] == {"enum": [0, 1, 2, 3, 4]}
     assert item["target"] == {"type": "integer"}
-    assert llm_llamacpp.grammar_schema({"type": ["string", "null"], "maxLength": 5}) == {
+    assert grammar_schema({"type": ["string", "null"], "maxLength": 5}) == {
         "anyOf": [{"maxLength": 5, "type": "string"}, {"maxLength": 5, "type": "null"}]}
-    assert llm_llamacpp.grammar_schema({"type": "integer", "minimum": 0}) == {"type": "integer", "minimum": 0}
-    assert llm_llamacpp.grammar_schema({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3}) == {
+    assert grammar_schema({"type": "integer", "minimum": 0}) == {"type": "integer", "minimum": 0}
+    assert grammar_schema({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3}) == {
         "enum": [1, 2]}
 
 
@@ -129,8 +130,8 @@ def test_every_schema_of_the_prompts_converts_to_a_grammar() -> None:
              "verify_relation"]
     for role in roles:
         schema = prompts.schema_for(role, max_items=8, n_events=5, relation_types=("causal", "temporal"))
-        assert "root ::=" in llm_llamacpp.gbnf_for(schema), role
-    relation = llm_llamacpp.gbnf_for(prompts.schema_for("relation", n_events=5, relation_types=("causal",)))
+        assert "root ::=" in gbnf_for(schema), role
+    relation = gbnf_for(prompts.schema_for("relation", n_events=5, relation_types=("causal",)))
     assert '"0" | "1" | "2" | "3" | "4"' in relation
 
 

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import halumem_sessions, make_session, scripted_config
 from faulty import RAISE_FAULTS, REPLY_FAULTS, FaultyLLM, corrupt
+from promem_fast.backends.base import NLIResult
+from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
-from promem_fast.errors import InputError
+from promem_fast.errors import InputError, SessionFailed
 from promem_fast.io import session_from_dict
 from promem_fast.parsing import dominant_script, parse_reply
+from promem_fast.pipeline.completeness import Candidate
+from promem_fast.pipeline.verify import verify_entries
 from promem_fast.prompts import schema_for
 from promem_fast.requests import ReplyError
 
@@ -144,3 +151,89 @@ def test_statement_check_strips_list_marks_and_drops_echoed_format_words() -> No
     assert any("numbering" in n for n in notes) and any("dropped 2" in n for n in notes)
     with pytest.raises(ReplyError):
         check({"facts": ["sentence", "sentence"]})
+
+
+class _NLIFailingOn(LexicalNLI):
+    """The lexical NLI, except that any batch holding a hypothesis with ``word`` raises (a flaky model)."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        self.word = word
+
+    def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]:
+        if any(self.word in hypothesis for _, hypothesis in pairs):
+            raise RuntimeError("NLI model crashed")
+        return super().entail(pairs)
+
+
+def _verify(entries: list[Candidate], *, nli: Any = None, **rules: Any) -> tuple[list[Any], Any]:
+    """Run hallucination verification on two turns of Maya's; the nodes and the run's statistics."""
+    session = make_session("s", "Maya", [("I adopted a beagle named Biscuit in March.", "Nice!"),
+                                         ("I moved to Lisbon for a job at Nordvik Labs.", "Great.")])
+    engine = Engine(scripted_config(), llm=ScriptedLLM(rules=rules), nli=nli)
+    turn_of = np.array([i % 2 for i in range(len(entries))], np.int64)
+
+    def make(ctx: Any) -> Any:
+        def program() -> Any:
+            nodes, _ = yield from verify_entries(session, session.turn_groups(), entries, turn_of,
+                                                 np.ones(len(entries), np.float32), ctx, True)
+            return nodes, ctx.stats
+        return program()
+
+    ((_, value),) = list(engine.run([("s", make)]))
+    assert not isinstance(value, BaseException), value
+    return value
+
+
+def test_a_failed_nli_check_keeps_the_entry_as_unverified_with_its_failure() -> None:
+    entries = [Candidate("Maya adopted a beagle named Biscuit.", "draft"),
+               Candidate("Maya moved to Lisbon for a job at Nordvik Labs.", "draft")]
+    nodes, stats = _verify(entries, nli=_NLIFailingOn("Lisbon"))
+    assert [(n.text, n.verification) for n in nodes] == [("Maya adopted a beagle named Biscuit.", "entailed"),
+                                                         ("Maya moved to Lisbon for a job at Nordvik Labs.",
+                                                          "unverified")]
+    assert [f.item for f in stats.failures] == ["Maya moved to Lisbon for a job at Nordvik Labs."]
+    assert stats.counts["hv_unverified"] == 1
+
+
+def test_a_failed_decomposition_keeps_the_entry_as_unverified() -> None:
+    entries = [Candidate("Maya adopted Biscuit and bought a sailboat.", "draft")]
+    nodes, stats = _verify(entries, decompose=lambda f: "no JSON here")
+    assert [(n.text, n.verification) for n in nodes] == [("Maya adopted Biscuit and bought a sailboat.", "unverified")]
+    assert [(f.role, f.item) for f in stats.failures] == [("decompose", "Maya adopted Biscuit and bought a sailboat.")]
+
+
+def test_a_failed_adjudication_keeps_the_fact_and_only_an_explicit_discard_removes_one() -> None:
+    entries = [Candidate("Maya adopted Biscuit and sold a yacht.", "draft"),              # turn 0
+               Candidate("Maya moved to Lisbon and bought a sailboat.", "draft")]         # turn 1
+    facts = {entries[0].text: ["Maya adopted Biscuit.", "Maya sold a yacht."],
+             entries[1].text: ["Maya moved to Lisbon.", "Maya bought a sailboat."]}
+
+    def adjudicate(fields: dict[str, str]) -> Any:
+        return {"action": "DISCARD", "revised_fact": None} if "yacht" in fields["fact"] else "no JSON here"
+
+    nodes, stats = _verify(entries, decompose=lambda f: {"facts": facts[f["entry"]]}, adjudicate=adjudicate)
+    kept = {(n.text, n.verification) for n in nodes}
+    assert ("Maya bought a sailboat.", "unverified") in kept  # the adjudicator failed: kept, marked
+    assert not any("yacht" in text for text, _ in kept)         # the adjudicator said DISCARD: removed
+    assert [f.item for f in stats.failures] == ["Maya bought a sailboat."]
+    assert stats.counts["discarded"] == 1 and stats.counts["hv_unverified"] == 1
+
+
+class _SimilarityDown:
+    """A similarity backend that always fails: grounding cannot finish, so each session's program crashes."""
+
+    def top1(self, pairs: Sequence[Any]) -> list[Any]:
+        raise RuntimeError("similarity backend down")
+
+
+def test_under_stop_a_crashed_session_is_reported_then_ends_the_run(sample: list) -> None:  # type: ignore[type-arg]
+    config = scripted_config()
+    config.on_error, config.max_failed_batches = "stop", 1000
+    engine = Engine(config, similarity=_SimilarityDown())
+    reported: list[str] = []
+    engine.on_session_error = lambda session, error: reported.append(session.session_id)
+    with pytest.raises(SessionFailed) as info:
+        list(engine.extract_stream(sample[:3]))
+    assert reported == [sample[0].session_id]  # written to the rejects before the run stops
+    assert sample[0].session_id in str(info.value) and "similarity backend down" in str(info.value.__cause__)

@@ -28,7 +28,7 @@ def build_config(args: argparse.Namespace) -> Any:
         config = loaded if not args.profile else EngineConfig.from_dict(
             {"profile": args.profile, **_nondefault(dataclasses.asdict(loaded))})
     config = config.with_overrides(args.overrides)
-    if getattr(args, "max_in_flight", None):
+    if getattr(args, "max_in_flight", None) is not None:
         config.max_in_flight = args.max_in_flight
     if getattr(args, "no_progress", False):
         config.progress = False

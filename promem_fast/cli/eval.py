@@ -24,26 +24,37 @@ _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both spe
 """``--sessions`` of both commands: the rule of :meth:`promem_fast.eval.records.Benchmark.first_sessions`."""
 
 
+_ROUTINGS = ("official", "both")
+"""The keys of :data:`promem_fast.eval.judges.UPDATE_ROUTINGS`, repeated so the parser imports nothing heavy."""
+
+
 def register(subparsers: Any) -> None:
-    """Add ``eval`` and ``convert`` to the ``promem`` subcommands (``subparsers`` from ``add_subparsers``)."""
+    """Add ``eval`` and ``convert`` to the ``promem`` subcommands (``subparsers`` from ``add_subparsers``).
+
+    ``eval`` takes an action: a benchmark to run (``promem eval halumem --data …``) or ``aggregate``, which
+    recomputes the scores from stored judge labels (``promem eval aggregate LABELS.json``)."""
     p = subparsers.add_parser(
-        "eval", help="evaluate extraction and QA on HaluMem, LoCoMo or LongMemEval (one variant per run)",
-        description="Extract (or reuse) memory graphs for a benchmark, answer its questions from them, judge "
-                    "with the configured LLM, and write OUT/result-<kind>-<variant>.json plus a report of "
-                    "every variant in OUT (OUT/report-<kind>.md, OUT/variants-<kind>.png).")
-    p.add_argument("kind", choices=_KINDS, help="benchmark")
-    p.add_argument("--data", type=Path, required=True, help="the benchmark file (HaluMem JSONL, LoCoMo or "
-                   "LongMemEval JSON)")
-    p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
-    p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
-    p.add_argument("--variant", choices=_VARIANTS, default="full",
-                   help="full ProMem, an ablation (one-off, no-cc, no-hv, no-da, no-rel) or the NativeRAG "
-                        "baseline (raw turns retrieved, nothing extracted); default: full")
-    p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
-    p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
-                   "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
-    config_args(p)
-    p.set_defaults(func=cmd_eval)
+        "eval", help="evaluate on HaluMem, LoCoMo or LongMemEval, or aggregate stored judge labels",
+        description="`promem eval KIND --data FILE` extracts (or reuses) memory graphs for a benchmark, answers "
+                    "its questions from them, judges with the configured LLM, and writes "
+                    "OUT/result-<kind>-<variant>.json plus a report of every variant in OUT (OUT/report-<kind>.md, "
+                    "OUT/variants-<kind>.png). `promem eval aggregate LABELS.json` recomputes the scores from "
+                    "judge labels alone.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join((*_KINDS, "aggregate")) + "}")
+    for kind in _KINDS:
+        _add_benchmark(actions, kind)
+    a = actions.add_parser(
+        "aggregate", help="recompute the scores from judge labels (ours or HaluMem's record files)",
+        description="Recompute the scores from stored judge labels, without asking a judge: a promem result "
+                    "(result-<kind>-<variant>.json), its labels object, or HaluMem's own record files (the "
+                    "per-user files of its evaluation or its *_eval_stat_result.json; several are pooled). Every "
+                    "record is checked; a bad one is reported by file, record and field. Grades a judge did not "
+                    "give (null, \"judge_failed\") are counted and their share shown, with a warning past 5%.")
+    a.add_argument("labels", type=Path, nargs="+", metavar="LABELS.json", help="labels file(s)")
+    a.add_argument("-o", "--output", type=Path, help="also write the aggregates as JSON here (for HaluMem labels "
+                   "with HaluMem's overall_score key names too)")
+    a.add_argument("--report", type=Path, help="also write the markdown report here")
+    a.set_defaults(func=cmd_aggregate)
 
     p = subparsers.add_parser("convert", help="write a benchmark's sessions as promem input JSONL",
                               description="Convert a benchmark file into the session JSONL that "
@@ -54,6 +65,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
     p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
     p.set_defaults(func=cmd_convert)
+
+
+def _add_benchmark(actions: Any, kind: str) -> None:
+    """``promem eval KIND``: one benchmark's evaluation run and its options."""
+    p = actions.add_parser(kind, help=f"evaluate on {kind} (one variant per run)")
+    p.add_argument("--data", type=Path, required=True, help="the benchmark file (HaluMem JSONL, LoCoMo or "
+                   "LongMemEval JSON)")
+    p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
+    p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
+    p.add_argument("--variant", choices=_VARIANTS, default="full",
+                   help="full ProMem, an ablation (one-off, no-cc, no-hv, no-da, no-rel) or the NativeRAG "
+                        "baseline (raw turns retrieved, nothing extracted); default: full")
+    p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
+    p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
+                   "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
+    if kind == "halumem":
+        p.add_argument("--update-points", choices=_ROUTINGS, default="official",
+                       help="official (default, as HaluMem's own evaluation): a gold point with is_update goes to "
+                            "the update judge only when the session has memories; both: also to the integrity "
+                            "judge, so recall covers every gold point")
+    config_args(p)
+    p.set_defaults(func=cmd_eval, kind=kind)
 
 
 def headline(kind: str, result: dict[str, Any]) -> str:
@@ -72,11 +105,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from promem_fast.eval.runner import run_eval
 
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
-                      variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs)
+                      variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs,
+                      update_routing=getattr(args, "update_points", "official"))
     counts = result["counts"]
     print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
           f"{counts['questions']} questions, {counts['graphs']} graphs")
     print(headline(args.kind, result))
+    _print_warnings(result["aggregates"])
     if counts["failed_answers"] or counts["failed_eval_steps"]:
         print(f"failed answers {counts['failed_answers']}, failed evaluation steps {counts['failed_eval_steps']} "
               f"(see eval_failures in the result)")
@@ -98,3 +133,42 @@ def cmd_convert(args: argparse.Namespace) -> int:
             n += 1
     print(f"wrote {n} sessions of {bench.name} to {args.output}")
     return 0
+
+
+def _print_warnings(aggregates: dict[str, Any]) -> None:
+    for warning in aggregates.get("warnings", []):
+        print(f"warning: {warning}")
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from promem_fast.eval.aggregate import aggregate, load_labels, render
+
+    labels = load_labels(args.labels)
+    result = aggregate(labels)
+    counts = ", ".join(f"{n} {group}" for group, n in result["counts"].items())
+    routing = f"; update points: {labels.update_routing}" if labels.update_routing else ""
+    print(f"{labels.kind} labels from {len(labels.sources)} file(s), {labels.format} format: {counts}{routing}")
+    print(headline(labels.kind, {"headline": {**result["headline"], "tokens_per_session": None}}))
+    unscored = result["aggregates"].get("unscored", {})
+    if unscored:
+        print("unscored: " + "  ".join(
+            f"{judge} {row['unscored']}/{row['n']}" + ("" if row["share"] is None else f" ({100 * row['share']:.1f}%)")
+            for judge, row in unscored.items()))
+    _print_warnings(result["aggregates"])
+    if args.output:
+        _write(args.output, json.dumps(result, ensure_ascii=False, indent=1))
+        print(f"aggregates: {args.output}")
+    if args.report:
+        _write(args.report, render(result))
+        print(f"report: {args.report}")
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Write an output file; a path that cannot be written is the user's to fix: one line naming it."""
+    from promem_fast.errors import InputError
+
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path)) from None

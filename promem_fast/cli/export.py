@@ -22,6 +22,7 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     import sys
 
+    from promem_fast.cli.outputs import check_input
     from promem_fast.io import export_graphs
 
     if args.db is not None:
@@ -31,7 +32,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out_dir is None:
         print("promem: export needs OUT_DIR (or --db to export a memory store)", file=sys.stderr)
         return 2
-
+    check_input(args.input)
     written = export_graphs(args.input, args.out_dir, args.format)
     print(f"wrote {len(written)} {args.format} files to {args.out_dir}")
     return 0

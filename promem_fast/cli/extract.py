@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,62 +31,79 @@ def register(sub: Any) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    from promem_fast.cli.outputs import RunFiles, check_input
     from promem_fast.cli.store_io import extract_store
     from promem_fast.engine import Engine
-    from promem_fast.errors import BackendUnavailable, InputError
-    from promem_fast.io import GraphWriter, RejectWriter, read_sessions
+    from promem_fast.errors import BackendUnavailable, InputError, SessionFailed, WriteFailed
+    from promem_fast.io import read_sessions
+    from promem_fast.types import Session
 
     config = build_config(args)
-    out = Path(args.output)
-    if out.exists() and not (args.resume or args.overwrite):
-        print(f"promem: {out} exists; pass --resume to continue it or --overwrite to replace it", file=sys.stderr)
-        return 2
-    writer = GraphWriter(out, resume=args.resume, fsync=config.fsync, timings=config.record_timings)
-    rejects = RejectWriter(out.with_name(out.name.removesuffix(".jsonl") + ".rejects.jsonl"), resume=args.resume)
-    already = len(writer.done)
-    skipped = 0
+    source = Path(args.input)
+    check_input(source)
+    files = RunFiles(Path(args.output))
+    files.check(source, resume=args.resume, overwrite=args.overwrite)
+    writer, rejects, covered = files.open(source, config, resume=args.resume)
+    out = files.out
+    stopped: list[InputError] = []
+    counts = {"input_rejects": 0, "skipped": 0}
 
-    def sessions():  # type: ignore[no-untyped-def]
-        nonlocal skipped
-        for item in read_sessions(args.input, max_turn_chars=config.pipeline.max_turn_chars):
+    def sessions() -> Iterator[Session]:
+        """The input's sessions after the resume point; bad records become rejects (the first ends the
+        input under ``stop``, so the sessions before it still finish and are written)."""
+        valid = 0
+        for item in read_sessions(source, max_turn_chars=config.pipeline.max_turn_chars):
             if isinstance(item, InputError):
-                if config.on_error == "stop":
-                    raise item
-                log.warning("skipped: %s", item)
+                counts["input_rejects"] += 1
                 rejects.input_error(item)
+                if config.on_error == "stop":
+                    stopped.append(item)
+                    return
+                log.warning("skipped: %s", item)
                 continue
-            if item.session_id in writer.done:
-                skipped += 1
+            valid += 1
+            if valid <= covered:
+                counts["skipped"] += 1
                 continue
             yield item
 
-    total = sum(1 for line in open(args.input, "rb") if line.strip())
     engine = Engine(config)
     engine.on_session_error = rejects.session_error
     store = extract_store(args, config, out, engine)
+    with open(source, "rb") as handle:
+        total = sum(1 for line in handle if line.strip())
     status = 0
     try:
-        for graph in engine.extract_stream(sessions(), total=max(total - already, 0)):
+        for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):
             writer.write(graph)
             if store is not None:
                 store.add([graph], engine=engine)
-    except InputError as exc:
-        print(f"promem: bad input: {exc}", file=sys.stderr)
-        status = 2
-    except BackendUnavailable as exc:
-        print(f"promem: stopping, a backend is gone: {exc}\n{len(writer.done)} sessions are safely written to "
-              f"{out}; run again with --resume to continue", file=sys.stderr)
+    except (SessionFailed, BackendUnavailable) as exc:
+        what = "a backend is gone" if isinstance(exc, BackendUnavailable) else "a session failed"
+        print(f"promem: stopping, {what}: {exc}; {len(writer.done)} sessions are safely written to {out}; "
+              f"run again with --resume to continue", file=sys.stderr)
         status = 1
+    except WriteFailed as exc:
+        print(f"promem: {exc}; {len(writer.done)} sessions are safely written; free the space or choose another "
+              f"output and run again (with --resume to continue)", file=sys.stderr)
+        status = 2
     finally:
         writer.close()
         rejects.close()
         if store is not None:
             store.close()
         engine.close()
+    if status == 2:
+        files.discard_if_empty()
+    if stopped:
+        print(f"promem: stopped at bad input (--on-error stop): {stopped[0]}; the {len(writer.done)} sessions "
+              f"before it are written to {out}", file=sys.stderr)
+        status = 2
+    engine.summary.rejected += counts["input_rejects"]
     print(engine.summary.table())
     if args.resume:
-        print(f"resumed: {skipped} sessions already in {out} were skipped")
-    if rejects.count:
-        print(f"rejected inputs: {rejects.count} (see {rejects.path})")
+        print(f"resumed: {counts['skipped']} sessions before the resume point were skipped")
+    if engine.summary.rejected:
+        print(f"rejects: {rejects.path}")
     print(f"graphs: {out}")
     return status

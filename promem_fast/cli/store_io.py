@@ -73,10 +73,10 @@ def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from promem_fast.cli.outputs import check_input
     from promem_fast.errors import InputError
 
-    if not args.graphs.exists():
-        raise InputError("no such file", file=str(args.graphs))
+    check_input(args.graphs)
     config = build_config(args)
     added = bad = 0
     with open_store(args, config) as store:
@@ -98,10 +98,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from promem_fast.errors import InputError
+    from promem_fast.cli.outputs import check_input
 
-    if not args.input.exists():
-        raise InputError("no such file", file=str(args.input))
+    check_input(args.input)
     with open_store(args, build_config(args)) as store:
         added = store.import_(args.input)
     print(f"imported {added} sessions into {args.db}")

@@ -24,6 +24,7 @@ truncated mid-text; how much was shown is recorded on the label.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ from .datasets import LOCOMO_CATEGORIES
 from .prompts import LME_TEMPLATE_OF_TYPE, eval_schema, render_eval
 from .qa import Answer
 from .records import GoldMemory, Question
+
+log = logging.getLogger(__name__)
 
 LOCOMO_MAIN_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 """LoCoMo categories of the headline numbers: adversarial (5) questions have no gold answer and are left
@@ -187,8 +190,8 @@ def update_program(session: Session, points: Sequence[GoldMemory], graph: Memory
 
     HaluMem shows its judge the memories the system retrieves for the point; the session's entries play that
     part here (cut to the most similar ones when they do not fit), as they do for integrity. With nothing
-    extracted the update is an Omission without asking (HaluMem sends such a point to its integrity judge
-    instead, where it scores 0: missed either way).
+    extracted the update is an Omission without asking; only the ``both`` routing sends such a point here
+    (``official`` sends it to the integrity judge, as HaluMem does, where it scores 0: missed either way).
     """
     updates = [p for p in points if p.is_update]
     if not updates:
@@ -317,14 +320,27 @@ QA_JUDGES = {"halumem": halumem_qa_judge, "locomo": locomo_qa_judge, "longmemeva
 
 
 # ============================================================================================= aggregation
-def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
-                      qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG), with
-    its update ratios and type-wise accuracy, and QA.
+UPDATE_ROUTINGS: dict[str, str] = {
+    "official": "an update point goes to the update judge only, when the session has memories (HaluMem's "
+                "own evaluation); without memories it goes to the integrity judge",
+    "both": "every point goes to the integrity judge and every update point to the update judge as well, "
+            "so recall covers all gold points",
+}
+"""How HaluMem gold points with ``is_update`` are judged (``promem eval halumem --update-points``)."""
 
-    In the type-wise accuracy each point counts once, as in HaluMem where every point goes to one judge: an
-    update point by its update label, any other by its integrity score.
+
+def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
+                      qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = (),
+                      update_routing: str = "official") -> dict[str, Any]:
+    """HaluMem's numbers from the labels: extraction (None when nothing was extracted, i.e. NativeRAG), with
+    its update ratios and type-wise accuracy, and QA; plus, per judge, the records without a usable grade
+    (``unscored``) and a warning for each judge past :data:`~.metrics.UNSCORED_WARN_SHARE` (also logged).
+
+    The type-wise accuracy counts each point once, as HaluMem does: with ``update_routing="both"`` the
+    update points' integrity labels are left out of it (their update label counts).
     """
+    if update_routing not in UPDATE_ROUTINGS:
+        raise ValueError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
     qa_scores = metrics.halumem_qa(qa)
     extraction = None
     memory: dict[str, Any] = dict.fromkeys(
@@ -332,10 +348,14 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
     if integrity or accuracy:
         extraction = metrics.halumem_extraction(integrity, accuracy)
         extraction["update"] = metrics.halumem_update(update)
-        extraction["memory_type_accuracy"] = metrics.halumem_memory_type_accuracy(
-            [label for label in integrity if not label.get("is_update")], update)
+        typed = integrity if update_routing == "official" else [i for i in integrity if not i.get("is_update")]
+        extraction["memory_type_accuracy"] = metrics.halumem_memory_type_accuracy(typed, update)
         memory = {key: extraction[key] for key in ("memory_integrity", "memory_accuracy", "memory_f1")}
         memory["false_memory_resistance"] = extraction["integrity"]["false_memory_resistance"]
+    unscored = metrics.halumem_unscored(integrity=integrity, accuracy=accuracy, update=update, qa=qa)
+    warnings = metrics.unscored_warnings(unscored)
+    for warning in warnings:
+        log.warning("%s", warning)
     return {
         "headline": {
             **memory,
@@ -345,19 +365,23 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
         },
         "extraction": extraction,
         "qa": qa_scores,
+        "update_routing": update_routing,
+        "unscored": unscored,
+        "warnings": warnings,
     }
 
 
 def _judge_accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Share of rows the LLM judge marked correct; an unparsable grade counts as wrong (``n_valid`` says how
-    many parsed)."""
-    valid = [r["llm_correct"] for r in rows if r.get("llm_correct") is not None]
+    """Share of rows the LLM judge marked correct; a missing or unparsable grade (anything but true/false)
+    counts as wrong (``n_valid`` says how many parsed)."""
+    valid = [r["llm_correct"] for r in rows if isinstance(r.get("llm_correct"), bool)]
     return {"n": len(rows), "n_valid": len(valid),
             "accuracy": sum(valid) / len(rows) if rows else None}
 
 
 def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """LLM-judge accuracy and token F1, overall (categories 1–4, and all five) and per category."""
+    """LLM-judge accuracy and token F1, overall (categories 1–4, and all five) and per category, with the
+    questions the judge gave no grade (``unscored``; a warning past :data:`~.metrics.UNSCORED_WARN_SHARE`)."""
     main = [r for r in rows if r["category"] in LOCOMO_MAIN_CATEGORIES]
     by_category: dict[str, Any] = {}
     for category, name in LOCOMO_CATEGORIES.items():
@@ -368,6 +392,7 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     f1_all = metrics.locomo_scores(rows)
     for name, entry in f1_all["by_category"].items():
         by_category[name]["f1"] = entry["mean"]
+    unscored, warnings = _unscored_qa([r.get("llm_correct") for r in rows], lambda v: isinstance(v, bool))
     return {
         "headline": {"llm_accuracy": _judge_accuracy(main)["accuracy"], "f1": f1_main["overall"],
                      "llm_accuracy_all": _judge_accuracy(rows)["accuracy"], "f1_all": f1_all["overall"]},
@@ -376,12 +401,27 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "f1": f1_main,
         "f1_all": f1_all,
         "by_category": by_category,
+        "unscored": unscored,
+        "warnings": warnings,
     }
 
 
+def _unscored_qa(grades: list[Any], usable: Callable[[Any], bool]) -> tuple[dict[str, Any], list[str]]:
+    """The QA judge's unscored records and the warning they call for (logged)."""
+    unscored = {"qa": metrics.unscored(grades, usable)}
+    warnings = metrics.unscored_warnings(unscored)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return unscored, warnings
+
+
 def aggregate_longmemeval(labels: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """LongMemEval accuracy overall, averaged over types, per type and on abstention questions."""
+    """LongMemEval accuracy overall, averaged over types, per type and on abstention questions, with the
+    questions the judge gave no grade (``unscored``: a failed judge call, which scores as "no")."""
     scores = metrics.longmemeval_scores(labels)
+    grades = [None if row.get("error") else row.get("label", (row.get("autoeval_label") or {}).get("label"))
+              for row in labels]
+    unscored, warnings = _unscored_qa(grades, lambda v: isinstance(v, (bool, int, str)))
     return {"headline": {"accuracy": scores["overall"], "task_average": scores["task_average"],
                          "abstention": scores["abstention"]["accuracy"]},
-            **scores}
+            **scores, "unscored": unscored, "warnings": warnings}

@@ -12,6 +12,7 @@ which would read as a measured failure).
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
@@ -284,17 +285,16 @@ def halumem_qa(labels: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def halumem_memory_type_accuracy(
     integrity_labels: Iterable[Mapping[str, Any]], update_labels: Iterable[Mapping[str, Any]] = ()
 ) -> dict[str, dict[str, Any]]:
-    """HaluMem's type-wise accuracy (its README's "Typewise Accuracy" table) per ``memory_type``.
+    """HaluMem's type-wise accuracy (``memory_type_accuracy`` of its ``aggregate_eval_results``) per
+    ``memory_type``, counted exactly as that code counts it.
 
-    Over the non-interference integrity points and the update points of a type (n in all):
-    ``integrity`` = |{integrity score = 2}| / n, ``update`` = |{update label = Correct}| / n,
-    ``accuracy`` = integrity + update. Interference points are left out, as the README states (HaluMem's
-    code loops over them too, which lets an absorbed false fact count as a hit).
+    Every integrity label (interference points included: an absorbed false fact scored 2 counts as a hit
+    there, as in HaluMem) and every update label of a type (whatever its label, valid or not) count once in
+    n; ``integrity`` = |{integrity score = 2}| / n, ``update`` = |{update label = Correct}| / n,
+    ``accuracy`` = integrity + update. Types are those present (HaluMem's code knows only its three).
     """
     table: dict[str, list[int]] = {}
     for i, label in enumerate(integrity_labels):
-        if _need(label, "memory_source", i) == "interference":
-            continue
         row = table.setdefault(_need(label, "memory_type", i), [0, 0, 0])
         row[0] += 1
         row[1] += _judge_score(label.get("memory_integrity_score")) == 2
@@ -307,6 +307,49 @@ def halumem_memory_type_accuracy(
         out[mtype] = {"n": n, "integrity": integrity_hits / n, "update": update_hits / n,
                       "accuracy": (integrity_hits + update_hits) / n}
     return out
+
+
+UNSCORED_WARN_SHARE = 0.05
+"""Share of a judge's records without a usable grade past which a report warns: the figures then rest on
+fewer records than they seem to (HaluMem's ``(all)`` ratios count them as misses, its ``(valid)`` ratios
+leave them out, and an accuracy record without a grade also leaves the target set)."""
+
+_HALUMEM_GRADES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "integrity": ("memory_integrity_score", lambda v: _judge_score(v) is not None),
+    "accuracy": ("memory_accuracy_score", lambda v: _judge_score(v) is not None),
+    "update": ("memory_update_type", lambda v: v in _UPDATE_LABELS),
+    "qa": ("result_type", lambda v: v in _QA_LABELS),
+}
+"""Per HaluMem judge: the field holding its grade and what a usable grade is."""
+
+
+def unscored(values: Iterable[Any], usable: Callable[[Any], bool]) -> dict[str, Any]:
+    """How many of a judge's grades are unusable (a failed reply, ``"judge_failed"``, an out-of-range
+    score): ``n``, ``unscored``, ``share`` = unscored / n, and ``values``, the unusable values as JSON text
+    with their counts (most frequent first, at most five), so a report can say what went wrong."""
+    grades = list(values)
+    bad = Counter(json.dumps(v, ensure_ascii=False, default=str)[:40] for v in grades if not usable(v))
+    n_bad = sum(bad.values())
+    return {"n": len(grades), "unscored": n_bad, "share": _ratio(n_bad, len(grades)),
+            "values": dict(bad.most_common(5))}
+
+
+def halumem_unscored(**labels: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """:func:`unscored` for each HaluMem judge given by keyword (``integrity``, ``accuracy``, ``update``,
+    ``qa``), reading each judge's grade field."""
+    out = {}
+    for judge, rows in labels.items():
+        key, usable = _HALUMEM_GRADES[judge]
+        out[judge] = unscored((row.get(key) for row in rows), usable)
+    return out
+
+
+def unscored_warnings(table: Mapping[str, Mapping[str, Any]],
+                      threshold: float = UNSCORED_WARN_SHARE) -> list[str]:
+    """One sentence per judge whose unscored share is past ``threshold``."""
+    return [f"{judge} judge: {row['unscored']} of {row['n']} records ({100 * row['share']:.1f}%) have no usable "
+            f"grade (e.g. {next(iter(row['values']))}), so its figures rest on {row['n'] - row['unscored']}"
+            for judge, row in table.items() if row["share"] is not None and row["share"] > threshold]
 
 
 # ============================================================================================= LongMemEval

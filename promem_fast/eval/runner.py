@@ -34,13 +34,14 @@ from promem_fast.errors import ConfigError
 from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather
 from promem_fast.requests import Program
-from promem_fast.store.answering import evaluation_index
+from promem_fast.store.evaluation import evaluation_index
 from promem_fast.types import STAGES, MemoryGraph, RunStats, Session, StageStats
 
+from . import metrics
 from .datasets import LOADERS, load_benchmark
 from .judges import (
-    QA_JUDGES, accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, integrity_program,
-    point_labels, unjudged_qa_label, update_labels, update_program,
+    QA_JUDGES, UPDATE_ROUTINGS, accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval,
+    integrity_program, point_labels, unjudged_qa_label, update_labels, update_program,
 )
 from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 from .records import Benchmark, GoldMemory, Question
@@ -184,12 +185,30 @@ def _question_job(kind: str, question: Question, user: str, index: RetrievalInde
     return with_stats(ctx, _question_program(kind, question, user, index, source, ctx))
 
 
-def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None,
+def route_points(points: Sequence[GoldMemory], graph: MemoryGraph | None,
+                 routing: str) -> tuple[list[GoldMemory], list[GoldMemory]]:
+    """The gold points of one session for the integrity judge and for the update judge
+    (:data:`~.judges.UPDATE_ROUTINGS`).
+
+    ``official`` is HaluMem's ``process_user``: a point with ``is_update`` for which the system has memories
+    goes to the update judge only, every other point to the integrity judge. The session's extracted
+    entries are the memories the system has for the point (they are what the judges are shown).
+    """
+    updates = [p for p in points if p.is_update]
+    if routing == "both":
+        return list(points), updates
+    if graph is None or not graph.nodes:
+        return list(points), []
+    return [p for p in points if not p.is_update], updates
+
+
+def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None, routing: str,
                     ctx: RunContext) -> Program[tuple[list[list[dict[str, Any]]], RunStats]]:
     """Integrity, accuracy and updates of one session's extraction, their requests in the same rounds."""
-    return with_stats(ctx, gather(integrity_program(session, points, graph, ctx),
+    for_integrity, for_update = route_points(points, graph, routing)
+    return with_stats(ctx, gather(integrity_program(session, for_integrity, graph, ctx),
                                   accuracy_program(session, points, graph, ctx),
-                                  update_program(session, points, graph, ctx)))
+                                  update_program(session, for_update, graph, ctx)))
 
 
 def judged_sessions(bench: Benchmark) -> Iterator[tuple[Session, list[GoldMemory]]]:
@@ -215,9 +234,10 @@ class _Judged:
 
 
 def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[str, MemoryGraph] | None,
-                     index: RetrievalIndex, source: Source) -> _Judged:
+                     index: RetrievalIndex, source: Source, update_routing: str = "official") -> _Judged:
     """Every question answered then graded, and (HaluMem with graphs) every session's extraction graded,
-    as one engine run so all their requests of a kind share batches."""
+    as one engine run so all their requests of a kind share batches; update points are routed by
+    ``update_routing`` (:func:`route_points`)."""
     out = _Judged()
 
     def programs() -> Iterator[tuple[tuple[str, Any], Callable[[RunContext], Program[Any]]]]:
@@ -227,7 +247,7 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
         if kind == "halumem" and graphs is not None:
             for session, points in judged_sessions(bench):
                 yield ("extraction", (session, points)), partial(
-                    _extraction_job, session, points, graphs.get(session.session_id))
+                    _extraction_job, session, points, graphs.get(session.session_id), update_routing)
 
     for (what, item), outcome in engine.run(programs()):
         failed = isinstance(outcome, BaseException)
@@ -247,10 +267,12 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
             out.judged_sessions += 1
             if failed:
                 log.error("judging the extraction of session %s failed: %s", session.session_id, error)
+                for_integrity, for_update = route_points(points, graphs.get(session.session_id) if graphs else None,
+                                                         update_routing)
                 out.integrity.extend({**b, "memory_integrity_score": None, "judge_reply": None, "error": error}
-                                     for b in point_labels(session, points))
+                                     for b in point_labels(session, for_integrity))
                 out.update.extend({**b, "memory_update_type": None, "judge_reply": None, "error": error}
-                                  for b in update_labels(session, points))
+                                  for b in update_labels(session, for_update))
                 continue
             (integrity, accuracy, update), stats = outcome
             out.integrity.extend(integrity)
@@ -263,18 +285,22 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
 # ============================================================================================= the run
 def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int | None = None,
              sessions: int | None = None, variant: str = "full", out_dir: PathLike = "eval-out",
-             graphs_path: PathLike | None = None, llm: LLMBackend | None = None) -> dict[str, Any]:
+             graphs_path: PathLike | None = None, llm: LLMBackend | None = None,
+             update_routing: str = "official") -> dict[str, Any]:
     """Evaluate one variant on one benchmark and return the result (also written to
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
     ``limit``: the first N items; ``sessions``: the first N sessions of each (the questions that stay are
     those :meth:`~promem_fast.eval.records.Benchmark.first_sessions` keeps);
     ``graphs_path``: a graphs JSONL to reuse and extend (default ``OUT/graphs-<kind>-<variant>.jsonl``);
-    ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one).
+    ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one);
+    ``update_routing``: which judges HaluMem's update points go to (:data:`~.judges.UPDATE_ROUTINGS`).
     """
     kind = kind.lower()
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
+    if update_routing not in UPDATE_ROUTINGS:
+        raise ConfigError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
     cfg = variant_config(config, variant)
     # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
@@ -291,10 +317,10 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         else:
             graphs = extract_graphs(engine, bench, graphs_file)
             index = evaluation_index(engine, graphs.values(), out / f"store-{kind}-{tag}.db")
-        judged = answer_and_judge(engine, kind, bench, graphs, index, source)
+        judged = answer_and_judge(engine, kind, bench, graphs, index, source, update_routing)
 
     if kind == "halumem":
-        aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update)
+        aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update, update_routing)
     elif kind == "locomo":
         aggregates = aggregate_locomo(judged.qa)
     else:
@@ -326,6 +352,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
             "pipeline": {k: getattr(cfg.pipeline, k) for k in ("mode", "completeness_check",
                          "hallucination_verification", "detail_anchoring", "relations", "tau_comp")},
             "qa_top_k": cfg.qa_top_k,
+            "update_routing": update_routing if kind == "halumem" else None,
             "llm": {"backend": cfg.llm.backend, "model": cfg.llm.model},
             "qa_llm": {"backend": cfg.llm_for("qa").backend, "model": cfg.llm_for("qa").model},
             "judge_llm": {"backend": cfg.llm_for("judge").backend, "model": cfg.llm_for("judge").model},
@@ -440,7 +467,49 @@ def _update_cells(update: dict[str, Any] | None) -> list[str]:
             _pct(update["omission"])]
 
 
-def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
+def _routing_note(results: Sequence[dict[str, Any]]) -> str:
+    """How the results' update points were judged (results written before the choice existed judged them
+    ``both`` ways)."""
+    used = sorted({_update_routing(r) for r in results if r["aggregates"]["extraction"] is not None})
+    return " ".join(f"Update points judged as `{name}`: {UPDATE_ROUTINGS[name]}." for name in used)
+
+
+def _update_routing(result: dict[str, Any]) -> str:
+    return result["aggregates"].get("update_routing") or "both"
+
+
+def _type_accuracy_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """HaluMem's type-wise accuracy: per memory type, integrity hits + correct updates over its points."""
+    tables = [(r["aggregates"]["extraction"] or {}).get("memory_type_accuracy") or {} for r in results]
+    rows = []
+    for mtype in sorted({t for table in tables for t in table}):
+        cells = []
+        for table in tables:
+            row = table.get(mtype)
+            cells.append("-" if row is None else f"{_pct(row['accuracy'])} = {_pct(row['integrity'])} + "
+                                                 f"{_pct(row['update'])} (n {row['n']})")
+        rows.append([mtype, *cells])
+    return _table(["Memory type", *(r["label"] for r in results)], rows)
+
+
+_JUDGES = ("integrity", "accuracy", "update", "qa")
+
+
+def _unscored_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Per judge, the records without a usable grade: count of all and share (``-`` for older results and
+    judges with nothing to grade)."""
+    rows = []
+    for r in results:
+        table = r["aggregates"].get("unscored") or {}
+        cells = []
+        for judge in _JUDGES:
+            row = table.get(judge)
+            cells.append("-" if not row or not row["n"] else f"{row['unscored']}/{row['n']} ({_pct(row['share'])}%)")
+        rows.append([r["label"], *cells])
+    return _table(["Method", "Integrity judge", "Accuracy judge", "Update judge", "QA judge"], rows)
+
+
+def _halumem_sections(results: Sequence[dict[str, Any]], cost: bool = True) -> list[str]:
     heads = [r["headline"] for r in results]
     out = ["## Table 1: memory extraction and QA", ""]
     out += _table(["Method", "Mem. Integrity", "Mem. Accuracy", "Mem. F1", "QA Accuracy", "# Tokens"],
@@ -452,15 +521,16 @@ def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
                   [[r["label"], _pct(h["memory_integrity"]), _pct(h["memory_accuracy"]), _pct(h["qa_accuracy"]),
                     _pct(h["qa_hallucination"]), _pct(h["qa_omission"])]
                    for r, h in zip(results, heads, strict=True)])
-    out += ["## Table 6: extraction cost per session", ""]
-    out += _cost_table(results)
+    if cost:
+        out += ["## Table 6: extraction cost per session", ""]
+        out += _cost_table(results)
     out += ["## Extraction in detail", "",
             "Recall counts gold points scored 2; weighted recall gives 1 point half credit and weights by "
             "importance; false-memory resistance is the share of planted interference points scored 0 "
             "(not absorbed). Target precision averages half-scores over entries the judge matched to a gold "
             "point; weighted accuracy over all entries. Update points (a value that changed) are graded "
             "Correct (the new value is kept), Hallucination (a wrong value) or Omission (the new value is "
-            "missing), as shares of all update points.", ""]
+            "missing), as shares of all update points. " + _routing_note(results), ""]
     rows = []
     for r in results:
         ext = r["aggregates"]["extraction"]
@@ -486,10 +556,18 @@ def _halumem_sections(results: Sequence[dict[str, Any]]) -> list[str]:
                          f"{_pct(g['correct'])} / {_pct(g['hallucination'])} / {_pct(g['omission'])}")
         rows.append([qtype, *cells])
     out += _table(["Question type", *(r["label"] for r in results)], rows)
+    out += ["## Type-wise accuracy (accuracy = integrity + update)", "",
+            ("As HaluMem counts it: per memory type, the points scored 2 by the integrity judge (planted "
+             "interference points included) plus the update points graded Correct, over all those points."), ""]
+    out += _type_accuracy_table(results)
+    out += ["## Judge records without a usable grade", "",
+            (f"A failed or unparsable grade counts as a miss in the figures above; past "
+             f"{100 * metrics.UNSCORED_WARN_SHARE:g}% of a judge's records the report warns."), ""]
+    out += _unscored_table(results)
     return out
 
 
-def _locomo_sections(results: Sequence[dict[str, Any]]) -> list[str]:
+def _locomo_sections(results: Sequence[dict[str, Any]], cost: bool = True) -> list[str]:
     out = ["## Table 1: QA (categories 1-4; adversarial questions are in the per-category tables)", ""]
     out += _table(["Method", "LLM-judge Acc.", "F1", "Acc. (all 5)", "F1 (all 5)", "# Tokens"],
                   [[r["label"], _pct(h["llm_accuracy"]), _pct(h["f1"]), _pct(h["llm_accuracy_all"]),
@@ -506,12 +584,13 @@ def _locomo_sections(results: Sequence[dict[str, Any]]) -> list[str]:
             rows.append([category, str(n), *(_pct(r["aggregates"]["by_category"].get(category, {}).get(key))
                                                for r in results)])
         out += _table(["Category", "n", *(r["label"] for r in results)], rows)
-    out += ["## Table 6: extraction cost per session", ""]
-    out += _cost_table(results)
+    if cost:
+        out += ["## Table 6: extraction cost per session", ""]
+        out += _cost_table(results)
     return out
 
 
-def _longmemeval_sections(results: Sequence[dict[str, Any]]) -> list[str]:
+def _longmemeval_sections(results: Sequence[dict[str, Any]], cost: bool = True) -> list[str]:
     out = ["## Table 1: QA", ""]
     out += _table(["Method", "Accuracy", "Task avg.", "Abstention", "# Tokens"],
                   [[r["label"], _pct(h["accuracy"]), _pct(h["task_average"]), _pct(h["abstention"]),
@@ -527,8 +606,9 @@ def _longmemeval_sections(results: Sequence[dict[str, Any]]) -> list[str]:
                                                                                    for a in abstention)])
     out += ["## Per question type: accuracy", ""]
     out += _table(["Question type", "n", *(r["label"] for r in results)], rows)
-    out += ["## Table 6: extraction cost per session", ""]
-    out += _cost_table(results)
+    if cost:
+        out += ["## Table 6: extraction cost per session", ""]
+        out += _cost_table(results)
     return out
 
 
@@ -541,6 +621,12 @@ HEADLINE_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "longmemeval": (("Accuracy", "accuracy"), ("Task avg.", "task_average"), ("Abstention", "abstention")),
 }
 """Per benchmark, the headline scores (label, key of ``result["headline"]``) the chart and the CLI show."""
+
+
+def aggregate_sections(kind: str, result: dict[str, Any]) -> list[str]:
+    """The score sections of one result's report, without the cost tables: what ``promem eval aggregate``
+    can recompute from judge labels alone (``result`` needs ``label``, ``headline`` and ``aggregates``)."""
+    return _SECTIONS[kind]([result], cost=False)
 
 
 def _subset(result: dict[str, Any]) -> str:
@@ -569,6 +655,12 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
     if len({(_model_name(r, "qa_llm"), _model_name(r, "judge_llm")) for r in results}) > 1:
         out += ["**Warning:** these results were answered or graded by different models, so their scores are not "
                 "comparable (see the QA LLM and Judge columns below).", ""]
+    if kind == "halumem" and len({_update_routing(r) for r in results if r["aggregates"]["extraction"]}) > 1:
+        out += [("**Warning:** these results judged update points in different ways, so their recall and update "
+                 "figures are not comparable (see Extraction in detail)."), ""]
+    for r in results:
+        for warning in r["aggregates"].get("warnings", []):
+            out += [f"**Warning:** {r['label']}: {warning}.", ""]
     out += ["## Runs", ""]
     out += _runs_table(results)
     out += _SECTIONS[kind](results)

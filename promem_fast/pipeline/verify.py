@@ -4,6 +4,11 @@ Each entry is grounded to its best turn by cosine and checked with NLI (turn ⊨
 not entailed is split into atomic facts; each fact is checked on its own, entailed facts are kept and the
 others go to the LLM adjudicator, which revises or discards them. So one bad part never costs the
 whole entry.
+
+Only a model's explicit DISCARD removes content. A step that fails (an NLI call, a decomposition or an
+adjudication that errored or never parsed) keeps what it was checking, marked ``unverified``, with the
+failure in ``stats.failures`` (its ``item`` is the text) and counted as ``hv_unverified``: a flaky backend
+must not quietly delete memory.
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
         elif verdict is False:
             suspect.append(i)
         else:
-            ctx.stats.bump("hv_unchecked_dropped")
+            add(i, entries[i].text, entries[i].origin, "unverified", None)
+            ctx.stats.bump("hv_unverified")
     if not suspect:
         return _ordered(nodes, became)
 
@@ -84,7 +90,8 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
     for i, result in zip(suspect, decomposed):
         if isinstance(result, Failure):
             ctx.fail(result)
-            ctx.stats.bump("hv_unchecked_dropped")
+            add(i, entries[i].text, entries[i].origin, "unverified", None)
+            ctx.stats.bump("hv_unverified")
             continue
         parts = [f for f in dedupe(result["facts"]) if " ".join(f.split()).lower() != " ".join(entries[i].text.split()).lower()]
         ctx.stats.bump("hv_split")
@@ -100,6 +107,9 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
             ctx.stats.bump("atomic_kept")
         elif verdict is False:
             flagged.append((i, fact))
+        else:
+            add(i, fact, entries[i].origin, "unverified", i)
+            ctx.stats.bump("hv_unverified")
     if flagged:
         schema = schema_for("adjudicate")
         rulings = yield [Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
@@ -109,7 +119,8 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
         for (i, fact), result in zip(flagged, rulings):
             if isinstance(result, Failure):
                 ctx.fail(result)
-                ctx.stats.bump("discarded")
+                add(i, fact, entries[i].origin, "unverified", i)
+                ctx.stats.bump("hv_unverified")
                 continue
             revised = (result.get("revised_fact") or "").strip()
             if result["action"] == "REVISE" and revised:

@@ -7,8 +7,7 @@ node is shown to an answerer the same way wherever the question comes from.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,9 +19,8 @@ from .vectors import from_blobs
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
     from promem_fast.eval.qa import RetrievalIndex
-    from promem_fast.types import MemoryGraph
 
-    from .store import MemoryStore
+    from .view import StoreView
 
 
 PRESELECT_ABOVE = 20_000
@@ -32,7 +30,7 @@ the question's top-k exactly (nothing outside a question's nearest can outrank t
 PRESELECT_FACTOR = 4
 
 
-def retrieval_index(store: MemoryStore, db: sqlite3.Connection, wanted: list[str], tenant: str,
+def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
                     history: bool) -> RetrievalIndex:
     """Each wanted session's current nodes (all with ``history``) as QA units, with their vectors."""
     scope = "" if history else " AND n.superseded_by IS NULL"
@@ -47,7 +45,7 @@ def retrieval_index(store: MemoryStore, db: sqlite3.Connection, wanted: list[str
     return _index(store, db, chunks, found)
 
 
-def _index(store: MemoryStore, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
+def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
            sessions: Sequence[str]) -> RetrievalIndex:
     """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
     ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored)."""
@@ -76,7 +74,7 @@ def _index(store: MemoryStore, db: sqlite3.Connection, chunks: list[tuple[str, t
     return RetrievalIndex(units=units, vectors=vectors)
 
 
-def _preselected(store: MemoryStore, user_pk: int, questions: Sequence[str], top_k: int,
+def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k: int,
                  sessions: Sequence[str]) -> RetrievalIndex:
     """The pool of a large user: every question's nearest current nodes, found through the vector index."""
     wanted: set[int] = set()
@@ -89,7 +87,7 @@ def _preselected(store: MemoryStore, user_pk: int, questions: Sequence[str], top
     return _index(store, store._db, chunks, sessions)
 
 
-def answer(store: MemoryStore, user: str, questions: Sequence[str], engine: Engine, tenant: str,
+def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
            question_time: str | None) -> list[dict[str, Any]]:
     """Every question about ``user`` asked of all their sessions (dated as stored), in one engine run."""
     from promem_fast.eval.qa import answer_questions
@@ -113,25 +111,3 @@ def answer(store: MemoryStore, user: str, questions: Sequence[str], engine: Engi
                        question_time=question_time), user) for i, text in enumerate(questions)]
     answers, _ = answer_questions(engine, asked, index)
     return [a.to_dict() for a in answers]
-
-
-
-def evaluation_index(engine: Engine, graphs: Iterable[MemoryGraph], path: Path) -> RetrievalIndex:
-    """Evaluation's memory, through the store: the graphs put in a fresh store at ``path`` (a store left by an
-    earlier run is replaced: the graphs file is the record) and their QA units read back. Updates across
-    sessions are not judged here, so the memory answered from is the extracted one, as in the paper."""
-    import time
-
-    from .store import MemoryStore
-
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    started = time.perf_counter()
-    with MemoryStore(path, engine.config, embedder=engine.services.embedder, update_judge="off") as store:
-        graphs = list(graphs)
-        store.add(graphs, tenant="eval")
-        index = store.retrieval_index([g.session_id for g in graphs], tenant="eval")
-    cost = index.stats.stage("qa")
-    cost.embedded_texts = sum(len(g.nodes) for g in graphs)
-    cost.seconds = time.perf_counter() - started
-    return index

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
     from promem_fast.types import MemoryGraph
 
-    from .store import MemoryStore
+    from .view import StoreView
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _older(old_date: str | None, new_date: str | None) -> bool:
         return True
 
 
-def candidate_pairs(store: MemoryStore, tenant: str, graphs: Sequence[MemoryGraph],
+def candidate_pairs(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph],
                     vectors: Sequence[np.ndarray]) -> list[list[Pair]]:
     """The (older, newer) pairs to judge for each graph: stored neighbours and earlier graphs of the batch."""
     m, floor = store.update_neighbours, store.update_min_cosine
@@ -122,7 +122,7 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
     return verdicts
 
 
-def find_updates(store: MemoryStore, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray],
+def find_updates(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray],
                  engine: Engine | None) -> dict[int, list[tuple[NodeRef, int, str]]]:
     """For each graph position, ``(older node, newer node id in the graph, reason)`` of the entries it
     replaces, each older entry given to its best-matching newer one only."""
