@@ -106,3 +106,9 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
 
     with MemoryStore(tmp_path / "m.db") as store:  # written under the tenant given on the command line
         assert store.users(tenant="acme") == [user] and store.users(tenant="default") == []
+
+
+def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--db", str(tmp_path / "missing" / "memory.db"), *SCRIPTED]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing" in err and "does not exist" in err
