@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -153,33 +153,38 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
 
 def read_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> Iterator[Session | InputError]:
     """Each line's session, or the error that line has; a duplicated session id is an error of the later line."""
-    name = str(path)
-    seen: set[str] = set()
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield InputError(f"invalid UTF-8 at byte {exc.start}", file=name, line=number)
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=name, line=number)
-                continue
-            try:
-                session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
-            except InputError as exc:
-                yield exc
-                continue
-            if session.session_id in seen:
-                yield InputError("duplicated session id (first occurrence kept)", file=name, line=number,
-                                 session_id=session.session_id, field="session_id")
-                continue
-            seen.add(session.session_id)
-            yield session
+        yield from parse_lines(enumerate(handle, start=1), str(path), max_turn_chars=max_turn_chars)
+
+
+def parse_lines(lines: Iterable[tuple[int, bytes]], name: str, *,
+                max_turn_chars: int = 200_000) -> Iterator[Session | InputError]:
+    """:func:`read_sessions` over numbered raw lines (a whole file, or one shard's byte range of it)."""
+    seen: set[str] = set()
+    for number, raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield InputError(f"invalid UTF-8 at byte {exc.start}", file=name, line=number)
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=name, line=number)
+            continue
+        try:
+            session = session_from_dict(record, file=name, line=number, max_turn_chars=max_turn_chars)
+        except InputError as exc:
+            yield exc
+            continue
+        if session.session_id in seen:
+            yield InputError("duplicated session id (first occurrence kept)", file=name, line=number,
+                             session_id=session.session_id, field="session_id")
+            continue
+        seen.add(session.session_id)
+        yield session
 
 
 def load_sessions(path: str | Path, *, max_turn_chars: int = 200_000) -> list[Session]:
@@ -267,11 +272,21 @@ class RejectWriter(_Appender):
         self.append(json.dumps(record, ensure_ascii=False))
 
     def input_error(self, error: InputError) -> None:
-        self.write({"kind": "input", **error.to_dict()})
+        self.write(input_reject(error))
 
     def session_error(self, session: Session, error: BaseException) -> None:
-        self.write({"kind": "session", "file": None, "line": None, "session_id": session.session_id,
-                    "field": None, "error": f"{type(error).__name__}: {error}"})
+        self.write(session_reject(session, error))
+
+
+def input_reject(error: InputError) -> dict[str, Any]:
+    """The rejects-file record of a bad input line."""
+    return {"kind": "input", **error.to_dict()}
+
+
+def session_reject(session: Session, error: BaseException) -> dict[str, Any]:
+    """The rejects-file record of a session whose program crashed."""
+    return {"kind": "session", "file": None, "line": None, "session_id": session.session_id,
+            "field": None, "error": f"{type(error).__name__}: {error}"}
 
 
 def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:

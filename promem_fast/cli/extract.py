@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.distributed.cli import add_arguments as add_ray_arguments
 
 
 log = logging.getLogger("promem_fast")
@@ -25,6 +26,7 @@ def register(sub: Any) -> None:
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
     config_args(p)
+    add_ray_arguments(p)
     p.set_defaults(func=cmd_extract)
 
 
@@ -34,6 +36,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from promem_fast.io import GraphWriter, RejectWriter, read_sessions
 
     config = build_config(args)
+    if args.ray is not None:
+        from promem_fast.distributed.cli import run
+
+        return run(args, config)
     out = Path(args.output)
     if out.exists() and not (args.resume or args.overwrite):
         print(f"promem: {out} exists; pass --resume to continue it or --overwrite to replace it", file=sys.stderr)
