@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from promem_fast import Engine, EngineConfig
 from promem_fast.cli import main
 from promem_fast.distributed import extract
 from promem_fast.errors import InputError, PromemError
+from promem_fast.io import session_from_dict
 from promem_fast.types import Session
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'promem-fast[ray]'")
@@ -132,13 +134,17 @@ def test_parquet_in_and_out(cluster: str, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     sessions = halumem_sessions(12)
-    # Parquet cannot hold the empty metadata struct; the column is left out, as a Parquet export would
-    table = pa.Table.from_pylist([{k: v for k, v in s.to_dict().items() if k != "metadata"} for s in sessions])
-    pq.write_table(table, tmp_path / "in.parquet", row_group_size=3)
+    # both input forms in one file: the columns a record lacks (turns or messages) read back as nulls;
+    # Parquet cannot hold the empty metadata struct, so it is left out as a Parquet export would
+    rows = [{k: v for k, v in s.to_dict().items() if k != "metadata"} for s in sessions]
+    rows[4] = {"session_id": "chat", "user": "Ana", "messages": [{"role": "user", "content": "I moved to Oslo."},
+                                                                  {"role": "assistant", "content": "Welcome!"}]}
+    pq.write_table(pa.Table.from_struct_array(pa.array(rows)), tmp_path / "in.parquet", row_group_size=3)
     out = tmp_path / "out"
     summary = extract(tmp_path / "in.parquet", out, config=config(), actors=2, shard_sessions=5, parquet=True)
     assert summary.shards == 2  # row groups of 3 rows gathered into shards of >= 5 rows, none split
-    assert records(out) == single_node(sessions)
+    assert summary.input_rejects == 0
+    assert records(out) == single_node([session_from_dict(r) for r in rows])
     written = sorted(line for f in out.glob("*.parquet") for line in pq.read_table(f).column("graph").to_pylist())
     assert written == records(out)
 
@@ -151,7 +157,10 @@ def test_cli_runs_on_ray_and_a_rerun_continues(cluster: str, tmp_path: Path,
     cmd = ["extract", str(inputs), "-o", str(out), "--ray", "--actors", "2", "--shard-sessions", "8", *SCRIPTED]
     assert main(cmd) == 0
     text = capsys.readouterr().out
-    assert "sessions 29" in text and "sessions/hour" in text and "shards 4 (0 done by an earlier run)" in text
+    assert "sessions 29" in text and "shards 4 (0 done by an earlier run)" in text
+    per_actor = re.findall(r"^\w+ pid \d+ +(\d+) +(\d+) +[\d.]+ +[\d,]+$", text, re.MULTILINE)
+    assert 1 <= len(per_actor) <= 2 and sum(int(sessions) for _, sessions in per_actor) == 29
+    assert re.search(r"^overall: 29 sessions in [\d.]+ s on this run \([\d,]+ sessions/hour", text, re.MULTILINE)
     assert records(out) == single_node(sessions)
     assert main(cmd) == 0
     assert "shards 4 (4 done by an earlier run)" in capsys.readouterr().out
