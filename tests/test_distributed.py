@@ -21,7 +21,7 @@ from conftest import ROOT, halumem_sessions, scripted_config, write_jsonl
 from promem_fast import Engine, EngineConfig
 from promem_fast.cli import main
 from promem_fast.distributed import extract
-from promem_fast.errors import InputError, PromemError
+from promem_fast.errors import InputError, MissingDependency, PromemError
 from promem_fast.io import session_from_dict
 from promem_fast.types import Session
 
@@ -227,3 +227,10 @@ def test_a_killed_driver_is_rerun_with_the_same_command(cluster: str, tmp_path: 
     assert f"({done_before} done by an earlier run)" in rerun.stdout
     assert records(out) == single_node(sessions)
     assert len(set(records(out))) == len(sessions)
+
+
+def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does where the extra is not installed
+    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    with pytest.raises(MissingDependency, match=r"promem-fast\[ray\]"):
+        extract(path, tmp_path / "out", config=config())

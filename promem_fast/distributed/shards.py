@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.errors import InputError, PromemError
-from promem_fast.io import parse_lines, session_from_dict
+from promem_fast.io import parse_lines
 from promem_fast.types import Session
 
 JSONL_SUFFIXES: tuple[str, ...] = (".jsonl",)
@@ -132,24 +132,14 @@ def read_shard(shard: Shard, *, max_turn_chars: int) -> Iterator[Session | Input
 
 
 def _read_parquet(shard: Shard, max_turn_chars: int) -> Iterator[Session | InputError]:
+    """Each row through the JSONL checks (as its JSON text), so both formats are validated the same way."""
     from promem_fast.backends._deps import require
 
     pq = require("pyarrow.parquet", "ray", "pyarrow")
     table = pq.ParquetFile(shard.path).read_row_groups(list(range(shard.start, shard.stop)))
-    seen: set[str] = set()
-    for number, record in enumerate(table.to_pylist(), start=shard.first_line):
-        try:
-            session = session_from_dict(_drop_nulls(record), file=shard.path, line=number,
-                                        max_turn_chars=max_turn_chars)
-        except InputError as exc:
-            yield exc
-            continue
-        if session.session_id in seen:
-            yield InputError("duplicated session id (first occurrence kept)", file=shard.path, line=number,
-                             session_id=session.session_id, field="session_id")
-            continue
-        seen.add(session.session_id)
-        yield session
+    rows = ((number, json.dumps(_drop_nulls(record), default=str).encode("utf-8"))
+            for number, record in enumerate(table.to_pylist(), start=shard.first_line))
+    yield from parse_lines(rows, shard.path, max_turn_chars=max_turn_chars)
 
 
 def _drop_nulls(value: Any) -> Any:
