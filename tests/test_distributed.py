@@ -234,3 +234,14 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
     with pytest.raises(MissingDependency, match=r"promem-fast\[ray\]"):
         extract(path, tmp_path / "out", config=config())
+
+
+def test_a_pool_the_cluster_cannot_hold_is_refused(cluster: str, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    with pytest.raises(PromemError, match="3 actors x 1 CPUs each need 3 CPUs; the Ray cluster has 2"):
+        extract(path, tmp_path / "out", config=config(), actors=3)
+    on_vllm = config()
+    on_vllm.llm.backend = "vllm"  # one vLLM per GPU: a GPU per actor unless told otherwise
+    with pytest.raises(PromemError, match="1 GPUs each need 1 GPUs; the Ray cluster has 0"):
+        extract(path, tmp_path / "out", config=on_vllm, actors=1)
+    assert not list((tmp_path / "out").glob("*.manifest.json"))

@@ -12,7 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ray", nargs="?", const="auto", metavar="auto|ADDRESS",
                        help="run on Ray: 'auto' joins this machine's cluster or starts a local one")
     group.add_argument("--actors", type=int, default=1, help="actors, each holding one engine (default 1)")
-    group.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs reserved per actor (gpu profile: 1)")
+    group.add_argument("--gpus-per-actor", type=float,
+                       help="GPUs reserved per actor (default: 1 when the LLM runs on vLLM, else 0)")
     group.add_argument("--shard-sessions", type=int, default=1000, help="sessions per shard of a JSONL file")
     group.add_argument("--parquet", action="store_true", help="also write each shard's graphs as Parquet")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ _OUTSIDE_RECORDS = ("progress", "fsync", "max_in_flight", "max_batch_size")
 
 
 def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, config: EngineConfig | None = None,
-            address: str | None = "auto", actors: int = 1, gpus_per_actor: float = 0, cpus_per_actor: float = 1,
+            address: str | None = "auto", actors: int = 1, gpus_per_actor: float | None = None,
+            cpus_per_actor: float = 1,
             shard_sessions: int = 1000, parquet: bool = False, overwrite: bool = False) -> DistributedSummary:
     """Extract memory graphs for JSONL / Parquet ``inputs`` (files, or directories of shards) on Ray.
 
@@ -41,7 +42,8 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     with ``parquet``) into ``out_dir``, plus ``summary.json``. Shards finished by an earlier run into the
     same ``out_dir`` are skipped unless ``overwrite``. ``address``: ``"auto"`` joins the cluster this machine
     belongs to (``ray start``) or starts a local one; otherwise a Ray address. When Ray is already
-    initialised in this process that session is used and left running.
+    initialised in this process that session is used and left running. ``gpus_per_actor``: ``None`` reserves
+    one GPU per actor when the chat model runs on vLLM (one vLLM per GPU) and none otherwise.
     """
     config = (config or EngineConfig()).validate()
     if actors < 1:
@@ -65,6 +67,8 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
             pending.append(shard)
     if summary.skipped:
         log.warning("resuming: %d of %d shards are already complete in %s", summary.skipped, len(shards), out)
+    if gpus_per_actor is None:
+        gpus_per_actor = 1 if config.llm.backend == "vllm" else 0
     started = time.perf_counter()
     if pending:
         _run(pending, out, config, config_hash, summary, address=address, actors=actors,
@@ -88,6 +92,7 @@ def _run(pending: list[Shard], out: Path, config: EngineConfig, config_hash: str
     if started_here:
         ray.init(address=None if address in (None, "auto") else address, log_to_driver=False)
     try:
+        _check_room(ray.cluster_resources(), actors=actors, cpus=cpus_per_actor, gpus=gpus_per_actor)
         ray.data.DataContext.get_current().enable_progress_bars = config.progress
         dataset = ray.data.from_items([s.to_row() for s in pending], override_num_blocks=len(pending))
         results = dataset.map_batches(
@@ -109,7 +114,16 @@ def _run(pending: list[Shard], out: Path, config: EngineConfig, config_hash: str
             ray.shutdown()
 
 
-def _rows(ray: Any, dataset: Any) -> Any:
+def _check_room(resources: dict[str, float], *, actors: int, cpus: float, gpus: float) -> None:
+    """Refuse a pool the cluster cannot hold: Ray would wait for it forever instead of failing."""
+    for name, each in (("CPU", cpus), ("GPU", gpus)):
+        have = resources.get(name, 0.0)
+        if actors * each > have:
+            raise PromemError(f"{actors} actors x {each:g} {name}s each need {actors * each:g} {name}s; the Ray "
+                              f"cluster has {have:g} (use fewer --actors, or set --gpus-per-actor)")
+
+
+def _rows(ray: Any, dataset: Any) -> Iterator[dict[str, Any]]:
     """The dataset's rows as they finish; a failure of Ray itself becomes one clear error."""
     try:
         yield from dataset.iter_rows()

@@ -13,6 +13,7 @@ byte size of the others, so a shard counts as done only when all three are whole
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -127,7 +128,7 @@ def read_shard(shard: Shard, *, max_turn_chars: int) -> Iterator[Session | Input
     with open(shard.path, "rb") as handle:
         handle.seek(shard.start)
         data = handle.read(shard.stop - shard.start)
-    lines = enumerate(data.splitlines(keepends=True), start=shard.first_line)
+    lines = enumerate(io.BytesIO(data), start=shard.first_line)  # split on b"\n" as the cut was
     yield from parse_lines(lines, shard.path, max_turn_chars=max_turn_chars)
 
 
@@ -205,8 +206,6 @@ def _atomic_write(path: Path, data: bytes, fsync: bool) -> int:
 
 def _write_parquet(path: Path, graphs: str, fsync: bool) -> int:
     """The graphs as Parquet: ``session_id`` and the record's JSON text (the same bytes as the JSONL line)."""
-    import io
-
     from promem_fast.backends._deps import require
 
     pa = require("pyarrow", "ray")

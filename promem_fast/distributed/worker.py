@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ class ShardWorker:
         rejects: list[dict[str, Any]] = []
         stop = self.config.on_error == "stop"
 
-        def sessions() -> Any:
+        def sessions() -> Iterator[Session]:
             for item in read_shard(shard, max_turn_chars=self.config.pipeline.max_turn_chars):
                 if isinstance(item, InputError):
                     if stop:
