@@ -90,19 +90,23 @@ def test_actors_give_the_single_node_records_and_summed_accounting(cluster: str,
     assert {m["report"]["worker"]["pid"] for m in manifests(tmp_path / "out")} != {os.getpid()}
 
 
-def test_bad_lines_are_rejected_by_file_and_real_line_within_later_shards(cluster: str, tmp_path: Path) -> None:
+def test_bad_lines_and_ids_repeated_across_shards_are_rejected_as_on_one_node(cluster: str, tmp_path: Path) -> None:
     sessions = halumem_sessions(6)
     path = tmp_path / "in.jsonl"
     lines = [json.dumps(s.to_dict()) for s in sessions]
-    lines.insert(4, "{broken")
+    lines.insert(4, "{broken")  # line 5, opening the third shard of two lines
+    lines.append(lines[1])  # line 8 repeats the id of line 2, three shards earlier
     path.write_text("\n".join(lines) + "\n")
+    single = tmp_path / "single.jsonl"
+    assert main(["extract", str(path), "-o", str(single), *SCRIPTED]) == 0
     out = tmp_path / "out"
     summary = extract(path, out, config=config(), actors=2, shard_sessions=2)
-    assert records(out) == single_node(sessions)
+    assert records(out) == sorted(single.read_text().splitlines())
     rejects = [json.loads(x) for f in sorted(out.glob("*.rejects.jsonl")) for x in f.read_text().splitlines()]
-    assert [(r["file"], r["line"]) for r in rejects] == [(str(path), 5)]
-    assert (out / "in-00002.rejects.jsonl").read_text().strip()  # line 5 opens the third shard of two lines
-    assert summary.input_rejects == 1
+    assert rejects == [json.loads(x) for x in (tmp_path / "single.rejects.jsonl").read_text().splitlines()]
+    assert [(r["file"], r["line"], r["field"]) for r in rejects] == [(str(path), 5, None), (str(path), 8, "session_id")]
+    assert (out / "in-00002.rejects.jsonl").read_text().strip() and (out / "in-00003.rejects.jsonl").read_text()
+    assert summary.input_rejects == 2
     stop = scripted_config()
     stop.on_error = "stop"
     with pytest.raises(InputError, match=r"in\.jsonl:5"):

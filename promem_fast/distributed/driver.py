@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.config import EngineConfig
-from promem_fast.distributed.shards import Shard, files, fingerprint, is_complete, plan, write_shard
+from promem_fast.distributed.shards import (
+    Shard, cross_shard_duplicates, files, fingerprint, is_complete, plan, write_shard,
+)
 from promem_fast.distributed.summary import DistributedSummary, summary_to_dict
 from promem_fast.errors import InputError, PromemError
 
@@ -71,7 +73,7 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
         gpus_per_actor = 1 if config.llm.backend == "vllm" else 0
     started = time.perf_counter()
     if pending:
-        _run(pending, out, config, config_hash, summary, address=address, actors=actors,
+        _run(shards, pending, out, config, config_hash, summary, address=address, actors=actors,
              gpus_per_actor=gpus_per_actor, cpus_per_actor=cpus_per_actor, parquet=parquet)
     summary.wall_seconds = time.perf_counter() - started
     (out / SUMMARY_FILE).write_text(json.dumps({
@@ -80,13 +82,13 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     return summary
 
 
-def _run(pending: list[Shard], out: Path, config: EngineConfig, config_hash: str, summary: DistributedSummary, *,
+def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineConfig, config_hash: str, summary: DistributedSummary, *,
          address: str | None, actors: int, gpus_per_actor: float, cpus_per_actor: float, parquet: bool) -> None:
     from promem_fast.backends._deps import require
 
     ray = require("ray", "ray", "ray[data]")
     require("ray.data", "ray", "ray[data]")
-    from promem_fast.distributed.worker import ShardWorker
+    from promem_fast.distributed.worker import ShardWorker, shard_session_ids
 
     started_here = not ray.is_initialized()
     if started_here:
@@ -94,7 +96,9 @@ def _run(pending: list[Shard], out: Path, config: EngineConfig, config_hash: str
     try:
         _check_room(ray.cluster_resources(), actors=actors, cpus=cpus_per_actor, gpus=gpus_per_actor)
         ray.data.DataContext.get_current().enable_progress_bars = config.progress
-        dataset = ray.data.from_items([s.to_row() for s in pending], override_num_blocks=len(pending))
+        taken = _taken(ray, shards, shard_session_ids, config.pipeline.max_turn_chars)
+        dataset = ray.data.from_items([{**s.to_row(), "taken": json.dumps(taken.get(s.name, []))} for s in pending],
+                                      override_num_blocks=len(pending))
         results = dataset.map_batches(
             ShardWorker, fn_constructor_args=(config,), batch_size=1, batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
@@ -112,6 +116,19 @@ def _run(pending: list[Shard], out: Path, config: EngineConfig, config_hash: str
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _taken(ray: Any, shards: list[Shard], ids_of: Any, max_turn_chars: int) -> dict[str, list[str]]:
+    """Per shard, the session ids an earlier shard already holds: one parallel pass reads every shard's ids
+    (finished ones too, as a pending shard may repeat an id of a finished one), so a duplicated id is
+    rejected at its later line exactly as a single-node run over the same input rejects it."""
+    if len(shards) < 2:
+        return {}
+    rows = ray.data.from_items([s.to_row() for s in shards], override_num_blocks=len(shards)).map_batches(
+        ids_of, batch_size=1, batch_format="numpy", fn_kwargs={"max_turn_chars": max_turn_chars})
+    by_name = {row["name"]: json.loads(row["ids"]) for row in _rows(ray, rows)}
+    repeated = cross_shard_duplicates([by_name[s.name] for s in shards])
+    return {s.name: found for s, found in zip(shards, repeated) if found}
 
 
 def _check_room(resources: dict[str, float], *, actors: int, cpus: float, gpus: float) -> None:

@@ -120,27 +120,59 @@ def _parquet_cuts(path: Path, size: int) -> Iterator[tuple[int, int, int]]:
         yield start, meta.num_row_groups, first
 
 
-def read_shard(shard: Shard, *, max_turn_chars: int) -> Iterator[Session | InputError]:
-    """The shard's sessions, or for each bad record the error naming its file and line (or row)."""
+def read_shard(shard: Shard, *, max_turn_chars: int,
+               taken: frozenset[str] = frozenset()) -> Iterator[Session | InputError]:
+    """The shard's sessions, or for each bad record the error naming its file and line (or row).
+
+    ``taken``: session ids that an earlier shard already holds; here they are duplicates, rejected as a
+    single-node run rejects the later line of a duplicated id (:func:`cross_shard_duplicates` finds them).
+    """
+    number = 0
+
+    def numbered() -> Iterator[tuple[int, bytes]]:
+        nonlocal number
+        for number, raw in _raw_lines(shard):
+            yield number, raw
+
+    # parse_lines answers each line before it reads the next, so ``number`` is the line of each item
+    for item in parse_lines(numbered(), shard.path, max_turn_chars=max_turn_chars):
+        if isinstance(item, Session) and item.session_id in taken:
+            yield InputError("duplicated session id (first occurrence kept)", file=shard.path, line=number,
+                             session_id=item.session_id, field="session_id")
+        else:
+            yield item
+
+
+def session_ids(shard: Shard, *, max_turn_chars: int) -> list[str]:
+    """The ids of the shard's valid sessions, in order (what a later shard must not repeat)."""
+    return [item.session_id for item in read_shard(shard, max_turn_chars=max_turn_chars)
+            if isinstance(item, Session)]
+
+
+def cross_shard_duplicates(ids: list[list[str]]) -> list[list[str]]:
+    """For the shards' ids in input order, each shard's ids that an earlier shard already has."""
+    seen: set[str] = set()
+    out = []
+    for shard_ids in ids:
+        out.append(sorted(i for i in shard_ids if i in seen))
+        seen.update(shard_ids)
+    return out
+
+
+def _raw_lines(shard: Shard) -> Iterator[tuple[int, bytes]]:
+    """Numbered raw records: JSONL lines split on b"\\n" as the cut was, Parquet rows as their JSON text."""
     if shard.format == "parquet":
-        yield from _read_parquet(shard, max_turn_chars)
+        from promem_fast.backends._deps import require
+
+        pq = require("pyarrow.parquet", "ray", "pyarrow")
+        table = pq.ParquetFile(shard.path).read_row_groups(list(range(shard.start, shard.stop)))
+        for number, record in enumerate(table.to_pylist(), start=shard.first_line):
+            yield number, json.dumps(_drop_nulls(record), default=str).encode("utf-8")
         return
     with open(shard.path, "rb") as handle:
         handle.seek(shard.start)
         data = handle.read(shard.stop - shard.start)
-    lines = enumerate(io.BytesIO(data), start=shard.first_line)  # split on b"\n" as the cut was
-    yield from parse_lines(lines, shard.path, max_turn_chars=max_turn_chars)
-
-
-def _read_parquet(shard: Shard, max_turn_chars: int) -> Iterator[Session | InputError]:
-    """Each row through the JSONL checks (as its JSON text), so both formats are validated the same way."""
-    from promem_fast.backends._deps import require
-
-    pq = require("pyarrow.parquet", "ray", "pyarrow")
-    table = pq.ParquetFile(shard.path).read_row_groups(list(range(shard.start, shard.stop)))
-    rows = ((number, json.dumps(_drop_nulls(record), default=str).encode("utf-8"))
-            for number, record in enumerate(table.to_pylist(), start=shard.first_line))
-    yield from parse_lines(rows, shard.path, max_turn_chars=max_turn_chars)
+    yield from enumerate(io.BytesIO(data), start=shard.first_line)
 
 
 def _drop_nulls(value: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.config import EngineConfig
-from promem_fast.distributed.shards import Shard, read_shard
+from promem_fast.distributed.shards import Shard, read_shard, session_ids
 from promem_fast.distributed.summary import summary_to_dict
 from promem_fast.errors import InputError, PromemError
 from promem_fast.io import input_reject, session_reject
@@ -47,12 +47,13 @@ class ShardWorker:
         out: dict[str, list[str]] = {key: [] for key in COLUMNS}
         for i in range(len(batch["name"])):
             shard = Shard.from_row({key: batch[key][i] for key in batch})
-            for key, value in zip(COLUMNS, self.run(shard)):
+            for key, value in zip(COLUMNS, self.run(shard, frozenset(json.loads(batch["taken"][i])))):
                 out[key].append(value)
         return {key: np.array(values, dtype=object) for key, values in out.items()}
 
-    def run(self, shard: Shard) -> tuple[str, str, str, str, str]:
-        """One shard through the engine: (name, graphs JSONL, rejects JSONL, report JSON, error JSON or '')."""
+    def run(self, shard: Shard, taken: frozenset[str]) -> tuple[str, str, str, str, str]:
+        """One shard through the engine: (name, graphs JSONL, rejects JSONL, report JSON, error JSON or '');
+        ``taken`` are the ids an earlier shard holds (rejected here as duplicates)."""
         from promem_fast.engine import RunSummary
 
         engine = self.engine
@@ -61,7 +62,7 @@ class ShardWorker:
         stop = self.config.on_error == "stop"
 
         def sessions() -> Iterator[Session]:
-            for item in read_shard(shard, max_turn_chars=self.config.pipeline.max_turn_chars):
+            for item in read_shard(shard, max_turn_chars=self.config.pipeline.max_turn_chars, taken=taken):
                 if isinstance(item, InputError):
                     if stop:
                         raise item
@@ -90,3 +91,13 @@ class ShardWorker:
                   "summary": summary_to_dict(summary)}
         return (shard.name, "".join(line + "\n" for line in lines),
                 "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects), json.dumps(report), "")
+
+
+def shard_session_ids(batch: dict[str, np.ndarray], max_turn_chars: int) -> dict[str, np.ndarray]:
+    """``map_batches`` task of the pass that finds ids repeated across shards: each shard's valid ids."""
+    names, ids = [], []
+    for i in range(len(batch["name"])):
+        shard = Shard.from_row({key: batch[key][i] for key in batch})
+        names.append(shard.name)
+        ids.append(json.dumps(session_ids(shard, max_turn_chars=max_turn_chars)))
+    return {"name": np.array(names, dtype=object), "ids": np.array(ids, dtype=object)}
