@@ -36,8 +36,8 @@ _OUTSIDE_RECORDS = ("progress", "fsync", "max_in_flight", "max_batch_size")
 
 def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, config: EngineConfig | None = None,
             address: str | None = "auto", actors: int = 1, gpus_per_actor: float | None = None,
-            cpus_per_actor: float = 1,
-            shard_sessions: int = 1000, parquet: bool = False, overwrite: bool = False) -> DistributedSummary:
+            cpus_per_actor: float = 1, shard_sessions: int = 1000, parquet: bool = False,
+            overwrite: bool = False) -> DistributedSummary:
     """Extract memory graphs for JSONL / Parquet ``inputs`` (files, or directories of shards) on Ray.
 
     Writes per shard ``NAME.jsonl``, ``NAME.rejects.jsonl``, ``NAME.manifest.json`` (and ``NAME.parquet``
@@ -82,8 +82,9 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     return summary
 
 
-def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineConfig, config_hash: str, summary: DistributedSummary, *,
-         address: str | None, actors: int, gpus_per_actor: float, cpus_per_actor: float, parquet: bool) -> None:
+def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineConfig, config_hash: str,
+         summary: DistributedSummary, *, address: str | None, actors: int, gpus_per_actor: float,
+         cpus_per_actor: float, parquet: bool) -> None:
     from promem_fast.backends._deps import require
 
     ray = require("ray", "ray", "ray[data]")
