@@ -167,7 +167,8 @@ def test_cli_runs_on_ray_and_a_rerun_continues(cluster: str, tmp_path: Path,
     assert re.search(r"^overall: 29 sessions in [\d.]+ s on this run \([\d,]+ sessions/hour", text, re.MULTILINE)
     assert records(out) == single_node(sessions)
     assert main(cmd) == 0
-    assert "shards 4 (4 done by an earlier run)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "shards 4 (4 done by an earlier run)" in text and "overall: 0 sessions" in text and "over 0 actors" in text
     (tmp_path / "file").write_text("")
     with pytest.raises(PromemError, match="not a directory"):
         extract(inputs, tmp_path / "file", config=config())

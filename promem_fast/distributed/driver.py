@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineCon
             ray.shutdown()
 
 
-def _taken(ray: Any, shards: list[Shard], ids_of: Any, max_turn_chars: int) -> dict[str, list[str]]:
+def _taken(ray: Any, shards: list[Shard], ids_of: Callable[..., Any], max_turn_chars: int) -> dict[str, list[str]]:
     """Per shard, the session ids an earlier shard already holds: one parallel pass reads every shard's ids
     (finished ones too, as a pending shard may repeat an id of a finished one), so a duplicated id is
     rejected at its later line exactly as a single-node run over the same input rejects it."""

@@ -61,6 +61,8 @@ class DistributedSummary:
     """Wall seconds of this driver's run (shards skipped on resume cost none)."""
     new_sessions: int = 0
     """Sessions extracted by this run (the rest came from shards an earlier run finished)."""
+    run_actors: set[str] = field(default_factory=set)
+    """The actors of this run (``actors`` also lists those of earlier runs whose shards were kept)."""
 
     def add(self, report: dict[str, Any], *, new: bool) -> None:
         """Count one shard's report (from its manifest); ``new`` when this run extracted it."""
@@ -71,7 +73,10 @@ class DistributedSummary:
         sessions = int(report["summary"]["sessions"])
         self.new_sessions += sessions if new else 0
         worker = report["worker"]
-        tally = self.actors.setdefault(f"{worker['actor'][:8]} pid {worker['pid']}", ActorTally())
+        name = f"{worker['actor'][:8]} pid {worker['pid']}"
+        if new:
+            self.run_actors.add(name)
+        tally = self.actors.setdefault(name, ActorTally())
         tally.shards += 1
         tally.sessions += sessions
         tally.seconds += float(report["seconds"])
@@ -86,5 +91,5 @@ class DistributedSummary:
             lines.append(f"{name:<24}{tally.shards:>8}{tally.sessions:>10}{tally.seconds:>10.2f}"
                          f"{tally.per_hour:>15,.0f}")
         lines.append(f"overall: {self.new_sessions} sessions in {self.wall_seconds:.2f} s on this run "
-                     f"({rate * 3600:,.0f} sessions/hour over {len(self.actors)} actors)")
+                     f"({rate * 3600:,.0f} sessions/hour over {len(self.run_actors)} actors)")
         return "\n".join(lines)
