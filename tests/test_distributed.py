@@ -250,3 +250,49 @@ def test_a_pool_the_cluster_cannot_hold_is_refused(cluster: str, tmp_path: Path)
     with pytest.raises(PromemError, match="1 GPUs each need 1 GPUs; the Ray cluster has 0"):
         extract(path, tmp_path / "out", config=on_vllm, actors=1)
     assert not list((tmp_path / "out").glob("*.manifest.json"))
+
+
+def _busy_shard_worker_pids() -> list[int]:
+    """ShardWorker actors running a shard: Ray titles the process ``ray::MapWorker(MapBatches(ShardWorker)).submit``
+    while a task runs in it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"MapBatches(ShardWorker)).submit" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_shard_whose_worker_always_dies_stops_the_run_after_bounded_retries(cluster: str, tmp_path: Path) -> None:
+    inputs = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(8))
+    stop = threading.Event()
+    kills: list[int] = []
+
+    def killer() -> None:  # every ShardWorker dies as soon as it works on a shard, as a crashing backend would
+        while not stop.is_set():
+            for pid in _busy_shard_worker_pids():
+                if pid not in kills:
+                    kills.append(pid)
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+    result: dict[str, BaseException] = {}
+
+    def drive() -> None:
+        try:
+            extract(inputs, tmp_path / "out", config=config(), actors=1, shard_sessions=4)
+        except BaseException as exc:  # handed to the test thread
+            result["error"] = exc
+
+    threads = [threading.Thread(target=killer, daemon=True), threading.Thread(target=drive, daemon=True)]
+    for thread in threads:
+        thread.start()
+    threads[1].join(120)
+    stop.set()
+    assert not threads[1].is_alive(), "the run kept retrying"
+    assert isinstance(result.get("error"), PromemError), result
+    assert "run the same command again" in str(result["error"])
+    assert len(kills) >= 2 and not manifests(tmp_path / "out")

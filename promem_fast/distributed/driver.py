@@ -6,8 +6,8 @@ with the same validating reader as a single-node run (so a bad line becomes a re
 where ``ray.data.read_json`` would fail the whole dataset) and sends back the shard's records. The driver
 streams the results and writes each shard's files as it arrives (see :mod:`.shards`).
 
-Fault tolerance is Ray's plus the manifests: Ray Data restarts a dead actor and retries its shard there
-(``max_restarts=-1``, ``max_task_retries=-1``); a shard's files appear only whole, so a killed driver leaves
+Fault tolerance is Ray's plus the manifests: Ray restarts a dead actor and retries its shard there
+(up to :data:`SHARD_RETRIES` times per shard); a shard's files appear only whole, so a killed driver leaves
 finished shards and nothing else, and the same command run again redoes only the unfinished ones.
 """
 
@@ -30,6 +30,9 @@ from promem_fast.errors import InputError, PromemError
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+SHARD_RETRIES = 3
+"""Times a shard is retried on a restarted actor after its actor died; a shard that kills every actor it
+meets (a crash in a native backend on one input) then stops the run instead of retrying forever."""
 _OUTSIDE_RECORDS = ("progress", "fsync", "max_in_flight", "max_batch_size")
 """Config fields that do not change a record (the engine's output does not depend on its batching)."""
 
@@ -103,7 +106,7 @@ def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineCon
         results = dataset.map_batches(
             ShardWorker, fn_constructor_args=(config,), batch_size=1, batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
-            num_gpus=gpus_per_actor or None)
+            num_gpus=gpus_per_actor or None, max_restarts=-1, max_task_retries=SHARD_RETRIES)
         by_name = {s.name: s for s in pending}
         for row in _rows(ray, results):
             if row["error"]:
