@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,14 +100,17 @@ def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineCon
         ray.init(address=None if address in (None, "auto") else address, log_to_driver=False)
     try:
         _check_room(ray.cluster_resources(), actors=actors, cpus=cpus_per_actor, gpus=gpus_per_actor)
-        ray.data.DataContext.get_current().enable_progress_bars = config.progress
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = context.print_on_execution_start = config.progress
         taken = _taken(ray, shards, shard_session_ids, config.pipeline.max_turn_chars)
         dataset = ray.data.from_items([{**s.to_row(), "taken": json.dumps(taken.get(s.name, []))} for s in pending],
                                       override_num_blocks=len(pending))
-        results = dataset.map_batches(
-            ShardWorker, fn_constructor_args=(config,), batch_size=1, batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
-            num_gpus=gpus_per_actor or None, max_restarts=-1, max_task_retries=SHARD_RETRIES)
+        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for the retries yet (hence <2.64)
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            results = dataset.map_batches(
+                ShardWorker, fn_constructor_args=(config,), batch_size=1, batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
+                num_gpus=gpus_per_actor or None, max_restarts=-1, max_task_retries=SHARD_RETRIES)
         by_name = {s.name: s for s in pending}
         for row in _rows(ray, results):
             if row["error"]:
