@@ -54,7 +54,7 @@ class ShardWorker:
     def run(self, shard: Shard, taken: frozenset[str]) -> tuple[str, str, str, str, str]:
         """One shard through the engine: (name, graphs JSONL, rejects JSONL, report JSON, error JSON or '');
         ``taken`` are the ids an earlier shard holds (rejected here as duplicates)."""
-        from promem_fast.engine import RunSummary
+        from promem_fast.summary import RunSummary
 
         engine = self.engine
         engine.summary = RunSummary()

@@ -28,7 +28,8 @@ from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, reso
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
-    from promem_fast.engine import Engine, RunSummary
+    from promem_fast.engine import Engine
+    from promem_fast.summary import RunSummary
     from promem_fast.eval.qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
 
