@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,11 +102,15 @@ class VectorIndex:
     def save(self, path: Path, store_id: str) -> None:
         """Write the index to ``path`` (atomically: a reader sees the old file or the new one)."""
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as out:
-            np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
-                     state=np.array([self.generation, self.last_id, self.dim], np.int64))
-        os.replace(tmp, path)
+        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
+                         state=np.array([self.generation, self.last_id, self.dim], np.int64))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         self.saved = len(self)
 
     @classmethod
