@@ -68,11 +68,12 @@ def candidate_pairs(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph]
     for position, (graph, block) in enumerate(zip(graphs, vectors, strict=True)):
         pairs: list[Pair] = []
         user_pk = store._user_pk(tenant, graph.user)
+        index = None if user_pk is None else store.index(user_pk)
         earlier = [(p, graphs[p], vectors[p]) for p in range(position) if graphs[p].user == graph.user]
         for row, node in enumerate(graph.nodes):
             found: list[tuple[float, NodeRef, str, str | None]] = []
-            if user_pk is not None:
-                ids, scores = store.index(user_pk).search(block[row], 4 * m)
+            if index is not None:
+                ids, scores = index.search(block[row], 4 * m)
                 keep = scores >= floor
                 ids, scores = ids[keep], scores[keep]
                 if len(ids):
