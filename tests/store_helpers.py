@@ -8,10 +8,14 @@ so a test can kill it there.
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from promem_fast.types import Detail, Edge, MemoryEntry, MemoryGraph, RunStats
 
@@ -52,7 +56,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     real = rows.insert_session
 
-    def insert(db, user_pk, record, vectors):  # type: ignore[no-untyped-def]
+    def insert(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None
+               ) -> dict[int, int]:
         ids = real(db, user_pk, record, vectors)
         if record["session_id"] == f"w{args.pause_in}":
             print(f"inside {args.pause_in}", flush=True)
