@@ -113,6 +113,7 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
     verdicts = []
     for reply in replies:
         if isinstance(reply, Failure):
+            log.warning("update judge could not decide about %r (%s); kept current", reply.item, reply.error)
             ctx.fail(reply)
             verdicts.append(False)
         elif how == "nli":
@@ -126,7 +127,7 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
 def find_updates(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray],
                  engine: Engine | None) -> dict[int, list[tuple[NodeRef, int, str]]]:
     """For each graph position, ``(older node, newer node id in the graph, reason)`` of the entries it
-    replaces, each older entry given to its best-matching newer one only."""
+    replaces; an older entry that several newer ones replace goes to the first (sessions in batch order)."""
     pairs = candidate_pairs(store, tenant, graphs, vectors)
     if not any(pairs):
         return {}
