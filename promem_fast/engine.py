@@ -41,6 +41,19 @@ log = logging.getLogger(__name__)
 _UNSET = object()
 
 
+class _Idle:
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE: Any = _Idle()
+"""What a source given to :meth:`Engine.run` may yield instead of a ``(key, make_program)`` pair: nothing new
+right now, keep the sessions in flight going. A long-lived source (the ``promem serve`` worker feeding the
+window from its job queue) yields it when its queue is empty, so sessions already admitted keep advancing
+instead of the loop blocking in ``next()``; it is asked again after the next round. A source that yields
+``IDLE`` while nothing is in flight is asked again at once, so it should wait a little itself first."""
+
+
 @dataclass
 class _Run:
     key: Any
@@ -184,7 +197,8 @@ class Engine:
             ) -> Iterator[tuple[Any, Any]]:
         """The generic driver: ``(key, make_program)`` pairs in, ``(key, value or exception)`` out, in order.
 
-        Evaluation uses it too (QA and judge programs), so everything shares one batching loop.
+        Evaluation uses it too (QA and judge programs), so everything shares one batching loop. The source
+        may yield :data:`IDLE` to let the sessions in flight advance a round before it is asked again.
         """
         window = self.config.max_in_flight
         source = iter(programs)
@@ -194,10 +208,13 @@ class Engine:
         while True:
             while not exhausted and len(order) < window:
                 try:
-                    key, make = next(source)
+                    item = next(source)
                 except StopIteration:
                     exhausted = True
                     break
+                if item is IDLE:
+                    break
+                key, make = item
                 run = _Run(key=key, program=None, ctx=RunContext(self.services, RunStats()))  # type: ignore[arg-type]
                 try:
                     run.program = make(run.ctx)
