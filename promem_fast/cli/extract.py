@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.distributed.cli import add_arguments as add_ray_arguments
 
 
 log = logging.getLogger("promem_fast")
@@ -27,6 +28,7 @@ def register(sub: Any) -> None:
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
     p.add_argument("--db", type=Path, help="also add each graph to this memory store as it is written")
     config_args(p)
+    add_ray_arguments(p)
     p.set_defaults(func=cmd_extract)
 
 
@@ -39,6 +41,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from promem_fast.types import Session
 
     config = build_config(args)
+    if args.ray is not None:
+        from promem_fast.distributed.cli import run
+
+        return run(args, config)
     source = Path(args.input)
     check_input(source)
     files = RunFiles(Path(args.output))
