@@ -146,7 +146,8 @@ def test_halumem_update_points_as_supersede_links(benchmark: Any, tmp_path: Path
     so the figure says nothing about a real model's quality).
 
     An update point counts when the node of its session that best matches it (cosine of the store's
-    embedder) superseded an older node. ``extra_info`` also holds the links made and the judged pairs' cost.
+    embedder) superseded an older node; and again, stricter, when a node it superseded has a cosine of at
+    least 0.5 with one of the point's original memories. ``extra_info`` also holds the links made.
     """
     from promem_fast.engine import Engine
     from promem_fast.eval.datasets import load_benchmark
@@ -164,16 +165,25 @@ def test_halumem_update_points_as_supersede_links(benchmark: Any, tmp_path: Path
 
     store = benchmark.pedantic(add, rounds=1, iterations=1)
     points = [p for user in bench.users for p in user.memory_points if p.is_update]
-    found = 0
+    found = matched = 0
     nodes = [h for user in store.users() for h in store.get_all(user, history=True)]
-    superseding = {h["superseded_by"] for h in nodes if h["superseded_by"] is not None}
+    replaced: dict[int, list[str]] = {}
+    for h in nodes:
+        if h["superseded_by"] is not None:
+            replaced.setdefault(h["superseded_by"], []).append(h["text"])
+    embed = store.embedder.embed
     for point in points:
         mine = [h for h in nodes if h["session_id"] == point.session_id]
         if not mine:
             continue
-        scores = store.embedder.embed([h["text"] for h in mine]) @ store.embedder.embed([point.content])[0]
-        found += mine[int(np.argmax(scores))]["id"] in superseding
+        best = mine[int(np.argmax(embed([h["text"] for h in mine]) @ embed([point.content])[0]))]["id"]
+        if best in replaced:
+            found += 1
+            if point.original_memories:
+                olds = embed(replaced[best])
+                matched += bool((olds @ embed(list(point.original_memories)).T).max() >= 0.5)
     benchmark.extra_info.update({"update_points": len(points), "update_points_superseding": found,
+                                 "update_points_superseding_an_original": matched,
                                  "supersede_links": sum(h["superseded_by"] is not None for h in nodes),
                                  "nodes": len(nodes), "sessions": len(graphs)})
     print(benchmark.extra_info)

@@ -1,17 +1,21 @@
 """Hand-made memory graphs for the store tests, and a writer process they can start and kill.
 
-Run as a script (``python tests/store_helpers.py DB N [--pause-in K]``) it adds N sessions of user ``w`` to
-the store at DB one by one, printing ``committed I`` after each; with ``--pause-in K`` it stops for good
-inside session K's transaction, after its rows are written and before the commit, and prints ``inside K``
-so a test can kill it there.
+Run as a script (``python tests/store_helpers.py DB N [--pause-in K] [--prefix P]``) it adds N sessions of
+user ``w`` (ids ``P0``, ``P1``, ..., default ``w``) to the store at DB one by one, printing ``committed I``
+after each; with ``--pause-in K`` it stops for good inside session K's transaction, after its rows are
+written and before the commit, and prints ``inside K`` so a test can kill it there.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from promem_fast.types import Detail, Edge, MemoryEntry, MemoryGraph, RunStats
 
@@ -34,9 +38,9 @@ def graph(session_id: str, user: str, texts: Sequence[str], *, timestamp: str | 
                        stats=RunStats(), timestamp=timestamp)
 
 
-def worker_graph(index: int) -> MemoryGraph:
-    return graph(f"w{index}", "w", [f"fact {j} of session {index} about topic{index} item{j}"
-                                    for j in range(NODES_PER_SESSION)])
+def worker_graph(index: int, prefix: str = "w") -> MemoryGraph:
+    return graph(f"{prefix}{index}", "w", [f"fact {j} of session {prefix}{index} about topic{index} item{j}"
+                                           for j in range(NODES_PER_SESSION)])
 
 
 def main(argv: list[str]) -> int:
@@ -49,10 +53,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("db", type=Path)
     parser.add_argument("n", type=int)
     parser.add_argument("--pause-in", type=int, default=-1)
+    parser.add_argument("--prefix", default="w", help="session ids are PREFIX0, PREFIX1, ...")
     args = parser.parse_args(argv)
     real = rows.insert_session
 
-    def insert(db, user_pk, record, vectors):  # type: ignore[no-untyped-def]
+    def insert(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None
+               ) -> dict[int, int]:
         ids = real(db, user_pk, record, vectors)
         if record["session_id"] == f"w{args.pause_in}":
             print(f"inside {args.pause_in}", flush=True)
@@ -62,7 +68,7 @@ def main(argv: list[str]) -> int:
     rows.insert_session = insert
     with MemoryStore(args.db, EngineConfig.profile("scripted"), update_judge="off") as store:
         for i in range(args.n):
-            store.add([worker_graph(i)])
+            store.add([worker_graph(i, args.prefix)])
             print(f"committed {i}", flush=True)
     return 0
 

@@ -251,3 +251,29 @@ def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: P
         assert [round(h.score or 0, 5) for h in hits] == [
             round(float(store.embedder.embed([h.key()])[0] @ query), 5) for h in hits]
         assert hits[0].text == "Maya sings in a choir."
+
+
+def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from promem_fast.store import schema
+
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 1,
+                        schema._run_script("ALTER TABLE nodes ADD COLUMN note TEXT"))
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 2, schema._run_script("ALTER TABLE nope ADD x INT"))
+    with pytest.raises(StoreError, match="no such table: nope"):
+        open_store(tmp_path / "m.db")
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # all steps or none
+    assert "note" not in [row[1] for row in db.execute("PRAGMA table_info(nodes)")]
+    db.close()
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 2,
+                        schema._run_script("CREATE INDEX nodes_note ON nodes (note)"))
+    with open_store(tmp_path / "m.db") as store:
+        assert [h.text for h in store.search("Maya", "Lisbon", k=1)] == [MAYA_1.nodes[1].text]
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 2
+    assert "note" in [row[1] for row in db.execute("PRAGMA table_info(nodes)")]
+    db.close()

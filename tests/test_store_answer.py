@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make_session, scripted_config
+from conftest import Recording, make_session, scripted_config
+from promem_fast.backends.base import NLIResult
 from promem_fast.backends.embed_hashing import HashingEmbedder
 from promem_fast.engine import Engine
 from promem_fast.eval.qa import memory_units
@@ -72,3 +73,34 @@ def test_a_large_users_pool_preselected_by_the_index_gives_the_same_answers(tmp_
     for a, b in zip(whole, picked, strict=True):
         assert (a["prediction"], a["retrieved"], a["missing_sessions"]) == (
             b["prediction"], b["retrieved"], b["missing_sessions"])
+
+
+class JobNLI:
+    """NLI stand-in: a newer statement of another job contradicts an older one (from the pair alone)."""
+
+    def entail(self, pairs: list[tuple[str, str]]) -> list[NLIResult]:
+        jobs = ("nurse", "teacher", "pilot")
+        out = []
+        for premise, hypothesis in pairs:
+            said = {j for j in jobs if j in premise}, {j for j in jobs if j in hypothesis}
+            clash = all(said) and said[0] != said[1]
+            out.append(NLIResult("contradiction", (0.0, 0.0, 1.0)) if clash
+                       else NLIResult("neutral", (0.0, 1.0, 0.0)))
+        return out
+
+
+def test_the_nli_judge_supersedes_on_contradiction_in_one_batched_call(tmp_path: Path) -> None:
+    config = scripted_config()
+    config.nli.backend = "lexical"
+    nli = Recording(JobNLI(), "entail")
+    facts = [("nurse", "a cat"), ("teacher", "a dog")]
+    jobs = [graph(f"j{i}", "Maya", [f"Maya works as a {job} in Boston.", f"Maya owns {pet} in Boston."],
+                  timestamp=f"2024-0{i + 1}-10") for i, (job, pet) in enumerate(facts)]
+    with MemoryStore(tmp_path / "m.db", config, update_judge="nli", update_min_cosine=0.3) as store, \
+            Engine(config, nli=nli) as engine:
+        store.add(jobs[:1], engine=engine)
+        store.add(jobs[1:], engine=engine)
+        old = {h["text"]: h["superseded_by"] for h in store.get_all("Maya", history=True)}
+    assert old["Maya works as a nurse in Boston."] is not None
+    assert old["Maya owns a cat in Boston."] is None  # judged (similar wording) but not contradicted
+    assert nli.batches == [len(nli.calls[0][0])] and len(nli.calls[0][0]) >= 2  # every pair in one call

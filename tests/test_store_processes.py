@@ -102,3 +102,12 @@ def test_extract_into_a_store_killed_then_resumed_stores_every_session_once(tmp_
         for hit in store.get_all(sessions[0].user, history=True):
             stored[hit["session_id"]] = stored.get(hit["session_id"], 0) + 1
     assert stored == {sid: n for sid, n in written.items() if n}
+
+
+def test_three_writer_processes_take_turns_and_lose_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    MemoryStore(db, scripted_config()).close()
+    writers = [start_writer(db, 40, "--prefix", prefix) for prefix in ("a", "b", "c")]
+    assert [w.wait(timeout=180) for w in writers] == [0, 0, 0], [w.stderr.read() for w in writers if w.stderr]
+    with MemoryStore(db, scripted_config(), read_only=True) as store:
+        assert counts(store) == {f"{p}{i}": NODES_PER_SESSION for p in "abc" for i in range(40)}

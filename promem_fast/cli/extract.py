@@ -83,7 +83,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
         for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):
             writer.write(graph)
             if store is not None:
-                store.add([graph], engine=engine)
+                store.put(graph)
     except (SessionFailed, BackendUnavailable) as exc:
         what = "a backend is gone" if isinstance(exc, BackendUnavailable) else "a session failed"
         print(f"promem: stopping, {what}: {exc}; {len(writer.done)} sessions are safely written to {out}; "

@@ -48,6 +48,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     import json
+    import sys
 
     from promem_fast.engine import Engine
     from promem_fast.store import MemoryStore
@@ -58,7 +59,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
     elif reply["prediction"] is None:
-        print(f"promem: no answer: {reply['error']}")
+        print(f"promem: no answer: {reply['error']}", file=sys.stderr)
         return 1
     else:
         print(reply["prediction"])

@@ -117,9 +117,38 @@ def cmd_store_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any) -> Any:
+class StoreSink:
+    """What ``promem extract --db`` feeds: graphs are added a window at a time, so the update judge's requests
+    of many sessions share batches. A graph not yet added when the run stops is safe in the output file,
+    from which ``--resume`` adds it."""
+
+    def __init__(self, store: Any, engine: Any, size: int) -> None:
+        self.store, self.engine, self.size = store, engine, max(size, 1)
+        self.pending: list[MemoryGraph] = []
+
+    def put(self, graph: MemoryGraph) -> None:
+        self.pending.append(graph)
+        if len(self.pending) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.store.add(self.pending, engine=self.engine)
+            self.pending = []
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # the run is ending anyway (maybe because a backend is gone)
+            log.warning("%d graphs were not added to the store (%s); they are in the output file and "
+                        "promem extract --resume --db adds them", len(self.pending), exc)
+        finally:
+            self.store.close()
+
+
+def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any) -> StoreSink | None:
     """The store ``promem extract --db`` feeds (None without ``--db``). Resuming, graphs already in the output
-    file that the store lacks (a run stopped between the two writes) are added first."""
+    file that the store lacks (a run stopped before they were added) are added first."""
     from promem_fast.errors import InputError
 
     if getattr(args, "db", None) is None:
@@ -127,4 +156,4 @@ def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any)
     store = open_store(args, config, embedder=engine.services.embedder)
     if args.resume and out.exists():
         store.add((g for _, g in read_graph_lines(out) if not isinstance(g, InputError)), engine=engine)
-    return store
+    return StoreSink(store, engine, config.max_in_flight)

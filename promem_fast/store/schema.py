@@ -144,7 +144,7 @@ def user_version(db: sqlite3.Connection) -> int:
 
 
 def _check_version(db: sqlite3.Connection, path: Path, read_only: bool) -> None:
-    """Migrate an older file (one transaction per step), refuse a newer one."""
+    """Migrate an older file (every step in one transaction: all of them or none), refuse a newer one."""
     version = user_version(db)
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path}: schema version {version} was written by a newer promem_fast "

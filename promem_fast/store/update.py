@@ -68,11 +68,12 @@ def candidate_pairs(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph]
     for position, (graph, block) in enumerate(zip(graphs, vectors, strict=True)):
         pairs: list[Pair] = []
         user_pk = store._user_pk(tenant, graph.user)
+        index = None if user_pk is None else store.index(user_pk)
         earlier = [(p, graphs[p], vectors[p]) for p in range(position) if graphs[p].user == graph.user]
         for row, node in enumerate(graph.nodes):
             found: list[tuple[float, NodeRef, str, str | None]] = []
-            if user_pk is not None:
-                ids, scores = store.index(user_pk).search(block[row], 4 * m)
+            if index is not None:
+                ids, scores = index.search(block[row], 4 * m)
                 keep = scores >= floor
                 ids, scores = ids[keep], scores[keep]
                 if len(ids):
@@ -112,6 +113,7 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
     verdicts = []
     for reply in replies:
         if isinstance(reply, Failure):
+            log.warning("update judge could not decide about %r (%s); kept current", reply.item, reply.error)
             ctx.fail(reply)
             verdicts.append(False)
         elif how == "nli":
@@ -125,7 +127,7 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
 def find_updates(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray],
                  engine: Engine | None) -> dict[int, list[tuple[NodeRef, int, str]]]:
     """For each graph position, ``(older node, newer node id in the graph, reason)`` of the entries it
-    replaces, each older entry given to its best-matching newer one only."""
+    replaces; an older entry that several newer ones replace goes to the first (sessions in batch order)."""
     pairs = candidate_pairs(store, tenant, graphs, vectors)
     if not any(pairs):
         return {}

@@ -10,8 +10,10 @@ and ignored when it belongs to another store file or generation.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +36,23 @@ def _faiss() -> Any | None:
     except ImportError:
         return None
     return faiss
+
+
+GPU_MIN_VECTORS = 100_000
+"""Vectors from which a user's FAISS index moves to the GPU: below it one query is a few milliseconds on the
+CPU, and a thousand users' small indexes would each hold GPU memory."""
+
+
+GPU_MAX_K = 2048
+"""Largest k FAISS's GPU k-selection takes; a wider fetch (long runs of ties) searches a CPU copy."""
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_resources() -> Any:
+    """One set of GPU resources (streams, scratch memory) shared by every index of the process."""
+    faiss = _faiss()
+    assert faiss is not None
+    return faiss.StandardGpuResources()
 
 
 def resolve_kind(kind: IndexKind) -> Literal["faiss", "numpy"]:
@@ -68,10 +87,7 @@ class VectorIndex:
         if kind == "faiss":
             faiss = _faiss()
             assert faiss is not None
-            index = faiss.IndexFlatIP(dim)
-            if faiss.get_num_gpus() > 0:
-                index = faiss.index_cpu_to_all_gpus(index)
-            self._faiss = index
+            self._faiss = faiss.IndexFlatIP(dim)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -83,9 +99,17 @@ class VectorIndex:
         self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
         if self._faiss is not None:
             self._faiss.add(vectors)
+            self._maybe_to_gpu()
         else:
             self._blocks.append(vectors.copy())
         self.last_id = max(self.last_id, int(ids.max()))
+
+    def _maybe_to_gpu(self) -> None:
+        """Move a large user's index to the GPU (once) when FAISS sees one; small ones stay on the CPU."""
+        faiss = _faiss()
+        assert faiss is not None
+        if len(self) >= GPU_MIN_VECTORS and isinstance(self._faiss, faiss.IndexFlat) and faiss.get_num_gpus() > 0:
+            self._faiss = faiss.index_cpu_to_gpu(_gpu_resources(), 0, self._faiss)
 
     def vectors(self) -> np.ndarray:
         """Every vector held, row ``i`` for ``ids[i]``."""
@@ -101,11 +125,15 @@ class VectorIndex:
     def save(self, path: Path, store_id: str) -> None:
         """Write the index to ``path`` (atomically: a reader sees the old file or the new one)."""
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as out:
-            np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
-                     state=np.array([self.generation, self.last_id, self.dim], np.int64))
-        os.replace(tmp, path)
+        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
+                         state=np.array([self.generation, self.last_id, self.dim], np.int64))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         self.saved = len(self)
 
     @classmethod
@@ -148,7 +176,11 @@ class VectorIndex:
 
     def _top(self, q: np.ndarray, fetch: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         if self._faiss is not None:
-            scores, rows = self._faiss.search(q, fetch)
+            faiss, index = _faiss(), self._faiss
+            assert faiss is not None
+            if fetch > GPU_MAX_K and not isinstance(index, faiss.IndexFlat):
+                index = faiss.index_gpu_to_cpu(index)
+            scores, rows = index.search(q, fetch)
             keep = rows[0] >= 0
             return rows[0][keep], scores[0][keep]
         all_scores = self.vectors() @ q[0]
