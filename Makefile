@@ -15,7 +15,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --no-cache-dir -e '.[cpu,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --no-cache-dir -e '.[cpu,dev,serve,ray]'
 	$(PY) setup.py -q build_ext --inplace
 	touch $(STAMP)
 
@@ -27,8 +27,11 @@ demo: $(STAMP)
 		--config promem_fast/data/demo.yaml
 	@echo "graphs written to out/demo_graphs.jsonl (one JSON graph per session; promem export turns them into GraphML)"
 
-## The whole suite, slow real-model tests included (builds the native core first).
+## The whole suite, slow real-model tests included (builds the native core first). The web page test needs
+## Debian's headless Chromium; it is installed here when missing (as root, as CI runs).
 test: $(STAMP)
+	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || echo "chromium not installed: the web page test will be skipped"
 	$(PY) setup.py -q build_ext --inplace
 	$(PY) -m pytest -q
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from promem_fast import native  # noqa: F401  - a broken native build must fail here, with the rebuild command
 from promem_fast.config import EngineConfig
-from promem_fast.engine import Engine, RunSummary
+from promem_fast.engine import Engine
+from promem_fast.summary import RunSummary
 from promem_fast.io import load_sessions
 from promem_fast.types import MemoryGraph, Session, Turn
 

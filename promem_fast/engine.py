@@ -6,9 +6,9 @@ sends each kind to its backend as one batch (chunked at ``max_batch_size``), par
 replies, and resumes the programs whose requests are all answered. The number of backend calls therefore
 grows with the number of pipeline steps, not with the number of sessions.
 
-Faults stay local: a batch that raises is split in halves down to the failing request, which is retried
-and, after the last attempt, handed to its program as a :class:`~promem_fast.requests.Failure`. A program
-that crashes loses only its own session. Finished graphs leave in input order (so output does not depend
+Faults stay local (:mod:`promem_fast.isolation`): a batch that raises is split in halves down to the
+failing request, which is retried and, after the last attempt, handed to its program as a
+:class:`~promem_fast.requests.Failure`. A program that crashes loses only its own session. Finished graphs leave in input order (so output does not depend
 on batch size or window) and at most ``max_in_flight`` sessions are held at any time.
 """
 
@@ -28,17 +28,32 @@ from promem_fast import native
 from promem_fast.backends.base import Compressor, Embedder, GenerationRequest, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
 from promem_fast.context import RunContext
-from promem_fast.errors import BackendUnavailable, ContextOverflow, PromemError, SessionFailed
+from promem_fast.errors import ContextOverflow, PromemError, SessionFailed
+from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import (
     Anchor, Attend, CleanEdges, Compress, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
 )
 from promem_fast.services import Services
+from promem_fast.summary import RunSummary
 from promem_fast.types import MemoryGraph, RunStats, Session
 
 log = logging.getLogger(__name__)
 
 _UNSET = object()
+
+
+class _Idle:
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE: Any = _Idle()
+"""What a source given to :meth:`Engine.run` may yield instead of a ``(key, make_program)`` pair: nothing new
+right now, keep the sessions in flight going. A long-lived source (the ``promem serve`` worker feeding the
+window from its job queue) yields it when its queue is empty, so sessions already admitted keep advancing
+instead of the loop blocking in ``next()``; it is asked again after the next round. A source that yields
+``IDLE`` while nothing is in flight is asked again at once, so it should wait a little itself first."""
 
 
 @dataclass
@@ -64,56 +79,6 @@ class _Run:
         return all(r is not _UNSET for r in self.results)
 
 
-@dataclass
-class RunSummary:
-    """Totals of a run (what ``promem extract`` prints at the end)."""
-
-    sessions: int = 0
-    rejected: int = 0
-    nodes: int = 0
-    edges: int = 0
-    details: int = 0
-    stats: RunStats = field(default_factory=RunStats)
-    wall_seconds: float = 0.0
-    rounds: int = 0
-    backend_calls: dict[str, int] = field(default_factory=dict)
-    """Backend invocations per request kind (generate, entail, embed, match, anchor, clean_edges)."""
-    backend_seconds: dict[str, float] = field(default_factory=dict)
-    """Wall seconds inside model backends per request kind."""
-    load_seconds: float = 0.0
-    """Wall seconds spent loading models; the rest of ``wall_seconds`` beyond the backends' is the engine's."""
-
-    def add(self, graph: MemoryGraph) -> None:
-        self.sessions += 1
-        self.nodes += len(graph.nodes)
-        self.edges += len(graph.edges)
-        self.details += len(graph.details)
-        self.stats.merge(graph.stats)
-
-    def table(self) -> str:
-        """A plain-text summary: per-stage calls, tokens and seconds, and sessions per second."""
-        lines = [
-            f"sessions {self.sessions}  rejected {self.rejected}  nodes {self.nodes}  edges {self.edges}  "
-            f"details {self.details}",
-            f"{'stage':<8}{'calls':>8}{'prompt tok':>12}{'compl tok':>11}{'nli':>7}{'embeds':>8}{'seconds':>10}",
-        ]
-        for name, st in self.stats.to_dict()["stages"].items():
-            lines.append(f"{name:<8}{st['calls']:>8}{st['prompt_tokens']:>12}{st['completion_tokens']:>11}"
-                         f"{st['nli_pairs']:>7}{st['embedded_texts']:>8}{st['seconds']:>10.2f}")
-        total = self.stats.total()
-        lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.completion_tokens:>11}"
-                     f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
-        rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        engine = self.wall_seconds - sum(self.backend_seconds.values()) - self.load_seconds
-        lines.append(f"wall {self.wall_seconds:.2f} s (models loaded in {self.load_seconds:.1f} s)  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
-                     f"{self.rounds} rounds, backend calls {sum(self.backend_calls.values())}, "
-                     f"engine {1e3 * engine / max(self.sessions, 1):.2f} ms/session)")
-        failures = self.stats.counts.get("failed_steps", 0)
-        if failures:
-            lines.append(f"failed steps {failures} (see each record's stats.failures)")
-        return "\n".join(lines)
-
-
 class Engine:
     """Extracts memory graphs for many sessions at once.
 
@@ -129,7 +94,7 @@ class Engine:
         self.services = Services(self.config, llm=llm, nli=nli, embedder=embedder, similarity=similarity,
                                  compressor=compressor)
         self.summary = RunSummary()
-        self._failed_batches = 0
+        self._isolation = FaultIsolation(self.config.max_batch_size, self.config.max_failed_batches)
         self.on_session_error: Callable[[Session, BaseException], None] | None = None
         """Called for each session whose program crashed, under either ``on_error`` policy (with ``stop``, just
         before the run ends); the CLI writes rejects."""
@@ -184,7 +149,8 @@ class Engine:
             ) -> Iterator[tuple[Any, Any]]:
         """The generic driver: ``(key, make_program)`` pairs in, ``(key, value or exception)`` out, in order.
 
-        Evaluation uses it too (QA and judge programs), so everything shares one batching loop.
+        Evaluation uses it too (QA and judge programs), so everything shares one batching loop. The source
+        may yield :data:`IDLE` to let the sessions in flight advance a round before it is asked again.
         """
         window = self.config.max_in_flight
         source = iter(programs)
@@ -194,10 +160,13 @@ class Engine:
         while True:
             while not exhausted and len(order) < window:
                 try:
-                    key, make = next(source)
+                    item = next(source)
                 except StopIteration:
                     exhausted = True
                     break
+                if item is IDLE:
+                    break
+                key, make = item
                 run = _Run(key=key, program=None, ctx=RunContext(self.services, RunStats()))  # type: ignore[arg-type]
                 try:
                     run.program = make(run.ctx)
@@ -276,49 +245,9 @@ class Engine:
         if jobs:
             raise PromemError(f"unknown request kinds: {sorted(k.__name__ for k in jobs)}")
 
-    # -- calling a backend with fault isolation -------------------------------------------------
     def _call(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]
               ) -> tuple[list[Any], float]:
-        """``fn`` over ``items`` in chunks; a chunk that raises is halved down to the failing item.
-
-        Returns one outcome per item (the result, or the exception that item raised alone) and the
-        seconds spent. A whole batch failing ``max_failed_batches`` times in a row means the backend is
-        gone: :class:`BackendUnavailable` ends the run (finished sessions are already written).
-        """
-        started = time.perf_counter()
-        outcomes: list[Any] = []
-        step = self.config.max_batch_size
-        for lo in range(0, len(items), step):
-            outcomes.extend(self._isolate(kind, fn, items[lo:lo + step]))
-        failed = sum(isinstance(o, BaseException) for o in outcomes)
-        if items and failed == len(items):
-            self._failed_batches += 1
-            if self._failed_batches >= self.config.max_failed_batches:
-                raise BackendUnavailable(
-                    f"the {kind} backend failed {self._failed_batches} batches in a row; last error: "
-                    f"{outcomes[-1]!r}") from outcomes[-1]
-        else:
-            self._failed_batches = 0
-        seconds = time.perf_counter() - started
-        self.summary.backend_seconds[kind] = self.summary.backend_seconds.get(kind, 0.0) + seconds
-        return outcomes, seconds
-
-    def _isolate(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]) -> list[Any]:
-        self.summary.backend_calls[kind] = self.summary.backend_calls.get(kind, 0) + 1
-        try:
-            out = fn(items)
-            if len(out) != len(items):
-                raise PromemError(f"{kind} backend returned {len(out)} results for {len(items)} requests")
-            return list(out)
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            if len(items) == 1:
-                log.warning("%s request failed: %r", kind, exc)
-                return [exc]
-            mid = len(items) // 2
-            log.info("%s batch of %d failed (%r); splitting", kind, len(items), exc)
-            return self._isolate(kind, fn, items[:mid]) + self._isolate(kind, fn, items[mid:])
+        return self._isolation.call(kind, fn, items, self.summary)
 
     def _settle_error(self, run: _Run, slot: int, request: Any, exc: BaseException, role: str) -> None:
         """A request whose backend call raised: retry it next round, or fail it after the last attempt."""
@@ -484,30 +413,14 @@ class Engine:
 
     def _dispatch_anchor(self, jobs: list[tuple[_Run, int]]) -> None:
         reqs: list[Anchor] = [run.pending[slot] for run, slot in jobs]
-        d_sess = np.concatenate([np.full(len(r.detail_turns), i, np.int64) for i, r in enumerate(reqs)])
-        e_sess = np.concatenate([np.full(len(r.entry_turns), i, np.int64) for i, r in enumerate(reqs)])
-        d_turn = np.concatenate([np.asarray(r.detail_turns, np.int64) for r in reqs])
-        e_turn = np.concatenate([np.asarray(r.entry_turns, np.int64) for r in reqs])
         self.summary.backend_calls["anchor"] = self.summary.backend_calls.get("anchor", 0) + 1
-        offsets, indices = native.anchor_details(d_sess, d_turn, e_sess, e_turn)
-        d_base = np.cumsum([0] + [len(r.detail_turns) for r in reqs])
-        e_base = 0
-        for i, (run, slot) in enumerate(jobs):
-            n = len(reqs[i].entry_turns)
-            run.results[slot] = [indices[offsets[e_base + j]:offsets[e_base + j + 1]] - d_base[i] for j in range(n)]
-            e_base += n
+        found = native.anchor_groups([r.detail_turns for r in reqs], [r.entry_turns for r in reqs])
+        for (run, slot), anchored in zip(jobs, found):
+            run.results[slot] = anchored
 
     def _dispatch_clean_edges(self, jobs: list[tuple[_Run, int]]) -> None:
         reqs: list[CleanEdges] = [run.pending[slot] for run, slot in jobs]
-        sizes = [len(r.source) for r in reqs]
-        session = np.concatenate([np.full(n, i, np.int64) for i, n in enumerate(sizes)])
-        source = np.concatenate([np.asarray(r.source, np.int64) for r in reqs])
-        relation = np.concatenate([np.asarray(r.relation, np.int64) for r in reqs])
-        target = np.concatenate([np.asarray(r.target, np.int64) for r in reqs])
-        symmetric = reqs[0].symmetric
         self.summary.backend_calls["clean_edges"] = self.summary.backend_calls.get("clean_edges", 0) + 1
-        kept = native.clean_edges(session, source, relation, target, symmetric)
-        base = np.cumsum([0] + sizes)
-        owner = session[kept]
-        for i, (run, slot) in enumerate(jobs):
-            run.results[slot] = kept[owner == i] - base[i]
+        kept = native.clean_edge_groups([(r.source, r.relation, r.target) for r in reqs], reqs[0].symmetric)
+        for (run, slot), indices in zip(jobs, kept):
+            run.results[slot] = indices

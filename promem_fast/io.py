@@ -366,11 +366,21 @@ class RejectWriter(_Appender):
         self.append(json.dumps(record, ensure_ascii=False))
 
     def input_error(self, error: InputError) -> None:
-        self.write({"kind": "input", **error.to_dict()})
+        self.write(input_reject(error))
 
     def session_error(self, session: Session, error: BaseException) -> None:
-        self.write({"kind": "session", "file": None, "line": None, "session_id": session.session_id,
-                    "field": None, "error": f"{type(error).__name__}: {error}"})
+        self.write(session_reject(session, error))
+
+
+def input_reject(error: InputError) -> dict[str, Any]:
+    """The rejects-file record of a bad input line."""
+    return {"kind": "input", **error.to_dict()}
+
+
+def session_reject(session: Session, error: BaseException) -> dict[str, Any]:
+    """The rejects-file record of a session whose program crashed."""
+    return {"kind": "session", "file": None, "line": None, "session_id": session.session_id,
+            "field": None, "error": f"{type(error).__name__}: {error}"}
 
 
 def read_graphs(path: str | Path) -> Iterator[MemoryGraph]:

@@ -13,6 +13,7 @@ pure-Python reference of both functions lives in the tests, which check that the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ except ImportError as exc:
         "`python setup.py build_ext --inplace` (needs a C++17 compiler and pybind11)."
     ) from exc
 
-__all__ = ["anchor_details", "clean_edges"]
+__all__ = ["anchor_details", "anchor_groups", "clean_edge_groups", "clean_edges"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -138,3 +139,45 @@ def clean_edges(
         _as_int64(fn, "target", target),
         flags,
     )
+
+
+def _group_ids(sizes: Sequence[int]) -> Int64Array:
+    """The group index of every row when groups of ``sizes`` rows are laid end to end."""
+    return np.repeat(np.arange(len(sizes), dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+
+
+def anchor_groups(detail_turns: Sequence[ArrayLike], entry_turns: Sequence[ArrayLike]) -> list[list[Int64Array]]:
+    """:func:`anchor_details` for many sessions in one call: per session, per entry, its detail indices.
+
+    Each group (session) gives the grounded turn of its details and of its entries; the indices returned
+    are local to the group's own details, so callers never see the batch they were part of.
+    """
+    d_turn = [_as_int64("anchor_groups", "detail_turns", t) for t in detail_turns]
+    e_turn = [_as_int64("anchor_groups", "entry_turns", t) for t in entry_turns]
+    d_sizes, e_sizes = [len(t) for t in d_turn], [len(t) for t in e_turn]
+    offsets, indices = anchor_details(_group_ids(d_sizes), np.concatenate(d_turn) if d_turn else [],
+                                      _group_ids(e_sizes), np.concatenate(e_turn) if e_turn else [])
+    d_base = np.cumsum([0, *d_sizes])
+    out: list[list[Int64Array]] = []
+    e_base = 0
+    for group, n in enumerate(e_sizes):
+        out.append([indices[offsets[e_base + j]:offsets[e_base + j + 1]] - d_base[group] for j in range(n)])
+        e_base += n
+    return out
+
+
+def clean_edge_groups(edges: Sequence[tuple[ArrayLike, ArrayLike, ArrayLike]],
+                      symmetric: ArrayLike | None = None) -> list[Int64Array]:
+    """:func:`clean_edges` for many sessions in one call: per session, the indices of its edges kept.
+
+    ``edges`` holds one ``(source, relation, target)`` triple of arrays per session; indices are local to
+    that session's arrays.
+    """
+    columns = [[_as_int64("clean_edge_groups", name, part[k]) for part in edges]
+               for k, name in enumerate(("source", "relation", "target"))]
+    sizes = [len(s) for s in columns[0]]
+    session = _group_ids(sizes)
+    kept = clean_edges(session, *(np.concatenate(c) if c else [] for c in columns), symmetric)
+    base = np.cumsum([0, *sizes])
+    owner = session[kept]
+    return [kept[owner == group] - base[group] for group in range(len(sizes))]

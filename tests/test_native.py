@@ -360,3 +360,28 @@ def test_missing_extension_says_how_to_build(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delitem(sys.modules, "promem_fast.native")
     with pytest.raises(ImportError, match=r"not built.*pip install -e \..*build_ext --inplace"):
         importlib.import_module("promem_fast.native")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(st.integers(-1, 5), max_size=8), st.lists(st.integers(-1, 5), max_size=6)),
+                max_size=5))
+def test_anchor_groups_equal_each_session_anchored_alone(groups: list[tuple[list[int], list[int]]]) -> None:
+    """The engine anchors every session of a round in one call; each must get what it would get alone."""
+    found = native.anchor_groups([d for d, _ in groups], [e for _, e in groups])
+    assert len(found) == len(groups)
+    for (details, entries), per_entry in zip(groups, found):
+        offsets, indices = anchor_details_ref([0] * len(details), details, [0] * len(entries), entries)
+        assert [list(a) for a in per_entry] == [list(indices[offsets[j]:offsets[j + 1]]) for j in range(len(entries))]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 2), st.integers(-1, 4)), max_size=10),
+                max_size=5))
+def test_clean_edge_groups_equal_each_session_cleaned_alone(groups: list[list[tuple[int, int, int]]]) -> None:
+    symmetric = [False, True, False]
+    triples = [tuple(list(col) for col in zip(*edges)) if edges else ([], [], []) for edges in groups]
+    kept = native.clean_edge_groups(triples, symmetric)  # type: ignore[arg-type]
+    assert len(kept) == len(groups)
+    for (src, rel, dst), indices in zip(triples, kept):
+        alone = clean_edges_ref([0] * len(src), src, rel, dst, symmetric)
+        assert list(indices) == list(alone)

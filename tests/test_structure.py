@@ -20,13 +20,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "promem_fast"
 MAX_LINES = 450
 """Past this, a module has usually grown a second concern that deserves a module of its own."""
 
-LONG_FILES_BEING_SPLIT: dict[str, str] = {
-    # Other branches are changing these files now; each is split once they have merged, and its entry goes.
-    "engine.py": "the batching driver; several branches change it at once",
-    "eval/runner.py": "the evaluation runner; split once the store's retrieval and QA path is merged into it",
-}
-"""Files under ``promem_fast/`` allowed past :data:`MAX_LINES` for now, with the reason."""
-
 
 @dataclass(frozen=True)
 class Import:
@@ -183,15 +176,8 @@ def test_no_import_circles_between_modules() -> None:
 
 
 def test_no_module_is_longer_than_the_limit() -> None:
-    over = {name: n for name, n in long_files(PACKAGE).items() if name not in LONG_FILES_BEING_SPLIT}
+    over = long_files(PACKAGE)
     assert not over, f"past {MAX_LINES} lines (split where a reader would look for separate things): {over}"
-
-
-def test_every_allowed_long_file_is_still_long() -> None:
-    """An entry whose file was split (or removed) must go, so that the allowance does not outlive its reason."""
-    long = long_files(PACKAGE)
-    stale = sorted(name for name in LONG_FILES_BEING_SPLIT if name not in long)
-    assert not stale, f"now within {MAX_LINES} lines or gone; remove from LONG_FILES_BEING_SPLIT: {stale}"
 
 
 # -------------------------------------------------------------------------------------------- the checkers

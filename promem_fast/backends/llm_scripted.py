@@ -23,6 +23,7 @@ from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.prompts import PREAMBLE, TEMPLATES
+from promem_fast.store.prompts import STORE_TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
@@ -44,7 +45,7 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
     if len(messages) != 2:
         return None
     system = messages[0]["content"]
-    for role, template in {**TEMPLATES, **EVAL_TEMPLATES}.items():
+    for role, template in {**TEMPLATES, **EVAL_TEMPLATES, **STORE_TEMPLATES}.items():
         if not system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
             continue
         fields: dict[str, str] = {}
@@ -91,8 +92,9 @@ class ScriptedLLM:
         self.config = config or LLMConfig(backend="scripted")
         self.context_length = int(self.config.context_length or 8192)
         from promem_fast.eval.scripted import EVAL_RULES
+        from promem_fast.store.prompts import STORE_RULES
 
-        self.rules: dict[str, Rule] = {**DEFAULT_RULES, **EVAL_RULES, **(rules or {})}
+        self.rules: dict[str, Rule] = {**DEFAULT_RULES, **EVAL_RULES, **STORE_RULES, **(rules or {})}
         self.calls: list[int] = []
         """Batch sizes of every ``generate`` call, for tests that count backend calls."""
 

@@ -12,7 +12,8 @@ import importlib
 import logging
 import sys
 
-COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "calibrate")
+COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "serve",
+                            "calibrate")
 """Modules of :mod:`promem_fast.cli`, in the order their subcommands appear in ``promem --help``."""
 
 

@@ -11,12 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
-from promem_fast.eval.datasets import LOADERS
+from promem_fast.eval.variants import KINDS, VARIANTS
 
-_KINDS = tuple(LOADERS)
-_VARIANTS = ("full", "one-off", "no-cc", "no-hv", "no-da", "no-rel", "native-rag")
-"""The keys of :data:`promem_fast.eval.runner.VARIANTS`, repeated here so building the parser imports
-nothing heavy (a test checks the two agree)."""
 _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both speakers' copies of a session count "
                   "as one) and their gold points; a question stays when every session of its evidence is kept "
                   "or, when it names no evidence, the session it is asked after (HaluMem: its own session; "
@@ -40,8 +36,8 @@ def register(subparsers: Any) -> None:
                     "OUT/result-<kind>-<variant>.json plus a report of every variant in OUT (OUT/report-<kind>.md, "
                     "OUT/variants-<kind>.png). `promem eval aggregate LABELS.json` recomputes the scores from "
                     "judge labels alone.")
-    actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join((*_KINDS, "aggregate")) + "}")
-    for kind in _KINDS:
+    actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join((*KINDS, "aggregate")) + "}")
+    for kind in KINDS:
         _add_benchmark(actions, kind)
     a = actions.add_parser(
         "aggregate", help="recompute the scores from judge labels (ours or HaluMem's record files)",
@@ -59,7 +55,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("convert", help="write a benchmark's sessions as promem input JSONL",
                               description="Convert a benchmark file into the session JSONL that "
                                           "`promem extract` reads (one session per line, each once).")
-    p.add_argument("kind", choices=_KINDS, help="benchmark")
+    p.add_argument("kind", choices=KINDS, help="benchmark")
     p.add_argument("--data", type=Path, required=True, help="the benchmark file")
     p.add_argument("-o", "--output", type=Path, required=True, help="sessions JSONL to write")
     p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
@@ -74,7 +70,7 @@ def _add_benchmark(actions: Any, kind: str) -> None:
                    "LongMemEval JSON)")
     p.add_argument("--limit", type=int, help="only the first N users / conversations / questions")
     p.add_argument("--sessions", type=int, metavar="N", help=_SESSIONS_HELP)
-    p.add_argument("--variant", choices=_VARIANTS, default="full",
+    p.add_argument("--variant", choices=tuple(VARIANTS), default="full",
                    help="full ProMem, an ablation (one-off, no-cc, no-hv, no-da, no-rel) or the NativeRAG "
                         "baseline (raw turns retrieved, nothing extracted); default: full")
     p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
@@ -91,7 +87,7 @@ def _add_benchmark(actions: Any, kind: str) -> None:
 
 def headline(kind: str, result: dict[str, Any]) -> str:
     """The main figures of a result on one line (percentages, then extraction tokens per session)."""
-    from promem_fast.eval.runner import HEADLINE_METRICS
+    from promem_fast.eval.report import HEADLINE_METRICS
 
     head = result["headline"]
     parts = [f"{name} {'-' if head[key] is None else f'{100 * head[key]:.2f}'}"

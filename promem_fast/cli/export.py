@@ -1,4 +1,5 @@
-"""``promem export``: each graph of an output file as node-link JSON or GraphML."""
+"""``promem export``: each graph of an output file as node-link JSON or GraphML; with ``--db``, a memory
+store as one JSONL (the format ``promem import`` reads)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,29 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("export", help="write each graph of an output file as node-link JSON or GraphML")
-    p.add_argument("input", type=Path)
-    p.add_argument("out_dir", type=Path)
+    p = sub.add_parser("export", help="write each graph of an output file as node-link JSON or GraphML, "
+                                      "or (--db) a memory store as one JSONL")
+    p.add_argument("input", type=Path, help="graphs JSONL; with --db, the JSONL file to write")
+    p.add_argument("out_dir", type=Path, nargs="?", help="folder for one file per graph (not with --db)")
     p.add_argument("--format", choices=["node-link", "graphml"], default="node-link")
+    p.add_argument("--db", type=Path, help="export this memory store instead of a graphs file")
+    p.add_argument("--tenant", help="with --db: only this tenant (default: all)")
     p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    import sys
+
     from promem_fast.cli.outputs import check_input
     from promem_fast.io import export_graphs
 
+    if args.db is not None:
+        from promem_fast.cli.store_io import cmd_store_export
+
+        return cmd_store_export(args)
+    if args.out_dir is None:
+        print("promem: export needs OUT_DIR (or --db to export a memory store)", file=sys.stderr)
+        return 2
     check_input(args.input)
     written = export_graphs(args.input, args.out_dir, args.format)
     print(f"wrote {len(written)} {args.format} files to {args.out_dir}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.distributed.cli import add_arguments as add_ray_arguments
 
 
 log = logging.getLogger("promem_fast")
@@ -25,18 +26,25 @@ def register(sub: Any) -> None:
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
+    p.add_argument("--db", type=Path, help="also add each graph to this memory store as it is written")
     config_args(p)
+    add_ray_arguments(p)
     p.set_defaults(func=cmd_extract)
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from promem_fast.cli.outputs import RunFiles, check_input
+    from promem_fast.cli.store_io import extract_store
     from promem_fast.engine import Engine
     from promem_fast.errors import BackendUnavailable, InputError, SessionFailed, WriteFailed
     from promem_fast.io import read_sessions
     from promem_fast.types import Session
 
     config = build_config(args)
+    if args.ray is not None:
+        from promem_fast.distributed.cli import run
+
+        return run(args, config)
     source = Path(args.input)
     check_input(source)
     files = RunFiles(Path(args.output))
@@ -67,12 +75,15 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     engine = Engine(config)
     engine.on_session_error = rejects.session_error
+    store = extract_store(args, config, out, engine)
     with open(source, "rb") as handle:
         total = sum(1 for line in handle if line.strip())
     status = 0
     try:
         for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):
             writer.write(graph)
+            if store is not None:
+                store.put(graph)
     except (SessionFailed, BackendUnavailable) as exc:
         what = "a backend is gone" if isinstance(exc, BackendUnavailable) else "a session failed"
         print(f"promem: stopping, {what}: {exc}; {len(writer.done)} sessions are safely written to {out}; "
@@ -85,6 +96,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     finally:
         writer.close()
         rejects.close()
+        if store is not None:
+            store.close()
         engine.close()
     if status == 2:
         files.discard_if_empty()

@@ -289,7 +289,7 @@ def halumem_overall_score(aggregates: dict[str, Any]) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     """The markdown report of an aggregated label set: the benchmark's score tables, without cost."""
-    from .runner import aggregate_sections
+    from .report import aggregate_sections
 
     sources = result["sources"]
     named = ", ".join(f"`{s}`" for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")

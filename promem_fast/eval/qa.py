@@ -53,8 +53,24 @@ class Unit:
     """The text shown to the answerer (its date is added per question, since LongMemEval re-dates sessions)."""
 
 
+def unit_key(text: str, details: Sequence[str]) -> str:
+    """What is embedded for a memory entry: ``text (a; b)``, so a question about a detail reaches it."""
+    return text + (" (" + "; ".join(details) + ")" if details else "")
+
+
+def unit_body(text: str, details: Sequence[str], links: Sequence[str]) -> str:
+    """What the answerer is shown for a memory entry: ``text | details: a; b | links: causal → other; …``."""
+    body = text
+    if details:
+        body += " | details: " + "; ".join(details)
+    if links:
+        body += " | links: " + "; ".join(links)
+    return body
+
+
 def memory_units(graph: MemoryGraph) -> list[Unit]:
-    """One unit per graph node: ``text | details: a; b | links: causal → other entry; …``.
+    """One unit per graph node (:func:`unit_key`, :func:`unit_body`); the memory store builds the same
+    units from what it holds (:meth:`promem_fast.store.MemoryStore.retrieval_index`).
 
     Edges are listed on both ends (``→`` from the source, ``←`` at the target) so a retrieved entry brings
     its neighbours' meaning even when the neighbour itself is not among the top-k.
@@ -68,13 +84,8 @@ def memory_units(graph: MemoryGraph) -> list[Unit]:
     units = []
     for node, details in graph.iter_anchored():
         facts = [d.text for d in details]
-        body = node.text
-        if facts:
-            body += " | details: " + "; ".join(facts)
-        if node.id in links:
-            body += " | links: " + "; ".join(links[node.id])
-        key = node.text + (" (" + "; ".join(facts) + ")" if facts else "")
-        units.append(Unit(graph.session_id, key, body))
+        units.append(Unit(graph.session_id, unit_key(node.text, facts),
+                          unit_body(node.text, facts, links.get(node.id, []))))
     return units
 
 

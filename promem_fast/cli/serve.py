@@ -1,0 +1,114 @@
+"""``promem serve``, ``promem keys``, ``promem mcp`` and ``promem view``: the memory service and its tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from promem_fast.cli.common import build_config, config_args
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the memory service (HTTP API, web page) over a store")
+    p.add_argument("--db", type=Path, required=True, help="the store's SQLite file (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--rate", type=float, default=20.0, help="requests per second per API key (0: no limit)")
+    p.add_argument("--burst", type=int, default=40, help="requests a key may send at once before --rate applies")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    judge_arg(p)
+    config_args(p)
+    p.set_defaults(func=cmd_serve)
+
+    k = sub.add_parser("keys", help="create, list or revoke API keys of the service")
+    ks = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = ks.add_parser("create", help="a new key for a tenant (printed once)")
+    create.add_argument("--tenant", required=True, help="the tenant every request with this key is scoped to")
+    create.add_argument("--name", default="", help="a note: who or what uses the key")
+    listing = ks.add_parser("list", help="keys with their tenant (never the secret)")
+    revoke = ks.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    for q in (create, listing, revoke):
+        q.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
+    k.set_defaults(func=cmd_keys)
+
+    m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
+    m.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
+    m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
+    judge_arg(m)
+    config_args(m)
+    m.set_defaults(func=cmd_mcp)
+
+    v = sub.add_parser("view", help="write one session's memory graph as a self-contained HTML page")
+    v.add_argument("graphs", type=Path, help="JSONL of graphs (output of promem extract)")
+    v.add_argument("--session", required=True, help="the session id to draw")
+    v.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    v.set_defaults(func=cmd_view)
+
+
+def judge_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--update-judge", choices=["llm", "nli", "off"], default="llm",
+                        help="how a new memory is found to update an older one (see the memory store)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from promem_fast.backends._deps import require
+    from promem_fast.serve.app import create_app
+    from promem_fast.serve.service import Service
+
+    uvicorn = require("uvicorn", "serve")
+    config = build_config(args)
+    config.progress = False
+    service = Service(args.db, config, update_judge=args.update_judge)
+    app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from promem_fast.serve import db
+    from promem_fast.serve.keys import KeyRing
+
+    ring = KeyRing(db.connect(args.db))
+    if args.keys_command == "create":
+        print(ring.create(args.tenant, args.name))
+        return 0
+    if args.keys_command == "list":
+        for row in ring.list():
+            print(json.dumps(row))
+        return 0
+    if not ring.revoke(args.key_id):
+        print(f"promem: no live key {args.key_id!r} in {args.db}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from promem_fast.serve.mcp_tools import build_server
+    from promem_fast.serve.service import Service
+
+    config = build_config(args)
+    config.progress = False
+    service = Service(args.db, config, update_judge=args.update_judge)
+    service.start()
+    try:
+        build_server(service, args.tenant).run("stdio")
+    finally:
+        service.close()
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from promem_fast.io import read_graphs
+    from promem_fast.serve.view import write_page
+
+    for graph in read_graphs(args.graphs):
+        if graph.session_id == args.session:
+            write_page(graph, args.output)
+            print(f"graph of session {args.session}: {args.output}")
+            return 0
+    print(f"promem: {args.graphs} has no session {args.session!r}", file=sys.stderr)
+    return 2

@@ -1,0 +1,159 @@
+"""``promem ingest`` and ``promem import``: graphs and store exports into a memory store (``--db``).
+
+Also what ``promem extract --db`` and ``promem export --db`` use: opening a store from the command's config,
+and adding graphs file lines one by one, a bad line named (file, line, session, field) and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from promem_fast.cli.common import build_config, config_args
+
+if TYPE_CHECKING:
+    from promem_fast.errors import InputError
+    from promem_fast.types import MemoryGraph
+
+log = logging.getLogger("promem_fast")
+
+
+def store_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument("--db", type=Path, required=required, help="the memory store (one SQLite file)")
+    parser.add_argument("--tenant", default="default", help="tenant the users belong to (default: default)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("ingest", help="add a graphs JSONL (promem extract's output) to a memory store")
+    p.add_argument("graphs", type=Path, help="JSONL of graphs, one session per line")
+    store_args(p)
+    p.add_argument("--update-judge", choices=["llm", "nli", "off"], default="llm",
+                   help="how a new entry is found to update an older one (default: llm)")
+    config_args(p)
+    p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("import", help="read a memory store export (promem export --db) into a store")
+    p.add_argument("input", type=Path, help="JSONL written by promem export --db")
+    p.add_argument("--db", type=Path, required=True, help="the memory store to add to (created if missing)")
+    config_args(p)
+    p.set_defaults(func=cmd_import)
+
+
+def open_store(args: argparse.Namespace, config: Any, *, embedder: Any = None) -> Any:
+    from promem_fast.store import MemoryStore
+
+    return MemoryStore(args.db, config, embedder=embedder, update_judge=getattr(args, "update_judge", None) or "llm")
+
+
+def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError]]:
+    """``(line number, graph or InputError)`` for each non-empty line of a graphs JSONL."""
+    import json
+
+    from promem_fast.errors import InputError
+    from promem_fast.types import MemoryGraph
+
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield number, InputError(f"not JSON ({exc.msg})", file=str(path), line=number)
+                continue
+            sid = record.get("session_id") if isinstance(record, dict) else None
+            try:
+                yield number, MemoryGraph.from_dict(record)
+            except (KeyError, TypeError, ValueError) as exc:
+                field = exc.args[0] if isinstance(exc, KeyError) else None
+                yield number, InputError(f"not a memory graph ({type(exc).__name__}: {exc})", file=str(path),
+                                         line=number, session_id=sid, field=field)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from promem_fast.cli.outputs import check_input
+    from promem_fast.errors import InputError
+
+    check_input(args.graphs)
+    config = build_config(args)
+    added = bad = 0
+    with open_store(args, config) as store:
+        for number, item in read_graph_lines(args.graphs):
+            if isinstance(item, InputError):
+                log.warning("skipped: %s", item)
+                bad += 1
+                continue
+            try:
+                added += store.add([item], tenant=args.tenant)
+            except InputError as exc:
+                exc.file, exc.line = str(args.graphs), number
+                log.warning("skipped: %s", exc)
+                bad += 1
+        users = len(store.users(tenant=args.tenant))
+    print(f"added {added} sessions to {args.db} (tenant {args.tenant}, {users} users)"
+          + (f"; skipped {bad} bad lines (see the log)" if bad else ""))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from promem_fast.cli.outputs import check_input
+
+    check_input(args.input)
+    with open_store(args, build_config(args)) as store:
+        added = store.import_(args.input)
+    print(f"imported {added} sessions into {args.db}")
+    return 0
+
+
+def cmd_store_export(args: argparse.Namespace) -> int:
+    """``promem export --db DB OUT.jsonl``: the whole store (or ``--tenant``) as one JSONL."""
+    from promem_fast.store import MemoryStore
+
+    with MemoryStore(args.db, read_only=True) as store:
+        written = store.export(args.input, tenant=args.tenant)
+    print(f"exported {written} sessions to {args.input}")
+    return 0
+
+
+class StoreSink:
+    """What ``promem extract --db`` feeds: graphs are added a window at a time, so the update judge's requests
+    of many sessions share batches. A graph not yet added when the run stops is safe in the output file,
+    from which ``--resume`` adds it."""
+
+    def __init__(self, store: Any, engine: Any, size: int) -> None:
+        self.store, self.engine, self.size = store, engine, max(size, 1)
+        self.pending: list[MemoryGraph] = []
+
+    def put(self, graph: MemoryGraph) -> None:
+        self.pending.append(graph)
+        if len(self.pending) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.store.add(self.pending, engine=self.engine)
+            self.pending = []
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # the run is ending anyway (maybe because a backend is gone)
+            log.warning("%d graphs were not added to the store (%s); they are in the output file and "
+                        "promem extract --resume --db adds them", len(self.pending), exc)
+        finally:
+            self.store.close()
+
+
+def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any) -> StoreSink | None:
+    """The store ``promem extract --db`` feeds (None without ``--db``). Resuming, graphs already in the output
+    file that the store lacks (a run stopped before they were added) are added first."""
+    from promem_fast.errors import InputError
+
+    if getattr(args, "db", None) is None:
+        return None
+    store = open_store(args, config, embedder=engine.services.embedder)
+    if args.resume and out.exists():
+        store.add((g for _, g in read_graph_lines(out) if not isinstance(g, InputError)), engine=engine)
+    return StoreSink(store, engine, config.max_in_flight)

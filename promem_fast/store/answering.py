@@ -1,0 +1,113 @@
+"""Answering from the store: its nodes as evaluation's QA units, and the QA program run over them.
+
+``promem eval`` and :meth:`MemoryStore.answer` both retrieve through :func:`retrieval_index`, so a stored
+node is shown to an answerer the same way wherever the question comes from.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import rows
+from .schema import StoreError
+from .vectors import from_blobs
+
+if TYPE_CHECKING:
+    from promem_fast.engine import Engine
+    from promem_fast.eval.qa import RetrievalIndex
+
+    from .view import StoreView
+
+
+PRESELECT_ABOVE = 20_000
+"""A user with more current nodes than this is not read whole to answer: each question's nearest nodes (by
+the user's vector index) make the pool, :data:`PRESELECT_FACTOR` times ``qa_top_k`` of them, which holds
+the question's top-k exactly (nothing outside a question's nearest can outrank them)."""
+PRESELECT_FACTOR = 4
+
+
+def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
+                    history: bool) -> RetrievalIndex:
+    """Each wanted session's current nodes (all with ``history``) as QA units, with their vectors."""
+    scope = "" if history else " AND n.superseded_by IS NULL"
+    chunks, found = [], []
+    for lo in range(0, len(wanted), 500):
+        part = wanted[lo:lo + 500]
+        sessions = ("SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
+                    f"t.id = u.tenant_id WHERE t.name = ? AND s.session_id IN ({rows.placeholders(len(part))})")
+        chunks.append((f"n.session_pk IN ({sessions}){scope}", (tenant, *part)))
+        found.extend(sid for (sid,) in db.execute(sessions.replace("SELECT s.id", "SELECT s.session_id"),
+                                                  (tenant, *part)))
+    return _index(store, db, chunks, found)
+
+
+def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
+           sessions: Sequence[str]) -> RetrievalIndex:
+    """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
+    ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored)."""
+    from promem_fast.eval.qa import RetrievalIndex, Unit
+
+    units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
+    keys: dict[str, list[int]] = {sid: [] for sid in sessions}
+    blobs: dict[int, bytes | None] = {}
+    for where, params in chunks:
+        blobs.update(db.execute(f"SELECT n.id, n.vector FROM nodes n WHERE {where}", params).fetchall())
+        for hit in rows.read_hits(db, where, params):
+            units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body()))
+            keys.setdefault(hit.session_id, []).append(hit.node_id)
+    dim = store._dim()
+    vectors = {}
+    for sid, ids in keys.items():
+        stored = [blobs[node] for node in ids]
+        present = [i for i, blob in enumerate(stored) if blob is not None]
+        missing = [i for i, blob in enumerate(stored) if blob is None]
+        block = np.zeros((len(ids), dim), np.float32)
+        if present:
+            block[present] = from_blobs([b for b in stored if b is not None], dim)
+        if missing:  # imported without vectors: embedded now, for this index only
+            block[missing] = store.embedder.embed([units[sid][i].key for i in missing])
+        vectors[sid] = block
+    return RetrievalIndex(units=units, vectors=vectors)
+
+
+def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k: int,
+                 sessions: Sequence[str]) -> RetrievalIndex:
+    """The pool of a large user: every question's nearest current nodes, found through the vector index."""
+    wanted: set[int] = set()
+    for query in store._embed_queries(list(questions)):
+        wanted.update(h.node_id for h in store.search_vector(user_pk, np.asarray(query, np.float32),
+                                                             PRESELECT_FACTOR * top_k))
+    ids = sorted(wanted)
+    chunks = [(f"n.id IN ({rows.placeholders(len(ids[lo:lo + 500]))})", tuple(ids[lo:lo + 500]))
+              for lo in range(0, len(ids), 500)]
+    return _index(store, store._db, chunks, sessions)
+
+
+def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
+           question_time: str | None) -> list[dict[str, Any]]:
+    """Every question about ``user`` asked of all their sessions (dated as stored), in one engine run."""
+    from promem_fast.eval.qa import answer_questions
+    from promem_fast.eval.records import Question
+
+    dim = getattr(engine.services.embedder, "dim", None)
+    if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
+        raise StoreError(f"{store.path}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
+                         f"{store._dim()}; answer with the embedder that filled the store")
+    user_pk = store._user_pk(tenant, user)
+    dated = [] if user_pk is None else store._db.execute(
+        "SELECT session_id, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()
+    current = 0 if user_pk is None else store._db.execute(
+        "SELECT COUNT(*) FROM nodes WHERE user_id = ? AND superseded_by IS NULL", (user_pk,)).fetchone()[0]
+    if user_pk is not None and current > PRESELECT_ABOVE:
+        index = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, _ in dated])
+    else:
+        index = store.retrieval_index([sid for sid, _ in dated], tenant=tenant)
+    asked = [(Question(question_id=str(i), user_id=user, question=text, answer=None, question_type="ask",
+                       session_ids=tuple(sid for sid, _ in dated), session_dates=tuple(ts for _, ts in dated),
+                       question_time=question_time), user) for i, text in enumerate(questions)]
+    answers, _ = answer_questions(engine, asked, index)
+    return [a.to_dict() for a in answers]

@@ -1,0 +1,144 @@
+"""The store's JSONL exchange format: memory moves between machines and versions as one plain file.
+
+Line 1 is a header, ``{"format": "promem-store", "version": 1, "dim": 384}``. Then one line per session,
+in the order they were stored::
+
+    {"kind": "session", "tenant": "default", "user": "Maya",
+     "session": {"session_id", "timestamp", "mode", "nodes", "edges", "details", "events", "stats"},
+     "vectors": "<base64 of the nodes' float32 vectors, node order>" | null}
+
+(``session`` is the graph as ``promem extract`` writes it, nodes with all their fields), and last one line
+per supersede link, nodes named by session and node id within the session's graph::
+
+    {"kind": "supersede", "tenant": "default", "user": "Maya", "old": {"session_id": "s1", "node": 3},
+     "new": {"session_id": "s4", "node": 0}, "reason": "llm"}
+
+Exporting a store, importing the file into an empty store and exporting that gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from promem_fast.errors import InputError
+
+from . import rows
+
+FORMAT = "promem-store"
+VERSION = 1
+
+
+def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
+    """Write every session (of ``tenant``, or all) and the supersede links among them; returns sessions."""
+    dim = db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    scope, params = ("WHERE t.name = ?", (tenant,)) if tenant is not None else ("", ())
+    count = 0
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
+        for line in _session_lines(db, scope, params):
+            out.write(line + "\n")
+            count += 1
+        for old_sid, old_local, new_sid, new_local, t_name, u_name, reason in db.execute(
+                "SELECT so.session_id, a.local_id, sn.session_id, b.local_id, t.name, u.name, l.reason "
+                "FROM supersedes l JOIN nodes a ON a.id = l.old JOIN nodes b ON b.id = l.new "
+                "JOIN sessions so ON so.id = a.session_pk JOIN sessions sn ON sn.id = b.session_pk "
+                f"JOIN users u ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.old",
+                params):
+            out.write(rows.dumps({"kind": "supersede", "tenant": t_name, "user": u_name,
+                                  "old": {"session_id": old_sid, "node": old_local},
+                                  "new": {"session_id": new_sid, "node": new_local}, "reason": reason}) + "\n")
+    tmp.replace(path)
+    return count
+
+
+def _session_lines(db: sqlite3.Connection, scope: str, params: tuple[Any, ...]) -> Iterator[str]:
+    sessions = db.execute(
+        "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats FROM sessions s "
+        f"JOIN users u ON u.id = s.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY s.id", params)
+    for spk, t_name, u_name, sid, timestamp, mode, events, stats in sessions.fetchall():
+        nodes = db.execute("SELECT data, vector FROM nodes WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
+        edges = db.execute("SELECT data FROM edges WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
+        details = db.execute("SELECT data FROM details WHERE session_pk = ? ORDER BY local_id", (spk,)).fetchall()
+        blobs = [v for _, v in nodes]
+        vectors = (base64.b64encode(b"".join(blobs)).decode("ascii")
+                   if blobs and all(b is not None for b in blobs) else None)
+        record = {"session_id": sid, "timestamp": timestamp, "mode": mode,
+                  "nodes": [json.loads(d) for d, _ in nodes], "edges": [json.loads(d) for (d,) in edges],
+                  "details": [json.loads(d) for (d,) in details], "events": json.loads(events),
+                  "stats": json.loads(stats)}
+        yield rows.dumps({"kind": "session", "tenant": t_name, "user": u_name, "session": record,
+                          "vectors": vectors})
+
+
+def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | None], None]) -> int:
+    """Add the sessions and links of an export (inside the caller's transaction); returns sessions added."""
+    added = 0
+    fresh: set[tuple[str, str, str]] = set()
+    with open(path, encoding="utf-8") as lines:
+        header = _parse(path, 1, lines.readline())
+        if header.get("format") != FORMAT:
+            raise InputError(f"not a {FORMAT} export (header {header!r})", file=str(path), line=1, field="format")
+        if int(header.get("version", 0)) > VERSION:
+            raise InputError(f"export version {header['version']} is newer than this promem_fast reads ({VERSION})",
+                             file=str(path), line=1, field="version")
+        dim = header.get("dim")
+        check_dim(dim)
+        for number, text in enumerate(lines, start=2):
+            if not text.strip():
+                continue
+            item = _parse(path, number, text)
+            try:
+                user_pk = rows.ensure_user(db, item["tenant"], item["user"])
+                if item["kind"] == "session":
+                    record = item["session"]
+                    sid = record["session_id"]
+                    if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
+                                  (user_pk, sid)).fetchone():
+                        continue
+                    vectors = None
+                    if item.get("vectors") is not None and dim:
+                        vectors = np.frombuffer(base64.b64decode(item["vectors"]), np.float32).reshape(-1, dim)
+                    rows.insert_session(db, user_pk, record, vectors)
+                    fresh.add((item["tenant"], item["user"], sid))
+                    added += 1
+                elif item["kind"] == "supersede":
+                    if (item["tenant"], item["user"], item["new"]["session_id"]) in fresh:
+                        old, new = _node(db, user_pk, item["old"]), _node(db, user_pk, item["new"])
+                        rows.supersede(db, old, new, item["reason"])
+                else:
+                    raise KeyError("kind")
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"bad record ({type(exc).__name__}: {exc})", file=str(path), line=number,
+                                 session_id=_session_of(item), field=str(exc).strip("'")) from exc
+    return added
+
+
+def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
+    row = db.execute("SELECT n.id FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE s.user_id = ? AND "
+                     "s.session_id = ? AND n.local_id = ?", (user_pk, ref["session_id"], ref["node"])).fetchone()
+    if row is None:
+        raise ValueError(f"no node {ref['node']} in session {ref['session_id']!r}")
+    return int(row[0])
+
+
+def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON ({exc.msg})", file=str(path), line=number) from exc
+    if not isinstance(value, dict):
+        raise InputError("not a JSON object", file=str(path), line=number)
+    return value
+
+
+def _session_of(item: dict[str, Any]) -> str | None:
+    session = item.get("session")
+    return session.get("session_id") if isinstance(session, dict) else None

@@ -1,0 +1,62 @@
+"""What the store hands out: :class:`Hit`, one memory node with everything a reader needs around it.
+
+A hit is the QA unit of evaluation: the node's text, the details anchored to it, its relation edges (to
+nodes of the same session) and its date, so a question about a detail reaches the entry that carries it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def turn_key(turn_id: Any) -> str | None:
+    """A turn id as stored (JSON, so ``3`` and ``"3"`` stay apart)."""
+    return None if turn_id is None else json.dumps(turn_id)
+
+
+@dataclass(slots=True)
+class Hit:
+    """One node of a user's memory, as search, ``get_all`` and ``history`` return it."""
+
+    node_id: int
+    user: str
+    session_id: str
+    text: str
+    date: str | None
+    """The node's own date when it has one, else its session's timestamp."""
+    turn_id: int | str | None
+    """The grounding turn (the first of the node's turns)."""
+    score: float | None
+    """Cosine with the query (``None`` outside search)."""
+    details: list[str] = field(default_factory=list)
+    edges: list[dict[str, Any]] = field(default_factory=list)
+    """``{"relation", "direction": "out" | "in", "node_id", "text"}`` for each edge at this node."""
+    superseded_by: int | None = None
+    """The newer node that updates this one; ``None`` for current memory."""
+    node: dict[str, Any] = field(default_factory=dict)
+    """The node's full JSON as extracted (fields added by newer versions included)."""
+
+    def body(self) -> str:
+        """What an answerer is shown (:func:`promem_fast.eval.qa.unit_body`): text, details and links."""
+        from promem_fast.eval.qa import unit_body
+
+        arrows = {"out": "→", "in": "←"}
+        return unit_body(self.text, self.details,
+                         [f"{e['relation']} {arrows[e['direction']]} {e['text']}" for e in self.edges])
+
+    def key(self) -> str:
+        """What is embedded for retrieval (:func:`promem_fast.eval.qa.unit_key`)."""
+        from promem_fast.eval.qa import unit_key
+
+        return unit_key(self.text, self.details)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.node_id, "user": self.user, "session_id": self.session_id, "text": self.text,
+            "date": self.date, "turn_id": self.turn_id,
+            "score": None if self.score is None else round(float(self.score), 6),
+            "details": list(self.details), "edges": [dict(e) for e in self.edges],
+            "superseded_by": self.superseded_by, "node": dict(self.node),
+        }

@@ -1,0 +1,142 @@
+"""SQL between the store and its records: writing one session's graph, reading nodes back as hits.
+
+Kept apart from :class:`~promem_fast.store.store.MemoryStore` so the class reads as the API it is; every
+function here runs inside whatever transaction its caller holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from promem_fast.types import MemoryGraph
+
+from .records import Hit, turn_key
+from .vectors import to_blob
+
+log = logging.getLogger(__name__)
+
+_NODE_COLUMNS = ("n.id, u.name, s.session_id, n.text, n.date, n.turn_id, n.superseded_by, n.data, n.session_pk")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, keys in the order given, so equal records are equal bytes (export round trips)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def ensure_user(db: sqlite3.Connection, tenant: str, user: str) -> int:
+    """The user's row id, creating the tenant and the user when they are new."""
+    db.execute("INSERT OR IGNORE INTO tenants (name) VALUES (?)", (tenant,))
+    (tenant_pk,) = db.execute("SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
+    db.execute("INSERT OR IGNORE INTO users (tenant_id, name) VALUES (?, ?)", (tenant_pk, user))
+    (user_pk,) = db.execute("SELECT id FROM users WHERE tenant_id = ? AND name = ?", (tenant_pk, user)).fetchone()
+    return int(user_pk)
+
+
+def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
+                   vectors: np.ndarray | None) -> dict[int, int]:
+    """Write one session's graph (``MemoryGraph.to_dict`` form); returns node id in the graph → store id.
+
+    ``vectors`` holds one row per node (in the graph's node order); ``None`` leaves them to be embedded.
+    """
+    cur = db.execute(
+        "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats) VALUES (?, ?, ?, ?, ?, ?)",
+        (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
+         dumps(record.get("events", [])), dumps(record.get("stats", {}))))
+    session_pk = int(cur.lastrowid or 0)
+    db.executemany(
+        "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
+        [(session_pk, i, d["text"], turn_key(d.get("turn_id")), dumps(d)) for i, d in enumerate(record["details"])])
+    db.executemany(
+        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(session_pk, user_pk, node["id"], node["text"],
+          turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
+          node.get("date") or record.get("timestamp"), dumps(node),
+          None if vectors is None else to_blob(vectors[row])) for row, node in enumerate(record["nodes"])])
+    ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
+    edges = []
+    for edge in record["edges"]:
+        if edge["source"] in ids and edge["target"] in ids:
+            edges.append((session_pk, ids[edge["source"]], ids[edge["target"]], edge["relation"], dumps(edge)))
+        else:
+            log.warning("session %s: edge %s → %s names a node the graph does not have; not stored",
+                        record["session_id"], edge["source"], edge["target"])
+    db.executemany("INSERT INTO edges (session_pk, source, target, relation, data) VALUES (?, ?, ?, ?, ?)", edges)
+    return ids
+
+
+def graph_record(graph: MemoryGraph) -> dict[str, Any]:
+    """The graph as :func:`insert_session` takes it: ``MemoryGraph.to_dict`` without its generic (and, for a
+    million nodes, slow) ``dataclasses.asdict`` walk; every field of a record is kept, new ones included."""
+    return {"session_id": graph.session_id, "timestamp": graph.timestamp, "mode": graph.mode,
+            "nodes": [_fields(n) for n in graph.nodes], "edges": [_fields(e) for e in graph.edges],
+            "details": [_fields(d) for d in graph.details], "events": [_fields(e) for e in graph.events],
+            "stats": graph.stats.to_dict()}
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A flat record's fields (lists copied), in declaration order, as ``asdict`` gives them."""
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
+    out = {}
+    for name in names:
+        value = getattr(record, name)
+        out[name] = list(value) if isinstance(value, list) else value
+    return out
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def supersede(db: sqlite3.Connection, old: int, new: int, reason: str) -> bool:
+    """Mark ``old`` as updated by ``new`` unless something already superseded it; True when marked."""
+    cur = db.execute("UPDATE nodes SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL AND id != ?",
+                     (new, old, new))
+    if cur.rowcount:
+        db.execute("INSERT OR REPLACE INTO supersedes (old, new, reason) VALUES (?, ?, ?)", (old, new, reason))
+    return bool(cur.rowcount)
+
+
+def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
+              scores: dict[int, float] | None = None) -> list[Hit]:
+    """Hits for the nodes matching ``where`` (over ``nodes n``), with their details and edges, by id."""
+    rows = db.execute(
+        f"SELECT {_NODE_COLUMNS} FROM nodes n JOIN sessions s ON s.id = n.session_pk "
+        f"JOIN users u ON u.id = n.user_id WHERE {where} ORDER BY n.id", params).fetchall()
+    if not rows:
+        return []
+    details: dict[tuple[int, int], str] = {}
+    for spk, local, text in db.execute(
+            "SELECT session_pk, local_id, text FROM details WHERE session_pk IN "
+            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where})", params):
+        details[(spk, local)] = text
+    edges: dict[int, list[dict[str, Any]]] = {}
+    for source, target, relation, s_text, t_text in db.execute(
+            "SELECT e.source, e.target, e.relation, a.text, b.text FROM edges e "
+            "JOIN nodes a ON a.id = e.source JOIN nodes b ON b.id = e.target WHERE e.session_pk IN "
+            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where}) ORDER BY e.id", params):
+        edges.setdefault(source, []).append({"relation": relation, "direction": "out", "node_id": target,
+                                             "text": t_text})
+        edges.setdefault(target, []).append({"relation": relation, "direction": "in", "node_id": source,
+                                             "text": s_text})
+    hits = []
+    for node_id, user, session_id, text, date, turn, superseded_by, data, spk in rows:
+        node = json.loads(data)
+        hits.append(Hit(
+            node_id=node_id, user=user, session_id=session_id, text=text, date=date,
+            turn_id=None if turn is None else json.loads(turn),
+            score=None if scores is None else scores.get(node_id),
+            details=[details[(spk, i)] for i in node.get("details", []) if (spk, i) in details],
+            edges=edges.get(node_id, []), superseded_by=superseded_by, node=node))
+    return hits
+
+
+def placeholders(n: int) -> str:
+    return ",".join("?" * n)

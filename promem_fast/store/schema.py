@@ -1,0 +1,167 @@
+"""The store's SQLite file: tables, the schema version and the migrations that bring an older file up to date.
+
+One file per store, in WAL mode so that one writer and any number of readers (other processes included) work
+at once: readers see the last committed session, never half of one. Each node keeps its full JSON (``data``)
+next to the few columns that are queried, so fields that later versions add to a node travel unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from promem_fast.errors import PromemError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""The version this code writes; files with a lower version are migrated on open (by a writer)."""
+
+BUSY_TIMEOUT_MS = 60_000
+"""How long a connection waits for another process's write lock before giving up."""
+
+
+class StoreError(PromemError):
+    """A store cannot be opened or used as asked (the message names the file and what is wrong)."""
+
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));  -- names index files' owner
+CREATE TABLE tenants (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE users (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers cache vector indexes by user id
+    tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,  -- bumped when nodes are removed (vector indexes rebuild)
+    UNIQUE (tenant_id, name)
+);
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    session_id TEXT NOT NULL,
+    timestamp TEXT,
+    mode TEXT NOT NULL,
+    events TEXT NOT NULL,   -- JSON list
+    stats TEXT NOT NULL,    -- JSON: the session's per-stage accounting
+    UNIQUE (user_id, session_id)
+);
+CREATE TABLE nodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: node ids are handed out (history, links)
+    session_pk INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    local_id INTEGER NOT NULL,          -- the node's id inside its session's graph
+    text TEXT NOT NULL,
+    turn_id TEXT,                       -- grounding turn (JSON scalar)
+    date TEXT,                          -- the node's own date, else its session's timestamp
+    superseded_by INTEGER REFERENCES nodes(id) ON DELETE SET NULL,
+    data TEXT NOT NULL,                 -- the node's full JSON
+    vector BLOB,                        -- float32, normalised; NULL until embedded
+    UNIQUE (session_pk, local_id)
+);
+CREATE INDEX nodes_user ON nodes (user_id, id);
+CREATE INDEX nodes_superseded ON nodes (superseded_by);
+CREATE TABLE edges (
+    id INTEGER PRIMARY KEY,
+    session_pk INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    source INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    target INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    relation TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX edges_session ON edges (session_pk);
+CREATE INDEX edges_source ON edges (source);
+CREATE INDEX edges_target ON edges (target);
+CREATE TABLE details (
+    id INTEGER PRIMARY KEY,
+    session_pk INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    local_id INTEGER NOT NULL,          -- index in the session graph's detail list
+    text TEXT NOT NULL,
+    turn_id TEXT,
+    data TEXT NOT NULL,
+    UNIQUE (session_pk, local_id)
+);
+CREATE TABLE supersedes (
+    old INTEGER PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+    new INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    reason TEXT NOT NULL
+);
+CREATE INDEX supersedes_new ON supersedes (new);
+"""
+
+
+
+def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
+    """A migration step running ``script`` statement by statement (``executescript`` would commit the
+    open transaction first, and a migration must be all or nothing)."""
+    code = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+
+    def step(db: sqlite3.Connection) -> None:
+        for statement in code.split(";"):
+            if statement.strip():
+                db.execute(statement)
+    return step
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _run_script(_V1),
+}
+"""``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
+
+
+def connect(path: str | Path, *, read_only: bool = False) -> sqlite3.Connection:
+    """An autocommit connection (transactions are explicit), foreign keys on, WAL, schema up to date."""
+    target = Path(path)
+    if read_only:
+        if not target.exists():
+            raise StoreError(f"{target}: no such store (opened read-only, so it is not created)")
+        db = sqlite3.connect(f"file:{target}?mode=ro", uri=True, isolation_level=None,
+                             timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    else:
+        if target.parent and not target.parent.exists():
+            raise StoreError(f"{target}: folder {target.parent} does not exist")
+        db = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA foreign_keys = ON")
+        if not read_only:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+        _check_version(db, target, read_only)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"{target}: not a usable store ({exc})") from exc
+    except StoreError:
+        db.close()
+        raise
+    return db
+
+
+def user_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _check_version(db: sqlite3.Connection, path: Path, read_only: bool) -> None:
+    """Migrate an older file (every step in one transaction: all of them or none), refuse a newer one."""
+    version = user_version(db)
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: schema version {version} was written by a newer promem_fast "
+                         f"(this one reads up to {SCHEMA_VERSION}); upgrade promem_fast")
+    if version == SCHEMA_VERSION:
+        return
+    if read_only:
+        raise StoreError(f"{path}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
+                         "open it once without read_only")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = user_version(db)  # another process may have migrated it while we waited for the lock
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            log.info("%s: migrating the store schema to version %d", path, step)
+            MIGRATIONS[step](db)
+            db.execute(f"PRAGMA user_version = {step}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise

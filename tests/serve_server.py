@@ -1,0 +1,86 @@
+"""A real ``promem serve`` process on 127.0.0.1 for the service tests (started, waited for, stopped or killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from conftest import ROOT
+from promem_fast.serve import db
+from promem_fast.serve.keys import KeyRing
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def new_key(path: Path, tenant: str) -> str:
+    conn = db.connect(path)
+    try:
+        return KeyRing(conn).create(tenant, "test")
+    finally:
+        conn.close()
+
+
+class Server:
+    """``promem serve --profile scripted`` in a child process."""
+
+    def __init__(self, path: Path, *extra: str, log: Path | None = None) -> None:
+        self.path = path
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log or path.with_suffix(f".{self.port}.log")
+        cmd = [sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port", str(self.port),
+               "--profile", "scripted", *extra]
+        with open(self.log, "ab") as sink:
+            self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=sink)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready after {timeout} s: {self.log.read_text()[-2000:]}")
+
+    def client(self, key: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def wait_job(http: httpx.Client, job: str, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = http.get(f"/v1/jobs/{job}").json()
+        if status["state"] == "finished":
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"job {job} not finished in {timeout} s")

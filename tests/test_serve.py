@@ -1,0 +1,371 @@
+"""``promem serve`` over real HTTP: every route, every refusal, tenant isolation, the web page, the client.
+
+One real server process (uvicorn on 127.0.0.1, the scripted profile) serves the module; two tenants each have
+memory in it, so every route is also tried with the other tenant's key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import halumem_sessions, make_session
+from serve_server import Server, new_key, wait_job
+
+MARTIN = "Martin Mark"
+MAYA = "Maya"
+
+
+def maya_session(sid: str = "maya-1") -> dict[str, Any]:
+    return make_session(sid, MAYA, [
+        ("I adopted a beagle named Biscuit last Saturday.", "Congratulations on adopting Biscuit!"),
+        ("I moved to Lisbon in May for a job at Nordvik Labs.", "Lisbon is lovely; how is the new job?"),
+        ("My sister Ana visits me in Lisbon every month.", "It is great that Ana visits so often."),
+    ]).to_dict()
+
+
+def add(http: httpx.Client, user: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    reply = http.post(f"/v1/users/{user}/sessions", json={"sessions": sessions})
+    assert reply.status_code == 202, reply.text
+    return wait_job(http, reply.json()["job_id"])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
+    path = tmp_path_factory.mktemp("serve") / "memory.db"
+    keys = {name: new_key(path, tenant) for name, tenant in
+            (("a", "acme"), ("b", "globex"), ("rate", "acme"), ("revoked", "acme"))}
+    from promem_fast.serve import db
+    from promem_fast.serve.keys import KeyRing
+
+    conn = db.connect(path)
+    KeyRing(conn).revoke(keys["revoked"])
+    conn.close()
+    server = Server(path, "--rate", "20", "--burst", "60", "--max-body", "1000000")
+    try:
+        with server.client(keys["a"]) as a, server.client(keys["b"]) as b:
+            assert add(a, MARTIN, [s.to_dict() for s in halumem_sessions(3)])["done"] == 3
+            assert add(b, MAYA, [maya_session()])["done"] == 1
+        yield server, keys
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def a(served: tuple[Server, dict[str, str]]) -> Iterator[httpx.Client]:
+    with served[0].client(served[1]["a"]) as http:
+        yield http
+
+
+@pytest.fixture
+def b(served: tuple[Server, dict[str, str]]) -> Iterator[httpx.Client]:
+    with served[0].client(served[1]["b"]) as http:
+        yield http
+
+
+# ---------------------------------------------------------------------------------------------- routes
+def test_reads_of_a_users_memory(a: httpx.Client) -> None:
+    users = a.get("/v1/users").json()["users"]
+    assert MARTIN in users and MAYA not in users  # Maya is the other tenant's
+    sessions = a.get(f"/v1/users/{MARTIN}/sessions").json()["sessions"]
+    assert sorted(sessions) == sorted(s.session_id for s in halumem_sessions(3))
+    memories = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"]
+    assert memories and all(m["user"] == MARTIN and m["session_id"] in sessions for m in memories)
+    one = a.get(f"/v1/users/{MARTIN}/memories/{memories[0]['id']}").json()
+    assert one["text"] == memories[0]["text"] and one["history"]
+    graph = a.get(f"/v1/users/{MARTIN}/graph").json()
+    ids = {n["id"] for n in graph["nodes"]}
+    assert {m["id"] for m in memories} <= ids
+    assert graph["edges"] and all(e["source"] in ids and e["target"] in ids for e in graph["edges"])
+    assert graph["details"] and all(d["node"] in ids for d in graph["details"])
+
+
+def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> None:
+    hits = a.post(f"/v1/users/{MARTIN}/search", json={"query": "promotion at work", "k": 5}).json()["hits"]
+    assert 0 < len(hits) <= 5
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert all(h["date"] for h in hits) and any(h["details"] for h in hits)
+
+
+def rounds(server: Server) -> float:
+    line = next(x for x in httpx.get(server.url + "/metrics").text.splitlines()
+                if x.startswith("promem_engine_rounds_total "))
+    return float(line.split()[1])
+
+
+def test_answer_runs_on_the_one_shared_engine(served: tuple[Server, dict[str, str]], a: httpx.Client) -> None:
+    before = rounds(served[0])
+    reply = a.post(f"/v1/users/{MARTIN}/answer", json={"questions": ["What did Martin Mark accept?", "Who?"]})
+    assert reply.status_code == 200, reply.text
+    answers = reply.json()["answers"]
+    assert len(answers) == 2 and all(x["prediction"] for x in answers)
+    assert rounds(served[0]) > before  # the worker's engine ran the QA programs (no second engine)
+
+
+def test_export_holds_only_the_tenants_sessions(a: httpx.Client) -> None:
+    reply = a.get("/v1/export")
+    assert reply.status_code == 200
+    lines = [json.loads(line) for line in reply.text.splitlines()]
+    sessions = [line for line in lines if line.get("kind") == "session"]
+    assert len(sessions) == 3 and {s["tenant"] for s in sessions} == {"acme"}
+    assert {s["user"] for s in sessions} == {MARTIN}
+
+
+def test_deletes_of_a_node_a_session_and_a_user(a: httpx.Client) -> None:
+    user = "Delete Me"
+    add(a, user, [dict(maya_session("d-1"), user=user), dict(maya_session("d-2"), user=user)])
+    memories = a.get(f"/v1/users/{user}/memories").json()["memories"]
+    node = memories[0]["id"]
+    assert a.delete(f"/v1/users/{user}/memories/{node}").json() == {"deleted": 1}
+    assert a.get(f"/v1/users/{user}/memories/{node}").status_code == 404
+    assert len(a.get(f"/v1/users/{user}/memories").json()["memories"]) == len(memories) - 1
+    assert a.delete(f"/v1/users/{user}/sessions/d-1").json()["deleted"] > 0
+    assert a.get(f"/v1/users/{user}/sessions").json() == {"sessions": ["d-2"]}
+    assert a.delete(f"/v1/users/{user}/sessions/d-1").status_code == 404
+    assert a.delete(f"/v1/users/{user}").json()["deleted"] > 0
+    assert a.get(f"/v1/users/{user}/memories").status_code == 404
+    assert user not in a.get("/v1/users").json()["users"]
+
+
+def test_a_job_reports_progress_and_the_sessions_it_could_not_take(a: httpx.Client) -> None:
+    bad = {"session_id": "broken", "turns": [{"role": "user", "text": " "}]}
+    reply = a.post("/v1/users/Partial/sessions", json={"sessions": [bad, dict(maya_session("p-1"), user="Partial")]})
+    assert reply.status_code == 202
+    body = reply.json()
+    assert body["accepted"] == 1
+    assert body["rejected"] == [{"index": 0, "session_id": "broken", "field": "sessions[0].turns[0].text",
+                                 "error": "turn has no text"}]
+    status = wait_job(a, body["job_id"])
+    assert (status["total"], status["done"], status["failed"], status["state"]) == (1, 1, 0, "finished")
+    assert a.get("/v1/users/Partial/sessions").json() == {"sessions": ["p-1"]}
+
+
+def test_health_and_metrics(served: tuple[Server, dict[str, str]], a: httpx.Client) -> None:
+    assert httpx.get(served[0].url + "/healthz").json()["ok"] is True
+    text = httpx.get(served[0].url + "/metrics").text
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+              if line and not line.startswith("#")}
+    assert values["promem_queue_depth"] == 0
+    assert values['promem_sessions_total{outcome="done"}'] >= 4
+    assert values['promem_stage_tokens_total{stage="draft",kind="prompt"}'] > 0
+    assert values["promem_engine_rounds_total"] > 0 and values['promem_backend_calls_total{kind="generate"}'] > 0
+    assert "acme" not in text and "globex" not in text and MARTIN not in text
+
+
+def test_openapi_lists_the_versioned_routes(served: tuple[Server, dict[str, str]]) -> None:
+    spec = httpx.get(served[0].url + "/openapi.json").json()
+    assert {"/v1/users/{user}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user}/search", "/v1/users/{user}/answer",
+            "/v1/users/{user}/graph", "/v1/export"} <= set(spec["paths"])
+    docs = httpx.get(served[0].url + "/docs")
+    assert docs.status_code == 200 and "/static/swagger/swagger-ui-bundle.js" in docs.text
+    assert "https://" not in docs.text  # served from the package: works with no internet
+    assert httpx.get(served[0].url + "/static/swagger/swagger-ui-bundle.js").status_code == 200
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+ROUTES = [
+    ("GET", "/v1/users", None),
+    ("GET", f"/v1/users/{MARTIN}/memories", None),
+    ("GET", f"/v1/users/{MARTIN}/sessions", None),
+    ("GET", f"/v1/users/{MARTIN}/graph", None),
+    ("POST", f"/v1/users/{MARTIN}/search", {"query": "work"}),
+    ("POST", f"/v1/users/{MARTIN}/answer", {"questions": ["What?"]}),
+    ("POST", f"/v1/users/{MARTIN}/sessions", {"sessions": [maya_session()]}),
+    ("GET", "/v1/export", None),
+    ("DELETE", f"/v1/users/{MARTIN}", None),
+]
+
+
+@pytest.mark.parametrize("key", ["", "pmk_000000000000_notakeyatall1234567890", "revoked", "garbage"])
+def test_an_unknown_missing_or_revoked_key_gets_401_on_every_route(served: tuple[Server, dict[str, str]],
+                                                                     key: str) -> None:
+    server, keys = served
+    with server.client(keys.get(key, key)) as http:
+        for method, path, body in ROUTES:
+            reply = http.request(method, path, json=body)
+            assert reply.status_code == 401, (method, path)
+            assert reply.json() == {"detail": "invalid or missing API key"}
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": keys["a"]}) as http:  # the other header works
+        assert http.get(f"/v1/users/{MARTIN}/sessions").json()["sessions"]  # and nothing was deleted
+
+
+def test_validation_errors_name_the_field(a: httpx.Client) -> None:
+    reply = a.post(f"/v1/users/{MARTIN}/search", json={"k": 3})
+    assert reply.status_code == 422 and reply.json()["detail"][0]["loc"] == ["body", "query"]
+    reply = a.post(f"/v1/users/{MARTIN}/search", json={"query": "x", "k": 0})
+    assert reply.status_code == 422 and reply.json()["detail"][0]["loc"] == ["body", "k"]
+    reply = a.post(f"/v1/users/{MARTIN}/sessions", json={"sessions": []})
+    assert reply.status_code == 422 and reply.json()["detail"][0]["loc"] == ["body", "sessions"]
+    reply = a.post(f"/v1/users/{MARTIN}/sessions", json={"sessions": [{"session_id": "x", "turns": "hello"}]})
+    assert reply.status_code == 422
+    assert reply.json()["detail"] == [{"index": 0, "session_id": "x", "field": "sessions[0].turns",
+                                       "error": "must be a list, got str"}]
+    reply = a.post(f"/v1/users/{MARTIN}/sessions", json={"sessions": [dict(maya_session(), user="Someone")]})
+    assert reply.status_code == 422 and reply.json()["detail"][0]["field"] == "sessions[0].user"
+    assert a.get(f"/v1/users/{MARTIN}/memories/notanumber").json()["detail"][0]["loc"] == ["path", "node_id"]
+
+
+def test_a_body_over_the_limit_gets_413(a: httpx.Client) -> None:
+    big = {"sessions": [dict(maya_session(), turns=[{"role": "user", "text": "x" * 1_100_000}])]}
+    assert a.post(f"/v1/users/{MARTIN}/sessions", json=big).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit counts the bytes received
+        for _ in range(12):
+            yield b" " * 100_000
+
+    reply = a.post(f"/v1/users/{MARTIN}/search", content=chunks(), headers={"content-type": "application/json"})
+    assert reply.status_code == 413
+    assert a.post(f"/v1/users/{MARTIN}/search", json={"query": "work"}).status_code == 200
+
+
+def test_too_many_requests_get_429_with_retry_after(served: tuple[Server, dict[str, str]]) -> None:
+    server, keys = served
+    with server.client(keys["rate"]) as http:
+        codes = []
+        for _ in range(150):
+            reply = http.get("/v1/users")
+            codes.append(reply.status_code)
+            if reply.status_code == 429:
+                assert int(reply.headers["Retry-After"]) >= 1
+                break
+        assert codes[-1] == 429 and len(codes) > 50
+        time.sleep(1.2)
+        assert http.get("/v1/users").status_code == 200
+    with server.client(keys["a"]) as http:  # the limit is per key
+        assert http.get("/v1/users").status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------- tenants
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", f"/v1/users/{MARTIN}/memories", None),
+    ("GET", f"/v1/users/{MARTIN}/sessions", None),
+    ("GET", f"/v1/users/{MARTIN}/graph", None),
+    ("POST", f"/v1/users/{MARTIN}/search", {"query": "work", "k": 5}),
+    ("POST", f"/v1/users/{MARTIN}/answer", {"questions": ["What did Martin Mark accept?"]}),
+    ("DELETE", f"/v1/users/{MARTIN}", None),
+    ("DELETE", f"/v1/users/{MARTIN}/sessions/SESSION", None),
+    ("GET", f"/v1/users/{MARTIN}/memories/NODE", None),
+    ("DELETE", f"/v1/users/{MARTIN}/memories/NODE", None),
+    ("GET", "/v1/jobs/JOB", None),
+])
+def test_another_tenants_memory_is_not_found(a: httpx.Client, b: httpx.Client, method: str, path: str,
+                                             body: Any) -> None:
+    node = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"][0]["id"]
+    session = a.get(f"/v1/users/{MARTIN}/sessions").json()["sessions"][0]
+    job = a.post(f"/v1/users/{MARTIN}/sessions", json={"sessions": [halumem_sessions(1)[0].to_dict()]}).json()["job_id"]
+    path = path.replace("NODE", str(node)).replace("SESSION", session).replace("JOB", job)
+    before = a.get("/v1/export").text
+    reply = b.request(method, path, json=body)
+    assert (reply.status_code, reply.json()) == (404, {"detail": "not found"})
+    unknown = b.request(method, path.replace(MARTIN, "Nobody At All").replace(job, "0" * 16), json=body)
+    assert (unknown.status_code, unknown.json()) == (404, {"detail": "not found"})  # no hint that it exists
+    assert MARTIN not in b.get("/v1/users").json()["users"]
+    assert MARTIN not in b.get("/v1/export").text
+    wait_job(a, job)
+    assert a.get("/v1/export").text == before  # untouched (the job re-added a session it already had)
+
+
+# ---------------------------------------------------------------------------------------------- web page
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test does)")
+
+
+def chromium(url: str, *args: str) -> str:
+    """Headless Chromium on ``url`` after its scripts ran (the fetches to 127.0.0.1 included)."""
+    assert CHROMIUM is not None
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           "--window-size=1280,800", "--virtual-time-budget=10000", *args, url]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def graph_pixels(png: Path) -> tuple[int, int]:
+    """Pixels of the graph panel that are drawn (not its white background), and those in the node colour."""
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(png).convert("RGB")).astype(np.int32)
+    height, width, _ = image.shape
+    panel = image[60:height - 10, int(width * 0.4):width - 10]
+    drawn = int((panel != 255).any(axis=2).sum())
+    nodes = int((np.abs(panel - np.array([0x3b, 0x6f, 0xd4])) < 24).all(axis=2).sum())
+    return drawn, nodes
+
+
+@needs_chromium
+def test_the_web_page_draws_the_graph_and_finds_memories(served: tuple[Server, dict[str, str]], a: httpx.Client,
+                                                        tmp_path: Path) -> None:
+    server, keys = served
+    url = f"{server.url}/#key={keys['a']}&user={MARTIN.replace(' ', '%20')}&q=promotion"
+    dom = chromium(url, "--dump-dom")
+    graph = a.get(f"/v1/users/{MARTIN}/graph").json()
+    assert f'data-nodes="{len(graph["nodes"])}"' in dom
+    results = dom.count("<li>")
+    assert results > 0 and f'data-results="{results}"' in dom and "data-error" not in dom
+    shot = Path(os.environ.get("PROMEM_PAGE_SCREENSHOT", tmp_path / "page.png"))  # docs/serve-page.png
+    chromium(url, f"--screenshot={shot}")
+    drawn, nodes = graph_pixels(shot)
+    assert drawn > 5_000 and nodes > 200
+    empty = tmp_path / "empty.png"  # the same page without a key draws nothing: the check can fail
+    chromium(f"{server.url}/", f"--screenshot={empty}")
+    assert graph_pixels(empty)[1] == 0
+
+
+# ---------------------------------------------------------------------------------------------- client
+def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
+    from promem_fast.client import Client, ServerError
+
+    server, keys = served
+    with Client(server.url, keys["b"]) as client:
+        assert client.add(MAYA, [maya_session("maya-2")])["done"] == 1
+        assert client.users() == [MAYA]
+        assert client.sessions(MAYA) == ["maya-1", "maya-2"]
+        hits = client.search(MAYA, "beagle Biscuit", k=3)
+        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"]
+        memories = client.get_all(MAYA)
+        assert client.get(MAYA, memories[0]["id"])["text"] == memories[0]["text"]
+        assert [h["id"] for h in client.history(MAYA, memories[0]["id"])] == [memories[0]["id"]]
+        assert {n["id"] for n in client.graph(MAYA)["nodes"]} >= {m["id"] for m in memories}
+        assert client.export(tmp_path / "globex.jsonl") == 2
+        assert client.delete(user=MAYA, session="maya-2") > 0
+        assert client.sessions(MAYA) == ["maya-1"]
+        with pytest.raises(ServerError) as refused:
+            client.search(MARTIN, "work")
+        assert refused.value.status == 404
+
+
+def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:
+    from promem_fast.store import MemoryStore
+
+    path = tmp_path / "memory.db"
+    key = new_key(path, "acme")
+    MemoryStore(path).close()
+    conn = sqlite3.connect(path)  # the file itself refuses one session, as a full disk or a bad row would
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON sessions WHEN NEW.session_id = 'poison' "
+                 "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    conn.close()
+    server = Server(path)
+    try:
+        with server.client(key) as http:
+            sessions = [maya_session("good-1"), maya_session("poison"), maya_session("good-2")]
+            status = add(http, MAYA, sessions)
+            assert (status["done"], status["failed"]) == (2, 1)
+            error = status["errors"][0]
+            assert error["session_id"] == "poison" and "refused by the test" in error["error"]
+            assert http.get(f"/v1/users/{MAYA}/sessions").json()["sessions"] == ["good-1", "good-2"]
+            assert add(http, MAYA, [maya_session("good-3")])["done"] == 1  # the worker goes on
+    finally:
+        server.stop()

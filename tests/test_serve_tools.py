@@ -1,0 +1,114 @@
+"""The service's tools: ``promem keys``, ``promem view`` (offline page) and ``promem mcp`` (stdio, official SDK)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, halumem_sessions
+from promem_fast.cli import main
+
+SCRIPTED = ["--profile", "scripted", "--no-progress"]
+
+
+def test_keys_are_created_listed_revoked_and_stored_only_as_digests(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from promem_fast.serve import db
+    from promem_fast.serve.keys import KeyRing
+
+    path = tmp_path / "memory.db"
+    assert main(["keys", "create", "--db", str(path), "--tenant", "acme", "--name", "crm"]) == 0
+    key = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"pmk_[0-9a-f]{12}_[A-Za-z0-9_-]{40,}", key)
+    secret = key.split("_", 2)[2]
+    for file in tmp_path.iterdir():  # the database and its WAL
+        assert secret.encode() not in file.read_bytes()
+    ring = KeyRing(db.connect(path))
+    assert ring.check(key).tenant == "acme"
+    assert ring.check(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+    assert main(["keys", "list", "--db", str(path)]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(k["tenant"], k["name"], k["revoked"]) for k in listed] == [("acme", "crm", None)]
+    assert secret not in json.dumps(listed)
+    assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 0
+    assert ring.check(key) is None
+    assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 2
+    assert "no live key" in capsys.readouterr().err
+    assert main(["keys", "create", "--db", str(path), "--tenant", "bad tenant!"]) == 2
+
+
+def test_view_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sessions = tmp_path / "in.jsonl"
+    sessions.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in halumem_sessions(2)), encoding="utf-8")
+    graphs = tmp_path / "graphs.jsonl"
+    assert main(["extract", str(sessions), "-o", str(graphs), *SCRIPTED]) == 0
+    chosen = json.loads(graphs.read_text(encoding="utf-8").splitlines()[1])
+    page = tmp_path / "graph.html"
+    assert main(["view", str(graphs), "--session", chosen["session_id"], "-o", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing is fetched: no CDN
+    assert "cytoscape" in html and chosen["nodes"][0]["text"] in html
+    assert main(["view", str(graphs), "--session", "nope", "-o", str(page)]) == 2
+    assert "no session 'nope'" in capsys.readouterr().err
+
+    from test_serve import CHROMIUM, chromium
+
+    if CHROMIUM is not None:  # the file opens from disk and draws every node with its anchored details
+        word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
+        dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
+        assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
+        assert 'data-results="0"' not in dom and "<li>" in dom
+
+
+def tool_result(result: Any) -> Any:
+    """A tool's structured reply (lists come wrapped as ``{"result": [...]}``)."""
+    assert not result.is_error, result.content
+    value = result.structured_content
+    return value["result"] if set(value) == {"result"} else value
+
+
+def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                   args=["-m", "promem_fast.cli", "mcp", "--db", str(tmp_path / "m.db"),
+                                         "--tenant", "acme", *SCRIPTED])
+    session = halumem_sessions(1)[0]
+    user = session.user
+
+    async def talk() -> None:
+        with anyio.fail_after(180):
+            await converse()
+
+    async def converse() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"add", "search", "answer"} <= names
+            added = tool_result(await client.call_tool("add", {"user": user, "sessions": [session.to_dict()]}))
+            assert (added["state"], added["done"]) == ("finished", 1)
+            hits = tool_result(await client.call_tool("search", {"user": user, "query": "promotion", "k": 3}))
+            assert 0 < len(hits) <= 3 and all(h["user"] == user for h in hits)
+            answers = tool_result(await client.call_tool("answer", {"user": user, "questions": ["What changed?"]}))
+            assert len(answers) == 1
+            missing = await client.call_tool("search", {"user": "Nobody", "query": "x"})
+            assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
+
+    anyio.run(talk)
+
+    from promem_fast.store import MemoryStore
+
+    with MemoryStore(tmp_path / "m.db") as store:  # written under the tenant given on the command line
+        assert store.users(tenant="acme") == [user] and store.users(tenant="default") == []
+
+
+def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--db", str(tmp_path / "missing" / "memory.db"), *SCRIPTED]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing" in err and "does not exist" in err

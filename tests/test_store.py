@@ -1,0 +1,279 @@
+"""The memory store on real SQLite files: what a user stores comes back from search with its details, edges
+and dates; tenants and users never see each other; updates supersede without deleting; export → import is
+byte-identical; a schema from the future is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import scripted_config
+from promem_fast.errors import InputError
+from promem_fast.store import MemoryStore, StoreError
+from promem_fast.store.schema import SCHEMA_VERSION
+from store_helpers import graph
+
+
+def open_store(path: Path, **kwargs: object) -> MemoryStore:
+    return MemoryStore(path, scripted_config(), **kwargs)  # type: ignore[arg-type]
+
+
+MAYA_1 = graph("m1", "Maya", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon for a job at Nordvik."],
+               details=[["Biscuit", "beagle"], ["Lisbon", "Nordvik Labs"]], edges=[(1, 0, "temporal")],
+               timestamp="2025-03-14T09:30:00")
+MAYA_2 = graph("m2", "Maya", ["Maya runs 5 km every morning with Biscuit."], details=[["5 km"]],
+               timestamp="2025-04-02T08:00:00")
+
+
+def test_search_returns_nodes_with_details_edges_dates_and_adding_again_changes_nothing(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db") as store:
+        assert store.add([MAYA_1, MAYA_2]) == 2
+        assert store.add([MAYA_1, MAYA_2]) == 0
+        hits = store.search("Maya", "Maya job in Lisbon", k=2)
+        assert hits[0].text == "Maya moved to Lisbon for a job at Nordvik."
+        top = hits[0].to_dict()
+        assert top["session_id"] == "m1" and top["date"] == "2025-03-14T09:30:00" and top["turn_id"] == 1
+        assert top["details"] == ["Lisbon", "Nordvik Labs"]
+        assert top["edges"] == [{"relation": "temporal", "direction": "out", "node_id": hits[0].node_id - 1,
+                                 "text": "Maya adopted a beagle named Biscuit."}]
+        assert top["score"] >= hits[1].score  # type: ignore[operator]
+        # a detail reaches the entry it is anchored to
+        assert store.search("Maya", "5 km", k=1)[0].session_id == "m2"
+        assert store.sessions("Maya") == ["m1", "m2"]
+        assert len(store.get_all("Maya")) == 3
+    # a second open of the same file sees the same memory (nothing held only in memory)
+    with open_store(tmp_path / "m.db", read_only=True) as again:
+        assert [h["text"] for h in again.get_all("Maya")] == [
+            "Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon for a job at Nordvik.",
+            "Maya runs 5 km every morning with Biscuit."]
+        with pytest.raises(StoreError, match="read-only"):
+            again.delete(user="Maya")
+
+
+def test_tenants_and_users_are_isolated(tmp_path: Path) -> None:
+    other = graph("o1", "Maya", ["Maya is allergic to penicillin."])
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1], tenant="acme")
+        store.add([other], tenant="globex")
+        store.add([graph("b1", "Ben", ["Ben moved to Lisbon in May."])], tenant="acme")
+        assert store.users(tenant="acme") == ["Maya", "Ben"] and store.users(tenant="globex") == ["Maya"]
+        assert store.users() == []
+        texts = [h.text for h in store.search("Maya", "Lisbon penicillin allergy move", k=10, tenant="acme")]
+        assert texts and all("penicillin" not in t and "Ben" not in t for t in texts)
+        assert [h.text for h in store.search("Maya", "Lisbon", k=10, tenant="globex")] == [other.nodes[0].text]
+        node = store.get_all("Maya", tenant="globex")[0]["id"]
+        assert store.history(node, tenant="acme") == []
+        assert store.delete(tenant="acme", user="Maya", node=node) == 0  # not acme's node
+        assert store.delete(tenant="acme", user="Maya") == 2
+        assert store.users(tenant="acme") == ["Ben"]
+        assert len(store.get_all("Maya", tenant="globex")) == 1
+
+
+JOBS = [("j1", "2024-01-10T09:00:00", "Maya works as a nurse at Mercy hospital in Boston."),
+        ("j2", "2024-06-10T09:00:00", "Maya works as a teacher at Lincoln school in Boston."),
+        ("j3", "2025-01-10T09:00:00", "Maya works as a pilot at Delta airline in Boston.")]
+
+HOBBIES = ["Maya paints watercolor landscapes on weekends.", "Maya collects vintage stamps from Peru.",
+           "Maya plays cello in a community orchestra."]
+
+
+def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path: Path) -> None:
+    graphs = [graph(sid, "Maya", [text, hobby], timestamp=ts)
+              for (sid, ts, text), hobby in zip(JOBS, HOBBIES, strict=True)]
+    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+        store.add(graphs[:1])
+        store.add(graphs[1:])  # the chain crosses a stored session and one of the same batch
+        current = [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
+        assert JOBS[2][2] in current and JOBS[0][2] not in current and JOBS[1][2] not in current
+        everything = store.search("Maya", "where does Maya work?", k=10, history=True)
+        assert {JOBS[0][2], JOBS[1][2]} <= {h.text for h in everything}
+        assert len(store.get_all("Maya", history=True)) == 6
+        newest = next(h for h in everything if h.text == JOBS[2][2])
+        chain = store.history(newest.node_id)
+        assert [h["text"] for h in chain] == [text for _, _, text in JOBS]
+        assert [h["superseded_by"] for h in chain] == [chain[1]["id"], chain[2]["id"], None]
+        # hobbies are different things: nothing superseded them
+        assert {h["text"] for h in store.get_all("Maya")} >= set(HOBBIES)
+        drawn = store.graph("Maya")
+        assert sum(e["relation"] == "superseded_by" for e in drawn["edges"]) == 2
+        # removing the newest session makes the one it updated current again
+        store.delete(user="Maya", session="j3")
+        assert JOBS[1][2] in [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
+
+
+def test_an_older_session_added_later_does_not_supersede_newer_memory(tmp_path: Path) -> None:
+    newer = graph(JOBS[1][0], "Maya", [JOBS[1][2]], timestamp=JOBS[1][1])
+    older = graph(JOBS[0][0], "Maya", [JOBS[0][2]], timestamp=JOBS[0][1])
+    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+        store.add([newer])
+        store.add([older])
+        assert all(h["superseded_by"] is None for h in store.get_all("Maya", history=True))
+
+
+def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
+    graphs = [graph(sid, "Maya", [text], timestamp=ts) for sid, ts, text in JOBS]
+    with open_store(tmp_path / "a.db", update_min_cosine=0.3) as store:
+        store.add([MAYA_1, MAYA_2])
+        store.add(graphs)
+        store.add([graph("x1", "Ben", ["Ben plays chess."])], tenant="acme")
+        assert store.export(tmp_path / "a.jsonl") == 6
+        assert store.export(tmp_path / "acme.jsonl", tenant="acme") == 1
+    with open_store(tmp_path / "b.db") as copy:
+        assert copy.import_(tmp_path / "a.jsonl") == 6
+        assert copy.import_(tmp_path / "a.jsonl") == 0
+        copy.export(tmp_path / "b.jsonl")
+        assert len(copy.get_all("Maya")) == 4  # two of the three jobs are superseded
+        assert copy.search("Ben", "chess", tenant="acme")[0].text == "Ben plays chess."
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_import_names_the_bad_line(tmp_path: Path) -> None:
+    with open_store(tmp_path / "a.db") as store:
+        store.add([MAYA_1])
+        store.export(tmp_path / "a.jsonl")
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    (tmp_path / "bad.jsonl").write_text("\n".join([lines[0], lines[1].replace('"nodes"', '"nodez"')]) + "\n")
+    with open_store(tmp_path / "b.db") as store:
+        with pytest.raises(Exception, match=r"bad.jsonl:2.*session 'm1'.*nodes"):
+            store.import_(tmp_path / "bad.jsonl")
+        assert store.users() == []  # nothing of the failed import is kept
+
+
+def test_schema_version_is_recorded_and_a_newer_file_is_refused(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db"):
+        pass
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(StoreError, match="newer promem_fast"):
+        open_store(tmp_path / "m.db")
+
+
+def test_faiss_and_numpy_indexes_agree(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    texts = [f"Maya visited city{i} with friend{i % 7} in month{i % 12}" for i in range(300)]
+    with open_store(tmp_path / "m.db", index="faiss") as a:
+        a.add([graph("s", "Maya", texts)])
+        with open_store(tmp_path / "m.db", index="numpy") as b:
+            for query in ("city5 friend5", "month3 visits", "friend2"):
+                fa = [(h.node_id, round(h.score or 0, 5)) for h in a.search("Maya", query, k=15)]
+                nb = [(h.node_id, round(h.score or 0, 5)) for h in b.search("Maya", query, k=15)]
+                assert fa == nb
+
+
+def test_a_reader_sees_removals_by_another_connection(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db") as writer, open_store(tmp_path / "m.db", read_only=True) as reader:
+        writer.add([MAYA_1])
+        assert reader.search("Maya", "Lisbon", k=1)[0].session_id == "m1"  # index built and cached
+        writer.add([MAYA_2])
+        writer.delete(user="Maya", session="m1")
+        assert [h.session_id for h in reader.search("Maya", "Lisbon Biscuit", k=5)] == ["m2"]
+        vectors = reader.index(reader._user_pk("default", "Maya") or 0)
+        assert len(vectors) == 1 and np.isfinite(vectors.search(np.ones(vectors.dim), 1)[1]).all()
+
+
+def test_a_graph_that_cannot_be_stored_is_named_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    bad = graph("bad", "Maya", ["Maya likes tea.", "Maya likes coffee."])
+    bad.nodes[1].id = 0  # two nodes with one id
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+        with pytest.raises(InputError, match=r"session 'bad', field 'nodes'"):
+            store.add([bad])
+        assert store.add([MAYA_2]) == 1
+        assert store.sessions("Maya") == ["m1", "m2"] and len(store.get_all("Maya")) == 3
+
+
+def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> None:
+    failures: list[BaseException] = []
+    with open_store(tmp_path / "m.db", update_judge="off") as store:
+        store.add([graph("t0", "Maya", [f"Maya note {j} about travel plans" for j in range(20)])])
+
+        def read() -> None:
+            try:
+                for _ in range(100):
+                    ids = [h.node_id for h in store.search("Maya", "travel plans note", k=60)]
+                    assert len(ids) == len(set(ids))
+            except BaseException as exc:  # reported by the main thread
+                failures.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for thread in readers:
+            thread.start()
+        for i in range(1, 30):
+            store.add([graph(f"t{i}", "Maya", [f"Maya note {j} of batch {i} about travel plans" for j in range(20)])])
+        for thread in readers:
+            thread.join(timeout=120)
+        assert not failures, failures
+        index = store.index(store._user_pk("default", "Maya") or 0)
+        assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
+
+
+def test_a_store_refuses_an_embedder_of_another_dimension(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+    other = scripted_config()
+    other.embedder.dim = 64
+    with MemoryStore(tmp_path / "m.db", other) as store:
+        with pytest.raises(StoreError, match="256-dimensional vectors but this embedder gives 64"):
+            store.search("Maya", "Lisbon")
+        with pytest.raises(StoreError, match="256-dimensional"):
+            store.add([MAYA_2])
+
+
+def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        store.cache_min_vectors = 1
+        store.add([MAYA_1, MAYA_2])
+        assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
+    saved = list((tmp_path / "m.db.vectors").iterdir())
+    assert len(saved) == 1
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE nodes SET vector = NULL")  # only the saved index can answer now
+    raw.commit()
+    raw.close()
+    with open_store(db) as store:
+        assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
+        store.delete(user="Maya", session="m2")  # a new generation: the saved index is stale
+    with open_store(db) as store:
+        assert store.search("Maya", "Lisbon", k=3) == []  # refilled from SQLite, where no vector is left
+    db.unlink()
+    with open_store(db) as store:  # another store at the same path never reads the old file
+        store.add([graph("n1", "Maya", ["Maya sings in a choir.", "Maya grows tomatoes.", "Maya swims laps."])])
+        hits = store.search("Maya", "Maya choir in Lisbon", k=3)
+        query = store.embedder.embed(["Maya choir in Lisbon"])[0]
+        assert [round(h.score or 0, 5) for h in hits] == [
+            round(float(store.embedder.embed([h.key()])[0] @ query), 5) for h in hits]
+        assert hits[0].text == "Maya sings in a choir."
+
+
+def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from promem_fast.store import schema
+
+    with open_store(tmp_path / "m.db") as store:
+        store.add([MAYA_1])
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 1,
+                        schema._run_script("ALTER TABLE nodes ADD COLUMN note TEXT"))
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 2, schema._run_script("ALTER TABLE nope ADD x INT"))
+    with pytest.raises(StoreError, match="no such table: nope"):
+        open_store(tmp_path / "m.db")
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # all steps or none
+    assert "note" not in [row[1] for row in db.execute("PRAGMA table_info(nodes)")]
+    db.close()
+    monkeypatch.setitem(schema.MIGRATIONS, SCHEMA_VERSION + 2,
+                        schema._run_script("CREATE INDEX nodes_note ON nodes (note)"))
+    with open_store(tmp_path / "m.db") as store:
+        assert [h.text for h in store.search("Maya", "Lisbon", k=1)] == [MAYA_1.nodes[1].text]
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 2
+    assert "note" in [row[1] for row in db.execute("PRAGMA table_info(nodes)")]
+    db.close()

@@ -1,0 +1,74 @@
+"""The store from the command line: ``extract --db`` then ``search``, ``ask``, ``export --db``, ``import`` and
+``ingest`` on the real HaluMem sample with the scripted backends; user errors are one line and status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import halumem_sessions, write_jsonl
+from promem_fast.cli import main
+from promem_fast.store import MemoryStore
+
+SCRIPTED = ["--profile", "scripted", "--no-progress"]
+
+
+def test_extract_into_a_store_then_search_ask_export_import_ingest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sessions = halumem_sessions(6)
+    user = sessions[0].user
+    source = write_jsonl(tmp_path / "in.jsonl", sessions)
+    db, graphs = tmp_path / "memory.db", tmp_path / "graphs.jsonl"
+    assert main(["extract", str(source), "-o", str(graphs), "--db", str(db), *SCRIPTED]) == 0
+    with MemoryStore(db, read_only=True) as store:
+        assert store.sessions(user) == [s.session_id for s in sessions]
+        stored = store.get_all(user, history=True)
+    assert len(stored) == sum(len(json.loads(line)["nodes"]) for line in graphs.read_text().splitlines())
+    capsys.readouterr()
+
+    probe = stored[len(stored) // 2]
+    assert main(["search", probe["text"], "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
+                 *SCRIPTED]) == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(hits) == 3 and hits[0]["text"] == probe["text"] and hits[0]["session_id"] == probe["session_id"]
+
+    assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["prediction"] and reply["retrieved"]
+
+    dump = tmp_path / "memory.jsonl"
+    assert main(["export", str(dump), "--db", str(db)]) == 0
+    assert main(["import", str(dump), "--db", str(tmp_path / "copy.db"), *SCRIPTED]) == 0
+    assert main(["export", str(tmp_path / "copy.jsonl"), "--db", str(tmp_path / "copy.db")]) == 0
+    assert dump.read_bytes() == (tmp_path / "copy.jsonl").read_bytes()
+
+    lines = graphs.read_text().splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([lines[0], "{torn", lines[1].replace('"nodes"', '"vertices"'), lines[2]]) + "\n")
+    capsys.readouterr()
+    assert main(["ingest", str(broken), "--db", str(tmp_path / "fresh.db"), "--update-judge", "off", *SCRIPTED]) == 0
+    said = capsys.readouterr().out
+    assert "added 2 sessions" in said and "skipped 2 bad lines" in said
+    with MemoryStore(tmp_path / "fresh.db", read_only=True) as store:
+        assert store.sessions(user) == [sessions[0].session_id, sessions[2].session_id]
+
+
+def test_user_errors_are_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "x", "--db", str(tmp_path / "none.db"), "--user", "u", *SCRIPTED]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("promem: ") and "none.db" in err and "\n" not in err
+    assert main(["ingest", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "m.db"), *SCRIPTED]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "graphs.jsonl")]) == 2
+
+
+def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -> None:
+    sessions = halumem_sessions(4)
+    source = write_jsonl(tmp_path / "in.jsonl", sessions)
+    graphs, db = tmp_path / "graphs.jsonl", tmp_path / "memory.db"
+    assert main(["extract", str(source), "-o", str(graphs), *SCRIPTED]) == 0  # a run without the store
+    assert main(["extract", str(source), "-o", str(graphs), "--resume", "--db", str(db), *SCRIPTED]) == 0
+    with MemoryStore(db, read_only=True) as store:
+        assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]
