@@ -253,6 +253,20 @@ def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: P
         assert hits[0].text == "Maya sings in a choir."
 
 
+def test_deleting_a_user_removes_their_saved_index(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        store.cache_min_vectors = 1
+        store.add([MAYA_1, MAYA_2])
+        assert store.search("Maya", "Lisbon", k=1)
+    with open_store(db) as store:
+        store.cache_min_vectors = 1
+        assert store.search("Maya", "Lisbon", k=1)  # the index is loaded (or refilled) and cached
+        assert len(list((tmp_path / "m.db.vectors").iterdir())) == 1
+        assert store.delete(user="Maya") > 0
+    assert list((tmp_path / "m.db.vectors").iterdir()) == []  # close did not write the removed vectors back
+
+
 def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from promem_fast.store import schema

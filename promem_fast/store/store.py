@@ -393,7 +393,18 @@ class MemoryStore:
             else:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
+        self._drop_index(user_pk)
         return int(count)
+
+    def _drop_index(self, user_pk: int) -> None:
+        """Forget the user's cached index and its file: both still hold the removed vectors, and ``close``
+        would otherwise save them again (a deleted user's index would stay on disk for good)."""
+        with self._lock:
+            self._indexes.pop(user_pk, None)
+        try:
+            self._index_file(user_pk).unlink(missing_ok=True)
+        except OSError as exc:  # a stale file is ignored anyway (its generation no longer matches)
+            log.info("vector index file of user %d not removed: %s", user_pk, exc)
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path, *, tenant: str | None = None) -> int:
