@@ -146,7 +146,11 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def export(who: Who) -> Any:
         with tempfile.NamedTemporaryFile(prefix="promem-export-", suffix=".jsonl", delete=False) as handle:
             target = Path(handle.name)
-        service.export(who.tenant, target)
+        try:
+            service.export(who.tenant, target)
+        except BaseException:  # no response will remove it
+            target.unlink(missing_ok=True)
+            raise
         return FileResponse(target, media_type="application/x-ndjson", filename="promem-export.jsonl",
                             background=BackgroundTask(target.unlink, missing_ok=True))
 
