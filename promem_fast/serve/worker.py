@@ -119,10 +119,11 @@ class Worker:
                 self._stop.wait(self._poll_s)
 
     def _reset(self, exc: BaseException, *, requeue: bool = True) -> None:
-        for call in [*self._running, *self._calls]:
+        for call in self._running:
             self._fail_call(call, exc)
         self._running.clear()
-        self._calls.clear()
+        while self._calls:  # popped one by one: a call a request thread appends meanwhile is failed too
+            self._fail_call(self._calls.popleft(), exc)
         self._in_flight = 0
         self._users.clear()
         self._claimed.clear()
