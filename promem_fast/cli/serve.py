@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,17 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from promem_fast.serve import db
     from promem_fast.serve.keys import KeyRing
 
-    ring = KeyRing(db.connect(args.db))
-    if args.keys_command == "create":
-        print(ring.create(args.tenant, args.name))
-        return 0
-    if args.keys_command == "list":
-        for row in ring.list():
-            print(json.dumps(row))
-        return 0
-    if not ring.revoke(args.key_id):
+    with closing(db.connect(args.db)) as conn:
+        ring = KeyRing(conn)
+        if args.keys_command == "create":
+            print(ring.create(args.tenant, args.name))
+            return 0
+        if args.keys_command == "list":
+            for row in ring.list():
+                print(json.dumps(row))
+            return 0
+        revoked = ring.revoke(args.key_id)
+    if not revoked:
         print(f"promem: no live key {args.key_id!r} in {args.db}", file=sys.stderr)
         return 2
     return 0
