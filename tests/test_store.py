@@ -4,6 +4,8 @@ byte-identical; a schema from the future is refused."""
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -141,6 +143,13 @@ def test_import_names_the_bad_line(tmp_path: Path) -> None:
         with pytest.raises(Exception, match=r"bad.jsonl:2.*session 'm1'.*nodes"):
             store.import_(tmp_path / "bad.jsonl")
         assert store.users() == []  # nothing of the failed import is kept
+    record = json.loads(lines[1])
+    record["vectors"] = base64.b64encode(base64.b64decode(record["vectors"])[:-4 * 256]).decode()  # a node short
+    (tmp_path / "short.jsonl").write_text("\n".join([lines[0], json.dumps(record)]) + "\n")
+    with open_store(tmp_path / "b.db") as store:
+        with pytest.raises(InputError, match=r"short.jsonl:2.*vectors for"):
+            store.import_(tmp_path / "short.jsonl")
+        assert store.users() == []
 
 
 def test_schema_version_is_recorded_and_a_newer_file_is_refused(tmp_path: Path) -> None:

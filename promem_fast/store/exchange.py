@@ -39,8 +39,19 @@ def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
     """Write every session (of ``tenant``, or all) and the supersede links among them; returns sessions."""
     dim = db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
     scope, params = ("WHERE t.name = ?", (tenant,)) if tenant is not None else ("", ())
-    count = 0
     tmp = path.with_name(path.name + ".tmp")
+    try:
+        count = _write_export(db, tmp, dim, scope, params)
+    except BaseException:  # a half-written export is not left beside the target
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+    return count
+
+
+def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, params: tuple[Any, ...]) -> int:
+    """The export written to ``tmp``; returns the sessions written (the caller moves it into place)."""
+    count = 0
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
         for line in _session_lines(db, scope, params):
@@ -55,7 +66,6 @@ def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
             out.write(rows.dumps({"kind": "supersede", "tenant": t_name, "user": u_name,
                                   "old": {"session_id": old_sid, "node": old_local},
                                   "new": {"session_id": new_sid, "node": new_local}, "reason": reason}) + "\n")
-    tmp.replace(path)
     return count
 
 
@@ -106,6 +116,8 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
                     vectors = None
                     if item.get("vectors") is not None and dim:
                         vectors = np.frombuffer(base64.b64decode(item["vectors"]), np.float32).reshape(-1, dim)
+                        if len(vectors) != len(record["nodes"]):
+                            raise ValueError(f"{len(vectors)} vectors for {len(record['nodes'])} nodes")
                     rows.insert_session(db, user_pk, record, vectors)
                     fresh.add((item["tenant"], item["user"], sid))
                     added += 1
