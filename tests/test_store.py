@@ -274,6 +274,12 @@ def test_deleting_a_user_removes_their_saved_index(tmp_path: Path) -> None:
         assert len(list((tmp_path / "m.db.vectors").iterdir())) == 1
         assert store.delete(user="Maya") > 0
     assert list((tmp_path / "m.db.vectors").iterdir()) == []  # close did not write the removed vectors back
+    with open_store(db) as reader, open_store(db) as writer:  # removed through another connection
+        reader.cache_min_vectors = 1
+        writer.add([MAYA_1])
+        assert reader.search("Maya", "Lisbon", k=1)
+        assert writer.delete(user="Maya") > 0
+    assert list((tmp_path / "m.db.vectors").iterdir()) == []
 
 
 def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothing(

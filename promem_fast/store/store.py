@@ -78,7 +78,7 @@ class MemoryStore:
     def close(self) -> None:
         """Close the file; large users' vector indexes are saved first for the next process to read."""
         for user_pk, index in self._indexes.items():
-            if len(index) >= self.cache_min_vectors and len(index) > index.saved:
+            if len(index) >= self.cache_min_vectors and len(index) > index.saved and self._current(user_pk, index):
                 try:
                     index.save(self._index_file(user_pk), self._store_id)
                 except OSError as exc:  # a cache: a store on a read-only medium just refills next time
@@ -87,6 +87,12 @@ class MemoryStore:
             self._engine.close()
             self._engine = None
         self._db.close()
+
+    def _current(self, user_pk: int, index: VectorIndex) -> bool:
+        """Whether ``index`` is still the user's (not removed, no nodes removed since, maybe by another
+        connection): a stale one is not saved, so removed vectors never go back to disk."""
+        row = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
+        return row is not None and int(row[0]) == index.generation
 
     def __enter__(self) -> MemoryStore:
         return self
