@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     def insert(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None
                ) -> dict[int, int]:
         ids = real(db, user_pk, record, vectors)
-        if record["session_id"] == f"w{args.pause_in}":
+        if record["session_id"] == f"{args.prefix}{args.pause_in}":
             print(f"inside {args.pause_in}", flush=True)
             time.sleep(600)
         return ids
