@@ -106,11 +106,19 @@ class Client:
 
     def export(self, path: str | Path) -> int:
         """Write the tenant's memory to ``path`` in the store's exchange format; returns the sessions written."""
-        response = self._http.get("/v1/export")
-        if response.status_code >= 400:
-            raise ServerError(response.status_code, response.text)
-        Path(path).write_bytes(response.content)
-        return sum(1 for line in response.text.splitlines() if json.loads(line).get("kind") == "session")
+        sessions, tail = 0, b""
+        with self._http.stream("GET", "/v1/export") as response:  # streamed: a whole store need not fit in memory
+            if response.status_code >= 400:
+                raise ServerError(response.status_code, response.read().decode("utf-8", "replace"))
+            with open(path, "wb") as out:
+                for chunk in response.iter_bytes():
+                    out.write(chunk)
+                    # split on b"\n" only: iter_lines would also split at U+2028 inside a memory's text
+                    *lines, tail = (tail + chunk).split(b"\n")
+                    sessions += sum(json.loads(line).get("kind") == "session" for line in lines if line.strip())
+        if tail.strip():
+            sessions += json.loads(tail).get("kind") == "session"
+        return sessions
 
     def close(self) -> None:
         self._http.close()
