@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -93,8 +94,12 @@ class Worker:
             raise PromemError("the engine worker is not running")
         self._calls.append(call)
         self._queue.wakeup.set()
-        if not call.done.wait(CALL_TIMEOUT_S):
-            raise PromemError(f"no answer from the engine within {CALL_TIMEOUT_S:g} s")
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while not call.done.wait(min(1.0, max(deadline - time.monotonic(), 0.0))):
+            if not self.alive and not call.done.is_set():  # stopped after the call was queued: no answer will come
+                raise PromemError("the engine worker stopped")
+            if time.monotonic() >= deadline:
+                raise PromemError(f"no answer from the engine within {CALL_TIMEOUT_S:g} s")
         return [(key, outcome) for (key, _), outcome in zip(call.programs, call.outcomes)]
 
     # ------------------------------------------------------------------------------ the loop
