@@ -107,7 +107,8 @@ class Service:
         return list(self.store.users(tenant=tenant))
 
     def _user(self, tenant: str, user: str) -> str:
-        if user not in self.store.users(tenant=tenant):
+        """``user`` when the tenant has them (one indexed lookup, not the tenant's whole user list), else 404."""
+        if self.store._user_pk(tenant, user) is None:
             raise NotFound("user")
         return user
 
