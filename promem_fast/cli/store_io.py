@@ -155,5 +155,9 @@ def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any)
         return None
     store = open_store(args, config, embedder=engine.services.embedder)
     if args.resume and out.exists():
-        store.add((g for _, g in read_graph_lines(out) if not isinstance(g, InputError)), engine=engine)
+        try:
+            store.add((g for _, g in read_graph_lines(out) if not isinstance(g, InputError)), engine=engine)
+        except BaseException:  # no sink is returned to close it
+            store.close()
+            raise
     return StoreSink(store, engine, config.max_in_flight)
