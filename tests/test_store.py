@@ -187,6 +187,18 @@ def test_a_reader_sees_removals_by_another_connection(tmp_path: Path) -> None:
         assert len(vectors) == 1 and np.isfinite(vectors.search(np.ones(vectors.dim), 1)[1]).all()
 
 
+def test_a_user_deleted_by_another_connection_after_lookup_has_an_empty_index(tmp_path: Path) -> None:
+    """A search that found the user and then lost it to a concurrent delete answers with no memory (the
+    service would otherwise fail that request with a 500)."""
+    with open_store(tmp_path / "m.db") as writer, open_store(tmp_path / "m.db", read_only=True) as reader:
+        writer.add([MAYA_1])
+        user_pk = reader._user_pk("default", "Maya")
+        assert user_pk is not None and len(reader.index(user_pk)) == 2
+        writer.delete(user="Maya")
+        vectors = reader.index(user_pk)
+        assert len(vectors) == 0 and len(vectors.search(np.ones(vectors.dim), 5)[0]) == 0
+
+
 def test_a_graph_that_cannot_be_stored_is_named_and_leaves_nothing_behind(tmp_path: Path) -> None:
     bad = graph("bad", "Maya", ["Maya likes tea.", "Maya likes coffee."])
     bad.nodes[1].id = 0  # two nodes with one id

@@ -299,7 +299,11 @@ class MemoryStore:
     def index(self, user_pk: int) -> VectorIndex:
         """The user's vector index, brought up to date with SQLite (rows added since; rebuilt after removals)."""
         with self._lock:
-            (generation,) = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
+            row = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
+            if row is None:  # deleted by another connection since it was looked up: no memory is left
+                self._indexes.pop(user_pk, None)
+                return VectorIndex(self._dim(), self._kind, -1)
+            (generation,) = row
             found = self._indexes.get(user_pk)
             if found is None or found.generation != generation:
                 found = (VectorIndex.load(self._index_file(user_pk), self._kind, generation, self._dim(),
