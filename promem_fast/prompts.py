@@ -189,9 +189,15 @@ def more_text(listed: Sequence[str]) -> str:
     return MORE.format(listed="\n".join(f"- {item}" for item in listed)) if listed else ""
 
 
+def relation_meaning(relation: str) -> str:
+    """The direction of ``relation`` as the prompts state it (a configured type we have no wording for
+    gets the same neutral wording in the relation, probe and verification prompts)."""
+    return RELATION_MEANINGS.get(relation, "source and target are linked this way")
+
+
 def relation_menu(types: Sequence[str]) -> str:
     """The allowed relation types, one a line with their direction."""
-    return "\n".join(f"- {t}: {RELATION_MEANINGS.get(t, 'source and target are linked this way')}" for t in types)
+    return "\n".join(f"- {t}: {relation_meaning(t)}" for t in types)
 
 
 def _string_list(key: str, max_items: int) -> dict[str, Any]:

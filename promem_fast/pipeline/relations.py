@@ -14,7 +14,7 @@ from promem_fast.context import RunContext
 from promem_fast.backends._text import content_set
 from promem_fast.pipeline.common import TurnGroup, ask
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import RELATION_MEANINGS, numbered, render, schema_for
+from promem_fast.prompts import numbered, relation_meaning, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program
 from promem_fast.types import Edge, Event, MemoryEntry, Session
 
@@ -84,7 +84,7 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
         return []
     probes = yield [Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
                              messages=render("probe", user=session.user, source=nodes[s].text,
-                                             target=nodes[t].text, relation=r, meaning=RELATION_MEANINGS.get(r, r)),
+                                             target=nodes[t].text, relation=r, meaning=relation_meaning(r)),
                              item=f"edge {s} -{r}-> {t}")
                     for s, r, t in edges]
     flat = numbered([n.text for n in nodes])
@@ -117,7 +117,7 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
                                  max_tokens=cp.max_tokens["verify_relation"], item=question,
                                  messages=render("verify_relation", user=session.user, dialogue=dialogue,
                                                  source=nodes[s].text, target=nodes[t].text, relation=r,
-                                                 meaning=RELATION_MEANINGS.get(r, r), question=question)))
+                                                 meaning=relation_meaning(r), question=question)))
     verdicts = yield from ask(requests)
     out: list[Edge] = []
     for ((s, r, t), question), result in zip(open_questions, verdicts):
