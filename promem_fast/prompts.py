@@ -114,7 +114,7 @@ TEMPLATES: dict[str, Template] = {
             'Example: "Tom moved to Porto in 2023 for a nursing job." splits into ["Tom moved to Porto.", '
             '"Tom moved in 2023.", "Tom moved for a nursing job."].'
         ),
-        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.{more}',
+        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
     ),
     "adjudicate": Template(
         system=(

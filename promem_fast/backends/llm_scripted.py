@@ -84,7 +84,6 @@ def within_schema(reply: Any, schema: Mapping[str, Any] | None) -> Any:
             for k, v in reply.items()}
 
 
-
 class ScriptedLLM:
     """Rule-based replies; ``rules`` (role → function of the prompt fields) override the defaults."""
 
@@ -226,7 +225,7 @@ def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
     subject = entry.split(" ", 1)[0]
     parts = [p.strip() for p in re.split(r",| and | but ", entry) if p.strip()]
     facts = [p if p.split(" ", 1)[0] == subject else f"{subject} {p}" for p in parts]
-    return {"facts": _rest([f + "." for f in facts], fields)}
+    return {"facts": [f + "." for f in facts]}
 
 
 def _coverage(text: str, reference: str) -> float:
