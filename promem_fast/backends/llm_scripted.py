@@ -20,6 +20,7 @@ from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
+from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.prompts import PREAMBLE, TEMPLATES
@@ -244,7 +245,8 @@ def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
 
 
 def _nli(fields: dict[str, str]) -> dict[str, str]:
-    return {"label": "entailment" if _coverage(fields["hypothesis"], fields["premise"]) >= 0.75 else "neutral"}
+    """The lexical NLI's verdict: a speaker's name in "Maya said:" resolves her "I", it is no evidence."""
+    return {"label": LexicalNLI.judge(fields["premise"], fields["hypothesis"]).label}
 
 
 def _probe(fields: dict[str, str]) -> dict[str, str]:
