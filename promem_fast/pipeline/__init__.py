@@ -43,7 +43,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
 
     prompt_groups = groups
     if ctx.config.compression.enabled:
-        prompt_groups = yield from compress_turns(groups, ctx)
+        prompt_groups = yield from compress_turns(view, groups, ctx)
 
     if cp.mode == "one-off":
         draft = yield from draft_memory(view, prompt_groups, ctx)
