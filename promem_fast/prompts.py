@@ -3,9 +3,10 @@
 The wording is ours. Every extraction prompt names the memory owner and the session date and asks for
 calendar dates instead of relative ones. The event, draft, relation, decomposition and adjudication prompts
 carry one short example of their answer; the detail prompt does not: with SmolLM2-135M its example made 4
-of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template puts the text that a session's calls share first (the system text,
-then the dialogue or the entry list) and the per-call item last, so prefix caching (vLLM, llama.cpp)
-reuses the shared part. Schemas bound every list with ``maxItems`` so a reply can never run away.
+of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template
+puts the text that a session's calls share first (the system text, then the dialogue or the entry list)
+and the per-call item last, so prefix caching (vLLM, llama.cpp) reuses the shared part. Schemas bound every
+list with ``maxItems`` so a reply can never run away.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed", "window_text", "dedupe",
-           "statements", "same_language"]
+__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed",
+           "window_text", "dedupe", "statements", "same_language"]
 
 
 def gather(*programs: Program[Any]) -> Program[list[Any]]:
