@@ -11,6 +11,7 @@ recoveries (the lowest such tau on ties: fewer entries to verify).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from promem_fast.pipeline.events import abstract_events, embed_turns
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.requests import Program
 from promem_fast.types import Session
+
+log = logging.getLogger(__name__)
 
 TAUS: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
 """The thresholds tried: 0.30 to 0.95 in steps of 0.05."""
@@ -74,6 +77,9 @@ def candidates_program(session: Session, ctx: RunContext) -> Program[tuple[list[
         return [e.text for e in events]
 
     events, draft = yield from gather(events_branch(), draft_memory(view, prompt_groups, ctx))
+    if ctx.stats.failures:  # a failed step leaves out what it would have listed: the curve should say so
+        log.warning("session %s: %d step(s) failed (first: %s); its draft and events are incomplete",
+                    session.session_id, len(ctx.stats.failures), ctx.stats.failures[0].error)
     return events, draft
 
 
