@@ -23,8 +23,9 @@ from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
+from promem_fast.eval.scripted import EVAL_RULES
 from promem_fast.prompts import PREAMBLE, TEMPLATES
-from promem_fast.store.prompts import STORE_TEMPLATES
+from promem_fast.store.prompts import STORE_RULES, STORE_TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
@@ -91,9 +92,6 @@ class ScriptedLLM:
     def __init__(self, config: LLMConfig | None = None, rules: Mapping[str, Rule] | None = None) -> None:
         self.config = config or LLMConfig(backend="scripted")
         self.context_length = int(self.config.context_length or 8192)
-        from promem_fast.eval.scripted import EVAL_RULES
-        from promem_fast.store.prompts import STORE_RULES
-
         self.rules: dict[str, Rule] = {**DEFAULT_RULES, **EVAL_RULES, **STORE_RULES, **(rules or {})}
         self.calls: list[int] = []
         """Batch sizes of every ``generate`` call, for tests that count backend calls."""
