@@ -11,6 +11,7 @@ recoveries (the lowest such tau on ties: fewer entries to verify).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -18,11 +19,14 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.compress import compress_turns
 from promem_fast.pipeline.draft import draft_memory
 from promem_fast.pipeline.events import abstract_events, embed_turns
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.requests import Program
 from promem_fast.types import Session
+
+log = logging.getLogger(__name__)
 
 TAUS: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
 """The thresholds tried: 0.30 to 0.95 in steps of 0.05."""
@@ -63,14 +67,19 @@ class Point:
 def candidates_program(session: Session, ctx: RunContext) -> Program[tuple[list[str], list[str]]]:
     """The events and the draft of one session, made exactly as the pipeline makes them."""
     view = DialogueView.of(session)
-    groups = session.turn_groups()
+    groups = prompt_groups = session.turn_groups()
+    if ctx.config.compression.enabled:  # the draft and the events see compressed turns, as in the pipeline
+        prompt_groups = yield from compress_turns(view, groups, ctx)
 
     def events_branch() -> Program[list[str]]:
         vectors = yield from embed_turns(view, groups, "cc")
-        events, _ = yield from abstract_events(view, groups, vectors, ctx, with_relations=False)
+        events, _ = yield from abstract_events(view, prompt_groups, vectors, ctx, with_relations=False)
         return [e.text for e in events]
 
-    events, draft = yield from gather(events_branch(), draft_memory(view, groups, ctx))
+    events, draft = yield from gather(events_branch(), draft_memory(view, prompt_groups, ctx))
+    if ctx.stats.failures:  # a failed step leaves out what it would have listed: the curve should say so
+        log.warning("session %s: %d step(s) failed (first: %s); its draft and events are incomplete",
+                    session.session_id, len(ctx.stats.failures), ctx.stats.failures[0].error)
     return events, draft
 
 

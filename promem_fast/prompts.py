@@ -3,9 +3,10 @@
 The wording is ours. Every extraction prompt names the memory owner and the session date and asks for
 calendar dates instead of relative ones. The event, draft, relation, decomposition and adjudication prompts
 carry one short example of their answer; the detail prompt does not: with SmolLM2-135M its example made 4
-of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template puts the text that a session's calls share first (the system text,
-then the dialogue or the entry list) and the per-call item last, so prefix caching (vLLM, llama.cpp)
-reuses the shared part. Schemas bound every list with ``maxItems`` so a reply can never run away.
+of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template
+puts the text that a session's calls share first (the system text, then the dialogue or the entry list)
+and the per-call item last, so prefix caching (vLLM, llama.cpp) reuses the shared part. Schemas bound every
+list with ``maxItems`` so a reply can never run away.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ TEMPLATES: dict[str, Template] = {
             'Example: "Tom moved to Porto in 2023 for a nursing job." splits into ["Tom moved to Porto.", '
             '"Tom moved in 2023.", "Tom moved for a nursing job."].'
         ),
-        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.{more}',
+        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
     ),
     "adjudicate": Template(
         system=(
@@ -189,9 +190,15 @@ def more_text(listed: Sequence[str]) -> str:
     return MORE.format(listed="\n".join(f"- {item}" for item in listed)) if listed else ""
 
 
+def relation_meaning(relation: str) -> str:
+    """The direction of ``relation`` as the prompts state it (a configured type we have no wording for
+    gets the same neutral wording in the relation, probe and verification prompts)."""
+    return RELATION_MEANINGS.get(relation, "source and target are linked this way")
+
+
 def relation_menu(types: Sequence[str]) -> str:
     """The allowed relation types, one a line with their direction."""
-    return "\n".join(f"- {t}: {RELATION_MEANINGS.get(t, 'source and target are linked this way')}" for t in types)
+    return "\n".join(f"- {t}: {relation_meaning(t)}" for t in types)
 
 
 def _string_list(key: str, max_items: int) -> dict[str, Any]:

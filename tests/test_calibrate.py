@@ -48,3 +48,17 @@ def test_calibrate_tau_on_a_missing_file_says_so_in_one_line(tmp_path: Path,
     assert main(["calibrate", "tau", "--data", str(tmp_path / "none.jsonl"), "--profile", "scripted"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("promem: ") and "none.jsonl" in err and "\n" not in err
+
+
+def test_a_session_whose_draft_failed_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from conftest import make_session, scripted_config
+    from promem_fast.backends.llm_scripted import ScriptedLLM
+    from promem_fast.calibration import candidates_program
+    from promem_fast.engine import Engine
+
+    session = make_session("s9", "Maya", [("I adopted a beagle named Biscuit in March.", "Nice!")])
+    engine = Engine(scripted_config(), llm=ScriptedLLM(rules={"draft": lambda f: "no JSON here"}))
+    with caplog.at_level("WARNING", logger="promem_fast.calibration"):
+        ((_, value),) = list(engine.run([("s9", lambda ctx: candidates_program(session, ctx))]))
+    assert value[1] == []
+    assert any("session s9" in r.getMessage() and "incomplete" in r.getMessage() for r in caplog.records)

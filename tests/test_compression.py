@@ -346,3 +346,16 @@ def test_lightmem_segmenter_attends_once_per_session_and_follows_the_attention(t
     graphs, _ = run(sessions, config("lightmem"), counted)
     assert len(counted.calls) == len(sessions) and all(len(args[0]) == len(TOPICS) for args in counted.calls)
     assert all(g.stats.counts["segments"] >= 1 for g in graphs)
+
+
+def test_calibration_drafts_from_the_compressed_turns_like_the_pipeline(maya: Session, tiny_model: Path,
+                                                                       compressor: LLMLingua2Compressor) -> None:
+    from promem_fast.calibration import candidates_program
+
+    config = compression_config(True, tiny_model)
+    llm = Recording(ScriptedLLM(config.llm), "generate")
+    engine = Engine(config, llm=llm, compressor=compressor)
+    ((_, value),) = list(engine.run([(maya.session_id, lambda ctx: candidates_program(maya, ctx))]))
+    assert not isinstance(value, BaseException), value
+    dialogue = "\n".join(p["dialogue"] for p in prompts(llm, "draft"))
+    assert any(t.text not in dialogue for t in maya.turns)

@@ -22,6 +22,7 @@ from promem_fast.io import session_from_dict
 from promem_fast.parsing import dominant_script, parse_reply
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.verify import verify_entries
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import schema_for
 from promem_fast.requests import ReplyError
 
@@ -175,7 +176,7 @@ def _verify(entries: list[Candidate], *, nli: Any = None, **rules: Any) -> tuple
 
     def make(ctx: Any) -> Any:
         def program() -> Any:
-            nodes, _ = yield from verify_entries(session, session.turn_groups(), entries, turn_of,
+            nodes, _ = yield from verify_entries(DialogueView.of(session), session.turn_groups(), entries, turn_of,
                                                  np.ones(len(entries), np.float32), ctx, True)
             return nodes, ctx.stats
         return program()

@@ -16,6 +16,7 @@ from promem_fast.pipeline.completeness import Candidate, check_completeness
 from promem_fast.pipeline.relations import verify_relations
 from promem_fast.pipeline.segment import cap_tokens, fine_boundaries
 from promem_fast.pipeline.verify import verify_entries
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.types import Detail, Event, MemoryEntry
 
 
@@ -105,7 +106,7 @@ def test_hallucination_verification_keeps_splits_revises_and_discards() -> None:
     engine = Engine(scripted_config(), llm=llm)
     turn_of = np.array([0, 1, 0], np.int64)
     score = np.array([0.9, 0.8, 0.7], np.float32)
-    nodes, became = run_one(engine, lambda ctx: verify_entries(session, groups, entries, turn_of, score, ctx, True))
+    nodes, became = run_one(engine, lambda ctx: verify_entries(DialogueView.of(session), groups, entries, turn_of, score, ctx, True))
     texts = [(n.text, n.origin, n.verification) for n in nodes]
     assert texts == [
         ("Maya adopted a beagle named Biscuit.", "draft", "entailed"),
@@ -123,7 +124,7 @@ def test_hv_switched_off_keeps_every_entry_unverified() -> None:
     entries = [Candidate("Maya likes tea.", "draft"), Candidate("Maya owns a boat.", "recovered")]
     engine = Engine(scripted_config())
     nodes, became = run_one(engine, lambda ctx: verify_entries(
-        session, session.turn_groups(), entries, np.zeros(2, np.int64), np.ones(2, np.float32), ctx, False))
+        DialogueView.of(session), session.turn_groups(), entries, np.zeros(2, np.int64), np.ones(2, np.float32), ctx, False))
     assert [n.verification for n in nodes] == ["unverified", "unverified"]
     assert became == [[0], [1]]
 
@@ -161,7 +162,7 @@ def test_relation_verification_drops_implicit_and_unsupported_edges() -> None:
 
     llm = ScriptedLLM(rules={"probe": probe, "answer_flat": answer_flat, "verify_relation": verify})
     engine = Engine(scripted_config(), llm=llm)
-    edges = run_one(engine, lambda ctx: verify_relations(session, session.turn_groups(), nodes, [0, 1, 2, 1],
+    edges = run_one(engine, lambda ctx: verify_relations(DialogueView.of(session), session.turn_groups(), nodes, [0, 1, 2, 1],
                                                           src, rel, dst, ctx))
     assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
     assert edges[0].probe == "Q[Maya hurt her knee.|Maya likes jazz.]"

@@ -177,3 +177,25 @@ def test_items_copied_from_the_prompts_example_are_dropped_but_the_same_words_fr
     assert [e.text for e in graph.events] == ["Maya Chen starts a new job at the bakery."]
     assert "Tom's sister is called Lea." not in [n.text for n in graph.nodes]
     assert graph.stats.counts["repaired_replies"] >= 2
+
+
+def test_a_list_cut_at_the_cap_is_continued_even_when_its_check_dropped_an_item() -> None:
+    def draft(fields: dict[str, str]) -> dict[str, list[str]]:
+        if "Ann visited Oslo" not in fields["more"]:
+            return {"facts": ["Ann visited Oslo in 2001.", "Ann"]}  # cut at 2; the fragment is dropped
+        return {"facts": ["Ann visited Rome in 2002."]}
+
+    one_turn = Session(session_id="one", user="Ann", timestamp=DAY,
+                       turns=(Turn(0, "user", "I visited Oslo in 2001 and Rome in 2002.", DAY),))
+    graph = Engine(scripted_config(mode="one-off", max_list_items=2),
+                   llm=ScriptedLLM(rules={"draft": draft})).extract([one_turn])[0]
+    assert [n.text for n in graph.nodes] == ["Ann visited Oslo in 2001.", "Ann visited Rome in 2002."]
+
+
+def test_the_scripted_models_nli_answer_takes_no_speakers_name_as_evidence() -> None:
+    from promem_fast.prompts import render
+
+    premise = "On 2025-03-14, Maya said: Tom moved to Lisbon."
+    asked = [render("nli", premise=premise, hypothesis=h) for h in ("Maya moved to Lisbon.", "Tom moved to Lisbon.")]
+    replies = ScriptedLLM().generate([GenerationRequest(messages=m, schema=None, max_tokens=64) for m in asked])
+    assert [r.text for r in replies] == ['{"label": "neutral"}', '{"label": "entailment"}']

@@ -20,10 +20,12 @@ from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
+from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
+from promem_fast.eval.scripted import EVAL_RULES
 from promem_fast.prompts import PREAMBLE, TEMPLATES
-from promem_fast.store.prompts import STORE_TEMPLATES
+from promem_fast.store.prompts import STORE_RULES, STORE_TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
@@ -84,16 +86,12 @@ def within_schema(reply: Any, schema: Mapping[str, Any] | None) -> Any:
             for k, v in reply.items()}
 
 
-
 class ScriptedLLM:
     """Rule-based replies; ``rules`` (role → function of the prompt fields) override the defaults."""
 
     def __init__(self, config: LLMConfig | None = None, rules: Mapping[str, Rule] | None = None) -> None:
         self.config = config or LLMConfig(backend="scripted")
         self.context_length = int(self.config.context_length or 8192)
-        from promem_fast.eval.scripted import EVAL_RULES
-        from promem_fast.store.prompts import STORE_RULES
-
         self.rules: dict[str, Rule] = {**DEFAULT_RULES, **EVAL_RULES, **STORE_RULES, **(rules or {})}
         self.calls: list[int] = []
         """Batch sizes of every ``generate`` call, for tests that count backend calls."""
@@ -226,7 +224,7 @@ def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
     subject = entry.split(" ", 1)[0]
     parts = [p.strip() for p in re.split(r",| and | but ", entry) if p.strip()]
     facts = [p if p.split(" ", 1)[0] == subject else f"{subject} {p}" for p in parts]
-    return {"facts": _rest([f + "." for f in facts], fields)}
+    return {"facts": [f + "." for f in facts]}
 
 
 def _coverage(text: str, reference: str) -> float:
@@ -245,7 +243,8 @@ def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
 
 
 def _nli(fields: dict[str, str]) -> dict[str, str]:
-    return {"label": "entailment" if _coverage(fields["hypothesis"], fields["premise"]) >= 0.75 else "neutral"}
+    """The lexical NLI's verdict: a speaker's name in "Maya said:" resolves her "I", it is no evidence."""
+    return {"label": LexicalNLI.judge(fields["premise"], fields["hypothesis"]).label}
 
 
 def _probe(fields: dict[str, str]) -> dict[str, str]:

@@ -27,10 +27,11 @@ class LexicalNLI:
         self.config = config or NLIConfig(backend="lexical")
 
     def entail(self, pairs: Sequence[tuple[str, str]]) -> list[NLIResult]:
-        return [self._one(p, h) for p, h in pairs]
+        return [self.judge(p, h) for p, h in pairs]
 
     @staticmethod
-    def _one(premise: str, hypothesis: str) -> NLIResult:
+    def judge(premise: str, hypothesis: str) -> NLIResult:
+        """One pair's verdict (the scripted chat model's NLI answers use it too, so both judge alike)."""
         words = content_words(hypothesis)
         have = content_set(_SAID.sub(r"\g<on>\g<text>", premise))  # "X said:" names a speaker, it is no evidence
         speakers = {w for said in _SAID.finditer(premise) if _FIRST_PERSON.search(said.group("text"))

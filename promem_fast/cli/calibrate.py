@@ -26,6 +26,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_tau(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from promem_fast.calibration import SessionVectors, candidates_program, choose, curve, table
     from promem_fast.engine import Engine
     from promem_fast.eval.datasets import load_benchmark
@@ -47,10 +49,10 @@ def cmd_tau(args: argparse.Namespace) -> int:
                 raise value
             events, draft = value
             texts = [*events, *draft, *gold.get(sid, [])]
-            rows = embed(texts) if texts else []
-            matrix = [list(rows[a:b]) for a, b in ((0, len(events)), (len(events), len(events) + len(draft)),
-                                                     (len(events) + len(draft), len(texts)))]
-            vectors.append(SessionVectors(*(_stack(m) for m in matrix)))
+            # one embedding call a session; its rows split back into events, draft and gold
+            rows = np.asarray(embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
+            e, d = len(events), len(events) + len(draft)
+            vectors.append(SessionVectors(rows[:e], rows[e:d], rows[d:]))
     points = curve(vectors)
     chosen = choose(points)
     name = config.embedder.model or f"{config.embedder.backend} default"
@@ -58,9 +60,3 @@ def cmd_tau(args: argparse.Namespace) -> int:
     print(table(points, chosen))
     print(f"tau_comp = {chosen.tau:.2f} (set it with --set pipeline.tau_comp={chosen.tau:.2f})")
     return 0
-
-
-def _stack(rows: list[Any]) -> Any:
-    import numpy as np
-
-    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, 1), np.float32)

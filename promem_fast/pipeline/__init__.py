@@ -43,7 +43,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
 
     prompt_groups = groups
     if ctx.config.compression.enabled:
-        prompt_groups = yield from compress_turns(groups, ctx)
+        prompt_groups = yield from compress_turns(view, groups, ctx)
 
     if cp.mode == "one-off":
         draft = yield from draft_memory(view, prompt_groups, ctx)
@@ -71,7 +71,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
 
     completed = yield from check_completeness(events, draft, ctx, recover=cp.completeness_check)
     turn_of, score = yield from ground(completed.vectors, turn_vecs)
-    nodes, became = yield from verify_entries(session, groups, completed.entries, turn_of, score, ctx,
+    nodes, became = yield from verify_entries(view, groups, completed.entries, turn_of, score, ctx,
                                               enabled=cp.hallucination_verification)
 
     def relations_branch() -> Program[list[Edge]]:
@@ -80,7 +80,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
         src, rel, dst = map_edges(relations, events, completed.event_to_entry, became, nodes,
                                   tuple(cp.relation_types))
         turn_of_node = [ordinal[n.turn_ids[0]] if n.turn_ids else -1 for n in nodes]
-        return (yield from verify_relations(session, groups, nodes, turn_of_node, src, rel, dst, ctx))
+        return (yield from verify_relations(view, groups, nodes, turn_of_node, src, rel, dst, ctx))
 
     def anchor_branch() -> Program[int]:
         if not cp.detail_anchoring:

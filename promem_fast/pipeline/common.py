@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
@@ -18,8 +18,8 @@ from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed", "window_text", "dedupe",
-           "statements", "same_language"]
+__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed",
+           "window_text", "dedupe", "statements", "same_language"]
 
 
 def gather(*programs: Program[Any]) -> Program[list[Any]]:
@@ -105,10 +105,23 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
     """
     cap = ctx.config.pipeline.max_list_items
     got = [Listed([]) for _ in makers]
+    # items in each latest reply before its check dropped any: a reply cut at the cap may lose a fragment
+    # or an example copy to the check and still have been cut
+    replied = [0] * len(makers)
     failed: dict[int, Failure] = {}
+
+    def counted(i: int, request: Generate) -> Generate:
+        inner = request.check
+
+        def check(value: Any) -> tuple[Any, list[str]]:
+            replied[i] = len(value[key])
+            return inner(value) if inner is not None else (value, [])
+
+        return replace(request, check=check)
+
     todo = list(range(len(makers)))
     for _ in range(MAX_CONTINUATIONS + 1):
-        results = yield from ask([makers[i](more_text(got[i].items)) for i in todo])
+        results = yield from ask([counted(i, makers[i](more_text(got[i].items))) for i in todo])
         again: list[int] = []
         for i, result in zip(todo, results):
             if isinstance(result, Failure):
@@ -122,7 +135,7 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
             seen = {" ".join(t.split()).lower() for t in got[i].items}
             fresh = [t for t in result[key] if " ".join(t.split()).lower() not in seen]
             got[i].items.extend(fresh)
-            got[i].full = len(result[key]) >= cap and bool(fresh)
+            got[i].full = replied[i] >= cap and bool(fresh)
             if got[i].full:
                 again.append(i)
         ctx.stats.bump("list_continuations", len(again))

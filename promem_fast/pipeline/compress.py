@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup
-from promem_fast.prompts import format_turn
+from promem_fast.pipeline.views import DialogueView
 from promem_fast.requests import Compress, Failure, Program
 from promem_fast.types import Turn
 
 
-def compress_turns(groups: list[TurnGroup], ctx: RunContext) -> Program[list[TurnGroup]]:
+def compress_turns(view: DialogueView, groups: list[TurnGroup], ctx: RunContext) -> Program[list[TurnGroup]]:
+    """The turns with compressed texts; the statistics count the tokens of the turns as the prompts show them."""
     texts = tuple(m.text for _, messages in groups for m in messages)
     (compressed,) = yield [Compress(stage="compress", texts=texts)]
     if isinstance(compressed, Failure):
@@ -29,8 +30,8 @@ def compress_turns(groups: list[TurnGroup], ctx: RunContext) -> Program[list[Tur
             pos += 1
             new.append(Turn(turn_id=m.turn_id, role=m.role, text=text, timestamp=m.timestamp))
         out.append((tid, tuple(new)))
-    before = sum(ctx.text_tokens("draft", format_turn(m, tid)) for tid, m in groups)
-    after = sum(ctx.text_tokens("draft", format_turn(m, tid)) for tid, m in out)
+    before = sum(ctx.text_tokens("draft", view.turn(g)) for g in groups)
+    after = sum(ctx.text_tokens("draft", view.turn(g)) for g in out)
     ctx.stats.bump("compression_tokens_before", before)
     ctx.stats.bump("compression_tokens_after", after)
     return out

@@ -14,9 +14,9 @@ from promem_fast.context import RunContext
 from promem_fast.backends._text import content_set
 from promem_fast.pipeline.common import TurnGroup, ask
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import RELATION_MEANINGS, numbered, render, schema_for
+from promem_fast.prompts import numbered, relation_meaning, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program
-from promem_fast.types import Edge, Event, MemoryEntry, Session
+from promem_fast.types import Edge, Event, MemoryEntry
 
 
 def map_edges(relations: list[tuple[int, str, int]], events: list[Event], event_to_entry: list[int],
@@ -67,12 +67,11 @@ def evidence(view: DialogueView, groups: list[TurnGroup], focus: list[int], ctx:
     return "\n".join(texts[i] for i in sorted(chosen))
 
 
-def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[MemoryEntry],
+def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[MemoryEntry],
                      turn_of_node: list[int], src: np.ndarray, rel: np.ndarray, dst: np.ndarray,
                      ctx: RunContext) -> Program[list[Edge]]:
     cp = ctx.config.pipeline
     types = tuple(cp.relation_types)
-    view = DialogueView.of(session)
     ctx.stats.bump("edges_candidate", len(src))
     if len(src) == 0:
         return []
@@ -83,8 +82,8 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
     if not edges:
         return []
     probes = yield [Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
-                             messages=render("probe", user=session.user, source=nodes[s].text,
-                                             target=nodes[t].text, relation=r, meaning=RELATION_MEANINGS.get(r, r)),
+                             messages=render("probe", user=view.owner, source=nodes[s].text,
+                                             target=nodes[t].text, relation=r, meaning=relation_meaning(r)),
                              item=f"edge {s} -{r}-> {t}")
                     for s, r, t in edges]
     flat = numbered([n.text for n in nodes])
@@ -106,7 +105,7 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
             ctx.stats.bump("edges_implicit")
         else:
             open_questions.append((edge, question))
-    empty = render("verify_relation", user=session.user, dialogue="", source="", target="", relation="", meaning="",
+    empty = render("verify_relation", user=view.owner, dialogue="", source="", target="", relation="", meaning="",
                    question="")
     budget = ctx.prompt_budget("verify_relation", empty)
     requests = []
@@ -115,9 +114,9 @@ def verify_relations(session: Session, groups: list[TurnGroup], nodes: list[Memo
                             budget - ctx.text_tokens("verify_relation", nodes[s].text + nodes[t].text + question))
         requests.append(Generate(stage="rel", role="verify_relation", schema=schema_for("verify_relation"),
                                  max_tokens=cp.max_tokens["verify_relation"], item=question,
-                                 messages=render("verify_relation", user=session.user, dialogue=dialogue,
+                                 messages=render("verify_relation", user=view.owner, dialogue=dialogue,
                                                  source=nodes[s].text, target=nodes[t].text, relation=r,
-                                                 meaning=RELATION_MEANINGS.get(r, r), question=question)))
+                                                 meaning=relation_meaning(r), question=question)))
     verdicts = yield from ask(requests)
     out: list[Edge] = []
     for ((s, r, t), question), result in zip(open_questions, verdicts):

@@ -23,7 +23,7 @@ from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import render, schema_for
 from promem_fast.requests import Failure, Generate, Match, Program
-from promem_fast.types import MemoryEntry, Session
+from promem_fast.types import MemoryEntry
 
 
 def ground(entry_vecs: np.ndarray, turn_vecs: np.ndarray) -> Program[tuple[np.ndarray, np.ndarray]]:
@@ -36,13 +36,12 @@ def ground(entry_vecs: np.ndarray, turn_vecs: np.ndarray) -> Program[tuple[np.nd
     return match
 
 
-def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Candidate], turn_of: np.ndarray,
+def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Candidate], turn_of: np.ndarray,
                    grounding: np.ndarray, ctx: RunContext, enabled: bool
                    ) -> Program[tuple[list[MemoryEntry], list[list[int]]]]:
     """Purified nodes and, for each candidate entry, the indices of the nodes it became."""
     nodes: list[MemoryEntry] = []
     became: list[list[int]] = [[] for _ in entries]
-    view = DialogueView.of(session)
 
     texts: set[str] = set()
 
@@ -85,7 +84,7 @@ def verify_entries(session: Session, groups: list[TurnGroup], entries: list[Cand
 
     schema = schema_for("decompose", max_items=cp.max_list_items)
     decomposed = yield [Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
-                                 messages=render("decompose", user=session.user, entry=entries[i].text),
+                                 messages=render("decompose", user=view.owner, entry=entries[i].text),
                                  item=entries[i].text, check=statements("facts", entries[i].text, min_words=2))
                        for i in suspect]
     facts: list[tuple[int, str]] = []
