@@ -202,6 +202,15 @@ def test_resume_refuses_kept_lines_that_are_not_one_graph_per_session(tmp_path: 
     assert info.value.line == line and info.value.file == str(out) and message in info.value.message
 
 
+def test_resume_refuses_a_rejects_line_that_is_not_an_object(tmp_path: Path) -> None:
+    """Valid JSON of another shape (an edited or foreign file) is named, not a crash reading its fields."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"kind": "input", "line": 1, "session_id": null}\n[1, 2]\n', encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        RejectWriter(path, resume=True)
+    assert info.value.line == 2 and "not a complete record" in info.value.message
+
+
 def test_exported_file_names_never_collide(tmp_path: Path) -> None:
     a, _ = _two_graphs()
     graphs = []

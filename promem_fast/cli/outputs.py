@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promem_fast.errors import UsageError, WriteFailed
+from promem_fast.errors import InputError, UsageError, WriteFailed
 from promem_fast.io import GraphWriter, RejectWriter, read_sessions
 from promem_fast.manifest import Manifest, check_resume, kept_prefix, manifest_path
 from promem_fast.types import Session
@@ -88,6 +88,10 @@ class RunFiles:
                 writer.close()
             self.discard_if_empty()
             raise WriteFailed(exc.filename or self.out, exc) from exc
+        except InputError:  # a damaged rejects file on resume: the graphs file is already open
+            if writer is not None:
+                writer.close()
+            raise
         if not writer.kept:
             return writer, rejects, 0
         try:
