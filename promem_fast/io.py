@@ -21,6 +21,7 @@ reports the ids already done.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -412,8 +413,6 @@ def file_stem(session_id: str, taken: set[str]) -> str:
     and ``a`` on a case-insensitive disk) is cut to 100 characters and gets a short hash of the id, so no
     export overwrites another and none is too long for a file system.
     """
-    import hashlib
-
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in session_id).lstrip(".")
     if safe != session_id or len(safe) > 100 or safe.lower() in taken:
         safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:10]}"

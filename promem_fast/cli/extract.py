@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from promem_fast.cli.outputs import RunFiles, check_input
+    from promem_fast.cli.outputs import RunFiles, check_input, count_records
     from promem_fast.cli.store_io import extract_store
     from promem_fast.engine import Engine
     from promem_fast.errors import BackendUnavailable, InputError, SessionFailed, WriteFailed
@@ -76,8 +76,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     engine = Engine(config)
     engine.on_session_error = rejects.session_error
     store = extract_store(args, config, out, engine)
-    with open(source, "rb") as handle:
-        total = sum(1 for line in handle if line.strip())
+    total = count_records(source)
     status = 0
     try:
         for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):

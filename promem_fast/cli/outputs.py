@@ -74,7 +74,7 @@ class RunFiles:
         now = Manifest.of_run(source, config)
         resume = resume and self.out.exists()
         if resume:
-            check_resume(self.manifest, now, out=self.out, kept=_count_lines(self.out))
+            check_resume(self.manifest, now, out=self.out, kept=count_records(self.out))
         self.existed = {p: p.exists() for p in (self.out, self.rejects, self.manifest)}
         writer: GraphWriter | None = None
         try:
@@ -115,6 +115,7 @@ class RunFiles:
             tmp.unlink()
 
 
-def _count_lines(path: Path) -> int:
+def count_records(path: Path) -> int:
+    """The non-blank lines of a JSONL file (blank ones are skipped by every reader)."""
     with open(path, "rb") as handle:
         return sum(1 for line in handle if line.strip())
