@@ -415,7 +415,7 @@ def file_stem(session_id: str, taken: set[str]) -> str:
     """
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in session_id).lstrip(".")
     if safe != session_id or len(safe) > 100 or safe.lower() in taken:
-        safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:10]}"
+        safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
     taken.add(safe.lower())
     return safe
 
@@ -433,6 +433,8 @@ def export_graphs(path: str | Path, out_dir: str | Path, fmt: str) -> list[Path]
             graph.write_graphml(str(target))
         else:
             target = out / f"{safe}.json"
-            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8")
+            # as in the graphs file, a lone surrogate of a model reply is kept as a JSON escape
+            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8",
+                              errors="backslashreplace")
         written.append(target)
     return written

@@ -224,6 +224,18 @@ def test_exported_file_names_never_collide(tmp_path: Path) -> None:
     assert all(len(p.name) < 120 and not p.name.startswith(".") for p in written)
 
 
+def test_export_keeps_a_lone_surrogate_the_graphs_file_holds(tmp_path: Path) -> None:
+    """The writer keeps a model reply's lone surrogate as a JSON escape; the export reads and writes it too."""
+    a, _ = _two_graphs()
+    a.nodes[0].text += "\ud800"
+    a.session_id = "odd\udc00id"
+    writer = GraphWriter(tmp_path / "g.jsonl")
+    writer.write(a)
+    writer.close()
+    (target,) = export_graphs(tmp_path / "g.jsonl", tmp_path / "nl", "node-link")
+    assert json.loads(target.read_text(encoding="utf-8"))["nodes"][0]["text"].endswith("\ud800")
+
+
 def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: ignore[no-untyped-def]
     (graph,) = Engine(scripted_config()).extract([maya])
     assert MemoryGraph.from_json(graph.to_json()).to_json() == graph.to_json()
