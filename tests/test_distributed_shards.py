@@ -53,6 +53,10 @@ def test_a_directory_is_its_shard_files_and_name_clashes_are_refused(tmp_path: P
     assert [s.path for s in plan([tmp_path / "a"], 10)] == [str(tmp_path / "a" / "x.jsonl")]
     with pytest.raises(InputError, match="same shard files"):
         plan([tmp_path / "a", tmp_path / "b"], 10)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "X.jsonl").write_text('{"session_id": "3"}\n')
+    with pytest.raises(InputError, match="same shard files"):  # one file on a case-insensitive disk
+        plan([tmp_path / "a", tmp_path / "c"], 10)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no .jsonl or .parquet"):
         plan([tmp_path / "empty"], 10)
