@@ -165,3 +165,5 @@ def test_another_version_or_a_damaged_manifest_is_refused(interrupted: tuple[Pat
     assert "promem_fast version 0.0.1 wrote it" in refused(capsys, argv, out)
     manifest.write_text('{"version": ')
     assert "not a readable manifest" in refused(capsys, argv, out)
+    manifest.write_text(json.dumps({**data, "input_lines": 6}))  # fields of the wrong type: refused, no crash
+    assert "not a readable manifest (input_lines of the wrong type)" in refused(capsys, argv, out)
