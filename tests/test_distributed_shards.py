@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promem_fast.distributed.shards import plan, read_shard
+from promem_fast.distributed.driver import _clear
+from promem_fast.distributed.shards import files, plan, read_shard, write_shard
 from promem_fast.errors import InputError, PromemError
 from promem_fast.io import read_sessions
 
@@ -64,3 +65,21 @@ def test_a_directory_is_its_shard_files_and_name_clashes_are_refused(tmp_path: P
         plan([tmp_path / "missing.jsonl"], 10)
     with pytest.raises(PromemError, match="shard-sessions"):
         plan([tmp_path / "a"], 0)
+
+
+def test_overwrite_clears_the_shards_of_another_cut_of_the_same_input(tmp_path: Path) -> None:
+    """A cut into more shards leaves higher-numbered files; --overwrite removes them, and nothing else."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"session_id": str(i)}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    out.mkdir()
+    for shard in plan([source], 1):
+        write_shard(out, shard, "", "", {}, parquet=False, fsync=False)
+    other = tmp_path / "other.jsonl"
+    other.write_text(source.read_text())
+    (kept,) = plan([other], 4)
+    write_shard(out, kept, "", "", {}, parquet=False, fsync=False)
+    (out / "notes.jsonl").write_text("mine\n")
+    _clear(out, plan([source], 2))
+    left = sorted(p.name for p in out.iterdir())
+    assert left == sorted([*(p.name for p in files(out, kept.name).values() if p.exists()), "notes.jsonl"])

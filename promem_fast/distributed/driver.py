@@ -170,9 +170,20 @@ def _manifest(out: Path, shard: Shard) -> dict[str, Any]:
 
 
 def _clear(out: Path, shards: list[Shard]) -> None:
-    """Remove what earlier runs wrote for these shards (and nothing else in ``out``)."""
-    for shard in shards:
-        for path in files(out, shard.name).values():
+    """Remove what earlier runs wrote for these shards and for other cuts of the same inputs (a run with
+    another ``--shard-sessions`` made more shards: left behind, they would sit among this run's files and
+    be read twice), and nothing else in ``out``: another cut's shard is known by its manifest's input path."""
+    names = {shard.name for shard in shards}
+    inputs = {shard.path for shard in shards}
+    for manifest in out.glob("*.manifest.json"):
+        try:
+            made_from = json.loads(manifest.read_text(encoding="utf-8"))["shard"]["path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if made_from in inputs:
+            names.add(manifest.name.removesuffix(".manifest.json"))
+    for name in names:
+        for path in files(out, name).values():
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     (out / SUMMARY_FILE).unlink(missing_ok=True)
