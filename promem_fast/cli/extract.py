@@ -73,9 +73,18 @@ def cmd_extract(args: argparse.Namespace) -> int:
                 continue
             yield item
 
-    engine = Engine(config)
-    engine.on_session_error = rejects.session_error
-    store = extract_store(args, config, out, engine)
+    engine: Engine | None = None
+    try:
+        engine = Engine(config)
+        engine.on_session_error = rejects.session_error
+        store = extract_store(args, config, out, engine)
+    except BaseException:  # no model or store: close the files, and remove them while empty (no blocked rerun)
+        writer.close()
+        rejects.close()
+        if engine is not None:
+            engine.close()
+        files.discard_if_empty()
+        raise
     total = count_records(source)
     status = 0
     try:
