@@ -20,8 +20,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("extract", help="extract memory graphs from a JSONL file of sessions")
     p.add_argument("input", type=Path, help="JSONL, one session per line (see README: input format)")
     p.add_argument("-o", "--output", type=Path, required=True, help="JSONL of graphs, one per session")
-    p.add_argument("--resume", action="store_true", help="keep OUTPUT and skip sessions already in it")
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    again = p.add_mutually_exclusive_group()  # both at once would silently resume
+    again.add_argument("--resume", action="store_true", help="keep OUTPUT and skip sessions already in it")
+    again.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     p.add_argument("--on-error", choices=["skip", "stop"], help="bad input: skip it (default) or stop")
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
