@@ -219,6 +219,8 @@ BAD_RECORDS = [
      "memory_integrity_records[0].is_update", 'must be true, false, "true" or "false"'),
     ({"memory_integrity_records": [point("Event Memory", "primary", 1.0, [2])]},
      "memory_integrity_records[0].memory_integrity_score", "must be a string, number or null"),
+    ({"kind": "halumem", "labels": {"update": [{**updated("Event Memory", 1.0, "Correct"), "index": [0]}]}},
+     "labels.update[0].index", "must be a string, number or null"),
     ({"memory_accuracy_records": [entry(2, "yes")]},
      "memory_accuracy_records[0].is_included_in_golden_memories", 'must be true, false, "true" or "false"'),
     ({"memory_update_records": [{**updated("Event Memory", 1.0, "Correct"), "memory_type": None}]},

@@ -88,8 +88,14 @@ _FIELDS: dict[tuple[str, str], dict[str, _Check]] = {
 """Required fields of each benchmark's label groups, with their checks (``None`` values are caught by the
 check when they are not allowed)."""
 
-_OPTIONAL: dict[str, _Check] = {"is_update": _flag}
-"""Fields checked when present."""
+def _key_part(value: Any) -> str | None:
+    ok = value is None or isinstance(value, (bool, int, float, str))
+    return None if ok else "must be a string, number or null"
+
+
+_OPTIONAL: dict[str, _Check] = {"is_update": _flag, "session_id": _key_part, "index": _key_part,
+                                "memory_content": _key_part}
+"""Fields checked when present (the last three identify a gold point for :func:`infer_routing`)."""
 
 GROUPS: dict[str, tuple[str, ...]] = {"halumem": ("integrity", "accuracy", "update", "qa"),
                                       "locomo": ("qa",), "longmemeval": ("qa",)}
