@@ -356,7 +356,6 @@ class RejectWriter(_Appender):
     def __init__(self, path: str | Path, *, resume: bool = False) -> None:
         super().__init__(path, resume=resume, fsync=False)
         self._seen = {self._key(record) for record in self.records}
-        self.count = 0
 
     @property
     def failed(self) -> set[str]:
@@ -368,7 +367,6 @@ class RejectWriter(_Appender):
         return (record.get("kind"), record.get("line"), record.get("session_id"))
 
     def write(self, record: dict[str, Any]) -> None:
-        self.count += 1
         if self._key(record) in self._seen:
             return
         self._seen.add(self._key(record))
