@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from promem_fast import __version__
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import (
     Shard, cross_shard_duplicates, files, fingerprint, is_complete, plan, write_shard,
@@ -63,7 +64,8 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     if overwrite:
         _clear(out, shards)
     settings = {k: v for k, v in config.to_dict().items() if k not in _OUTSIDE_RECORDS}
-    config_hash = fingerprint({**settings, "parquet": parquet})
+    # the version too, as a single-node resume refuses output of another version (manifest.py)
+    config_hash = fingerprint({**settings, "parquet": parquet, "version": __version__})
     summary = DistributedSummary()
     pending: list[Shard] = []
     for shard in shards:
