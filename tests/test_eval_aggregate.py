@@ -166,6 +166,11 @@ def test_our_result_reaggregates_to_its_own_figures_whatever_the_routing(tmp_pat
         del doc["config"]["update_routing"]
         older = write(tmp_path / f"older-{routing}.json", doc)
         assert load_labels([older]).update_routing == routing
+        # HaluMem spells the flag "True"/"False" (the string "False" is truthy): the same figures
+        for label in doc["labels"]["integrity"]:
+            label["is_update"] = str(bool(label.get("is_update")))
+        spelled = write(tmp_path / f"spelled-{routing}.json", doc)
+        assert aggregate(load_labels([spelled]))["aggregates"]["extraction"] == again["aggregates"]["extraction"]
 
 
 def test_the_aggregate_report_has_the_score_tables_and_no_cost(tmp_path: Path) -> None:

@@ -153,6 +153,8 @@ def _check_rows(kind: str, group: str, rows: Any, path: Path, where: str) -> lis
             problem = check(row[key]) if key in row else None
             if problem is not None:
                 raise InputError(problem, file=str(path), field=f"{name}.{key}")
+        if "is_update" in row:  # HaluMem writes "True"/"False"; as a bool every consumer reads it alike
+            row["is_update"] = _is_set(row["is_update"])
         if kind == "locomo" and row["category"] != 5 and row["answer"] is None:
             raise InputError(f"category {row['category']} needs a gold answer", file=str(path), field=f"{name}.answer")
     return rows
