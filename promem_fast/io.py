@@ -21,6 +21,7 @@ reports the ids already done.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -264,9 +265,10 @@ class _Appender:
     def __init__(self, path: str | Path, *, resume: bool, fsync: bool) -> None:
         self.path = Path(path)
         self.fsync = fsync
-        self.lines: list[str] = []
+        self.records: list[Any] = []
+        """The JSON of every line kept on resume, parsed once by :meth:`_recover`."""
         if resume and self.path.exists():
-            self.lines = self._recover()
+            self.records = self._recover()
         elif self.path.exists():
             self.path.unlink()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -274,7 +276,9 @@ class _Appender:
         # inside the JSON string it reads back as the same text instead of failing the write.
         self._handle: IO[str] = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
 
-    def _recover(self) -> list[str]:
+    def _recover(self) -> list[Any]:
+        """The records of the kept lines, after dropping a torn last line; a kept line that is not a
+        complete record is an :class:`InputError` naming it."""
         data = self.path.read_bytes()
         end = data.rfind(b"\n") + 1
         if end < len(data):
@@ -285,15 +289,18 @@ class _Appender:
         good = []
         for number, raw in enumerate(data[:end].splitlines(), start=1):
             try:
-                self._check(json.loads(raw))
+                record = json.loads(raw)
+                self._check(record)
             except NOT_A_GRAPH as exc:
                 raise InputError(f"not a complete record ({type(exc).__name__}: {exc}); remove it or start "
                                  f"again with --overwrite", file=str(self.path), line=number) from exc
-            good.append(raw.decode("utf-8"))
+            good.append(record)
         return good
 
     def _check(self, record: Any) -> None:
-        """Raise if a kept line is not what this file holds (any JSON by default)."""
+        """Raise if a kept line is not what this file holds (a JSON object by default)."""
+        if not isinstance(record, dict):
+            raise TypeError(f"expected a JSON object, got {type(record).__name__}")
 
     def append(self, line: str) -> None:
         try:
@@ -321,15 +328,17 @@ class GraphWriter(_Appender):
     def __init__(self, path: str | Path, *, resume: bool = False, fsync: bool = False, timings: bool = True) -> None:
         super().__init__(path, resume=resume, fsync=fsync)
         self.timings = timings
-        self.kept: list[str] = [json.loads(line)["session_id"] for line in self.lines]
+        self.kept: list[str] = [record["session_id"] for record in self.records]
         self.done: set[str] = set()
         for number, sid in enumerate(self.kept, start=1):
             if sid in self.done:
+                self.close()  # the caller never gets this writer, so nothing else would close its file
                 raise InputError("session written twice; remove the repeated line or start again with --overwrite",
                                  file=str(self.path), line=number, session_id=sid)
             self.done.add(sid)
 
     def _check(self, record: Any) -> None:
+        """A kept line must read back as a whole graph, or the resumed output would not load."""
         MemoryGraph.from_dict(record)
 
     def write(self, graph: MemoryGraph) -> None:
@@ -346,8 +355,7 @@ class RejectWriter(_Appender):
 
     def __init__(self, path: str | Path, *, resume: bool = False) -> None:
         super().__init__(path, resume=resume, fsync=False)
-        self._seen = {self._key(json.loads(line)) for line in self.lines}
-        self.count = 0
+        self._seen = {self._key(record) for record in self.records}
 
     @property
     def failed(self) -> set[str]:
@@ -359,7 +367,6 @@ class RejectWriter(_Appender):
         return (record.get("kind"), record.get("line"), record.get("session_id"))
 
     def write(self, record: dict[str, Any]) -> None:
-        self.count += 1
         if self._key(record) in self._seen:
             return
         self._seen.add(self._key(record))
@@ -404,11 +411,9 @@ def file_stem(session_id: str, taken: set[str]) -> str:
     and ``a`` on a case-insensitive disk) is cut to 100 characters and gets a short hash of the id, so no
     export overwrites another and none is too long for a file system.
     """
-    import hashlib
-
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in session_id).lstrip(".")
     if safe != session_id or len(safe) > 100 or safe.lower() in taken:
-        safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:10]}"
+        safe = f"{safe[:100]}-{hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
     taken.add(safe.lower())
     return safe
 
@@ -426,6 +431,8 @@ def export_graphs(path: str | Path, out_dir: str | Path, fmt: str) -> list[Path]
             graph.write_graphml(str(target))
         else:
             target = out / f"{safe}.json"
-            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8")
+            # as in the graphs file, a lone surrogate of a model reply is kept as a JSON escape
+            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8",
+                              errors="backslashreplace")
         written.append(target)
     return written

@@ -95,6 +95,9 @@ class Manifest:
             names = {f.name for f in dataclasses.fields(cls)}
             if not isinstance(data, dict) or not names <= set(data):
                 raise ValueError(f"expected the fields {', '.join(sorted(names))}")
+            wrong = [k for k, kind in _FIELD_TYPES.items() if not isinstance(data[k], kind)]
+            if wrong or not all(isinstance(h, str) for h in data["input_lines"]):
+                raise ValueError(f"{', '.join(wrong) or 'input_lines'} of the wrong type")
             return cls(**{k: data[k] for k in names})
         except (ValueError, UnicodeDecodeError) as exc:
             raise InputError(f"not a readable manifest ({exc}); start again with --overwrite", file=str(path)) from exc
@@ -123,6 +126,11 @@ class Manifest:
             out.append(f"timings were {'on' if self.timings else 'off (--no-timings)'}, "
                        f"now {'on' if now.timings else 'off (--no-timings)'}")
         return out
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "version": str, "config": dict, "timings": bool, "input_sha256": str, "input_lines": list, "format": int}
+"""What each field must hold, so an edited manifest is refused here instead of crashing the comparison."""
 
 
 def _jsonable(value: Any) -> Any:

@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, halumem_sessions, scripted_config, write_jsonl
 from promem_fast import Engine, EngineConfig
 from promem_fast.cli import main
-from promem_fast.distributed import extract
+from promem_fast.distributed import driver, extract
 from promem_fast.errors import InputError, MissingDependency, PromemError
 from promem_fast.io import session_from_dict
 from promem_fast.types import Session
@@ -113,7 +113,8 @@ def test_bad_lines_and_ids_repeated_across_shards_are_rejected_as_on_one_node(cl
         extract(path, tmp_path / "out2", config=stop, actors=1, shard_sessions=2)
 
 
-def test_rerun_redoes_only_missing_or_torn_shards(cluster: str, tmp_path: Path) -> None:
+def test_rerun_redoes_only_missing_or_torn_shards(cluster: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     sessions = halumem_sessions()
     inputs = shard_dir(tmp_path / "in", sessions, 2)
     out = tmp_path / "out"
@@ -131,6 +132,9 @@ def test_rerun_redoes_only_missing_or_torn_shards(cluster: str, tmp_path: Path) 
         extract(inputs, out, config=other, actors=1, shard_sessions=5)
     with pytest.raises(PromemError, match="another cut"):
         extract(inputs, out, config=config(), actors=1, shard_sessions=7)
+    monkeypatch.setattr(driver, "__version__", "0.0.1")  # shards of another version are not mixed in either
+    with pytest.raises(PromemError, match="other settings"):
+        extract(inputs, out, config=config(), actors=1, shard_sessions=5)
 
 
 def test_parquet_in_and_out(cluster: str, tmp_path: Path) -> None:
@@ -239,6 +243,14 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
     with pytest.raises(MissingDependency, match=r"promem-fast\[ray\]"):
         extract(path, tmp_path / "out", config=config())
+
+
+def test_a_store_is_refused_with_ray_rather_than_left_unfed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    argv = ["extract", str(path), "-o", str(tmp_path / "out"), "--ray", "--db", str(tmp_path / "m.db"), *SCRIPTED]
+    assert main(argv) == 2
+    assert "--db is not supported with --ray" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "m.db").exists()
 
 
 def test_a_pool_the_cluster_cannot_hold_is_refused(cluster: str, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promem_fast.distributed.shards import plan, read_shard
+from promem_fast.distributed.driver import _clear
+from promem_fast.distributed.shards import files, plan, read_shard, write_shard
 from promem_fast.errors import InputError, PromemError
 from promem_fast.io import read_sessions
 
@@ -53,6 +54,10 @@ def test_a_directory_is_its_shard_files_and_name_clashes_are_refused(tmp_path: P
     assert [s.path for s in plan([tmp_path / "a"], 10)] == [str(tmp_path / "a" / "x.jsonl")]
     with pytest.raises(InputError, match="same shard files"):
         plan([tmp_path / "a", tmp_path / "b"], 10)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "X.jsonl").write_text('{"session_id": "3"}\n')
+    with pytest.raises(InputError, match="same shard files"):  # one file on a case-insensitive disk
+        plan([tmp_path / "a", tmp_path / "c"], 10)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no .jsonl or .parquet"):
         plan([tmp_path / "empty"], 10)
@@ -60,3 +65,21 @@ def test_a_directory_is_its_shard_files_and_name_clashes_are_refused(tmp_path: P
         plan([tmp_path / "missing.jsonl"], 10)
     with pytest.raises(PromemError, match="shard-sessions"):
         plan([tmp_path / "a"], 0)
+
+
+def test_overwrite_clears_the_shards_of_another_cut_of_the_same_input(tmp_path: Path) -> None:
+    """A cut into more shards leaves higher-numbered files; --overwrite removes them, and nothing else."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"session_id": str(i)}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    out.mkdir()
+    for shard in plan([source], 1):
+        write_shard(out, shard, "", "", {}, parquet=False, fsync=False)
+    other = tmp_path / "other.jsonl"
+    other.write_text(source.read_text())
+    (kept,) = plan([other], 4)
+    write_shard(out, kept, "", "", {}, parquet=False, fsync=False)
+    (out / "notes.jsonl").write_text("mine\n")
+    _clear(out, plan([source], 2))
+    left = sorted(p.name for p in out.iterdir())
+    assert left == sorted([*(p.name for p in files(out, kept.name).values() if p.exists()), "notes.jsonl"])

@@ -166,6 +166,11 @@ def test_our_result_reaggregates_to_its_own_figures_whatever_the_routing(tmp_pat
         del doc["config"]["update_routing"]
         older = write(tmp_path / f"older-{routing}.json", doc)
         assert load_labels([older]).update_routing == routing
+        # HaluMem spells the flag "True"/"False" (the string "False" is truthy): the same figures
+        for label in doc["labels"]["integrity"]:
+            label["is_update"] = str(bool(label.get("is_update")))
+        spelled = write(tmp_path / f"spelled-{routing}.json", doc)
+        assert aggregate(load_labels([spelled]))["aggregates"]["extraction"] == again["aggregates"]["extraction"]
 
 
 def test_the_aggregate_report_has_the_score_tables_and_no_cost(tmp_path: Path) -> None:
@@ -219,6 +224,8 @@ BAD_RECORDS = [
      "memory_integrity_records[0].is_update", 'must be true, false, "true" or "false"'),
     ({"memory_integrity_records": [point("Event Memory", "primary", 1.0, [2])]},
      "memory_integrity_records[0].memory_integrity_score", "must be a string, number or null"),
+    ({"kind": "halumem", "labels": {"update": [{**updated("Event Memory", 1.0, "Correct"), "index": [0]}]}},
+     "labels.update[0].index", "must be a string, number or null"),
     ({"memory_accuracy_records": [entry(2, "yes")]},
      "memory_accuracy_records[0].is_included_in_golden_memories", 'must be true, false, "true" or "false"'),
     ({"memory_update_records": [{**updated("Event Memory", 1.0, "Correct"), "memory_type": None}]},

@@ -204,3 +204,28 @@ def test_export_of_a_damaged_or_missing_file_is_one_line(
     assert f"{graphs}:2: not a memory graph" in one_error_line(capsys)
     assert main(["export", str(tmp_path / "nope.jsonl"), str(tmp_path / "out")]) == 2
     assert "No such file" in one_error_line(capsys)
+
+
+def test_export_refuses_a_mix_of_graphs_and_store_arguments_and_keeps_the_graphs(
+        reference: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --db the first argument is the file written: --db added to a graphs export must not overwrite it."""
+    graphs = tmp_path / "graphs.jsonl"
+    graphs.write_bytes(reference)
+    assert main(["export", str(graphs), str(tmp_path / "out"), "--db", str(tmp_path / "m.db")]) == 2
+    assert "takes no OUT_DIR" in one_error_line(capsys)
+    assert graphs.read_bytes() == reference
+    assert main(["export", str(graphs), str(tmp_path / "out"), "--tenant", "t"]) == 2
+    assert "needs --db" in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_store_that_cannot_open_leaves_no_empty_output(
+        six: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The files are created before the store opens; an empty OUT left behind would block the rerun."""
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database, just text " * 50)
+    out = tmp_path / "out.jsonl"
+    assert main(["extract", str(six), "-o", str(out), "--db", str(bad), *SCRIPTED]) == 2
+    assert "not a usable store" in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db"]
+    assert main(["extract", str(six), "-o", str(out), *SCRIPTED]) == 0

@@ -202,6 +202,15 @@ def test_resume_refuses_kept_lines_that_are_not_one_graph_per_session(tmp_path: 
     assert info.value.line == line and info.value.file == str(out) and message in info.value.message
 
 
+def test_resume_refuses_a_rejects_line_that_is_not_an_object(tmp_path: Path) -> None:
+    """Valid JSON of another shape (an edited or foreign file) is named, not a crash reading its fields."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"kind": "input", "line": 1, "session_id": null}\n[1, 2]\n', encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        RejectWriter(path, resume=True)
+    assert info.value.line == 2 and "not a complete record" in info.value.message
+
+
 def test_exported_file_names_never_collide(tmp_path: Path) -> None:
     a, _ = _two_graphs()
     graphs = []
@@ -213,6 +222,18 @@ def test_exported_file_names_never_collide(tmp_path: Path) -> None:
     written = export_graphs(out, tmp_path / "nl", "node-link")
     assert len({p.name.lower() for p in written}) == 5 and all(p.exists() for p in written)
     assert all(len(p.name) < 120 and not p.name.startswith(".") for p in written)
+
+
+def test_export_keeps_a_lone_surrogate_the_graphs_file_holds(tmp_path: Path) -> None:
+    """The writer keeps a model reply's lone surrogate as a JSON escape; the export reads and writes it too."""
+    a, _ = _two_graphs()
+    a.nodes[0].text += "\ud800"
+    a.session_id = "odd\udc00id"
+    writer = GraphWriter(tmp_path / "g.jsonl")
+    writer.write(a)
+    writer.close()
+    (target,) = export_graphs(tmp_path / "g.jsonl", tmp_path / "nl", "node-link")
+    assert json.loads(target.read_text(encoding="utf-8"))["nodes"][0]["text"].endswith("\ud800")
 
 
 def test_graph_round_trips_and_exports(tmp_path: Path, maya) -> None:  # type: ignore[no-untyped-def]

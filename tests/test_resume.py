@@ -165,3 +165,16 @@ def test_another_version_or_a_damaged_manifest_is_refused(interrupted: tuple[Pat
     assert "promem_fast version 0.0.1 wrote it" in refused(capsys, argv, out)
     manifest.write_text('{"version": ')
     assert "not a readable manifest" in refused(capsys, argv, out)
+    manifest.write_text(json.dumps({**data, "input_lines": 6}))  # fields of the wrong type: refused, no crash
+    assert "not a readable manifest (input_lines of the wrong type)" in refused(capsys, argv, out)
+
+
+def test_resume_and_overwrite_together_are_refused(interrupted: tuple[Path, Path, bytes],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Which one was meant cannot be told; the kept output is left as it is."""
+    source, out, _ = interrupted
+    before = out.read_bytes()
+    with pytest.raises(SystemExit) as info:
+        main(["extract", str(source), "-o", str(out), "--resume", "--overwrite", *SCRIPTED])
+    assert info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert out.read_bytes() == before

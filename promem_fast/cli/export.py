@@ -20,18 +20,22 @@ def register(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import sys
-
+    """Refuse a mix of the two forms: with ``--db``, INPUT is the file written, so ``export GRAPHS DIR --db DB``
+    (``--db`` added to a graphs export by mistake) would overwrite the graphs file with the store."""
     from promem_fast.cli.outputs import check_input
+    from promem_fast.errors import UsageError
     from promem_fast.io import export_graphs
 
     if args.db is not None:
         from promem_fast.cli.store_io import cmd_store_export
 
+        if args.out_dir is not None:
+            raise UsageError(f"export --db writes one JSONL ({args.input}) and takes no OUT_DIR ({args.out_dir})")
         return cmd_store_export(args)
+    if args.tenant is not None:
+        raise UsageError("--tenant selects what a memory store exports; it needs --db")
     if args.out_dir is None:
-        print("promem: export needs OUT_DIR (or --db to export a memory store)", file=sys.stderr)
-        return 2
+        raise UsageError("export needs OUT_DIR (or --db to export a memory store)")
     check_input(args.input)
     written = export_graphs(args.input, args.out_dir, args.format)
     print(f"wrote {len(written)} {args.format} files to {args.out_dir}")

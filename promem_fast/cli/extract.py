@@ -20,8 +20,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("extract", help="extract memory graphs from a JSONL file of sessions")
     p.add_argument("input", type=Path, help="JSONL, one session per line (see README: input format)")
     p.add_argument("-o", "--output", type=Path, required=True, help="JSONL of graphs, one per session")
-    p.add_argument("--resume", action="store_true", help="keep OUTPUT and skip sessions already in it")
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    again = p.add_mutually_exclusive_group()  # both at once would silently resume
+    again.add_argument("--resume", action="store_true", help="keep OUTPUT and skip sessions already in it")
+    again.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     p.add_argument("--on-error", choices=["skip", "stop"], help="bad input: skip it (default) or stop")
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
@@ -33,7 +34,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from promem_fast.cli.outputs import RunFiles, check_input
+    from promem_fast.cli.outputs import RunFiles, check_input, count_records
     from promem_fast.cli.store_io import extract_store
     from promem_fast.engine import Engine
     from promem_fast.errors import BackendUnavailable, InputError, SessionFailed, WriteFailed
@@ -73,11 +74,19 @@ def cmd_extract(args: argparse.Namespace) -> int:
                 continue
             yield item
 
-    engine = Engine(config)
-    engine.on_session_error = rejects.session_error
-    store = extract_store(args, config, out, engine)
-    with open(source, "rb") as handle:
-        total = sum(1 for line in handle if line.strip())
+    engine: Engine | None = None
+    try:
+        engine = Engine(config)
+        engine.on_session_error = rejects.session_error
+        store = extract_store(args, config, out, engine)
+    except BaseException:  # no model or store: close the files, and remove them while empty (no blocked rerun)
+        writer.close()
+        rejects.close()
+        if engine is not None:
+            engine.close()
+        files.discard_if_empty()
+        raise
+    total = count_records(source)
     status = 0
     try:
         for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):

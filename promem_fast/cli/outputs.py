@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promem_fast.errors import UsageError, WriteFailed
+from promem_fast.errors import InputError, UsageError, WriteFailed
 from promem_fast.io import GraphWriter, RejectWriter, read_sessions
 from promem_fast.manifest import Manifest, check_resume, kept_prefix, manifest_path
 from promem_fast.types import Session
@@ -74,7 +74,7 @@ class RunFiles:
         now = Manifest.of_run(source, config)
         resume = resume and self.out.exists()
         if resume:
-            check_resume(self.manifest, now, out=self.out, kept=_count_lines(self.out))
+            check_resume(self.manifest, now, out=self.out, kept=count_records(self.out))
         self.existed = {p: p.exists() for p in (self.out, self.rejects, self.manifest)}
         writer: GraphWriter | None = None
         try:
@@ -88,6 +88,10 @@ class RunFiles:
                 writer.close()
             self.discard_if_empty()
             raise WriteFailed(exc.filename or self.out, exc) from exc
+        except InputError:  # a damaged rejects file on resume: the graphs file is already open
+            if writer is not None:
+                writer.close()
+            raise
         if not writer.kept:
             return writer, rejects, 0
         try:
@@ -111,6 +115,7 @@ class RunFiles:
             tmp.unlink()
 
 
-def _count_lines(path: Path) -> int:
+def count_records(path: Path) -> int:
+    """The non-blank lines of a JSONL file (blank ones are skipped by every reader)."""
     with open(path, "rb") as handle:
         return sum(1 for line in handle if line.strip())

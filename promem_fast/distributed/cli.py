@@ -21,7 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Any) -> int:
     """``promem extract --ray``: rerunning the same command continues a killed run."""
     from promem_fast.distributed import extract
+    from promem_fast.errors import UsageError
 
+    if getattr(args, "db", None) is not None:  # the shards are written by the driver, which feeds no store
+        raise UsageError("--db is not supported with --ray; add the shard graphs afterwards with "
+                         f"promem ingest {args.output}/NAME.jsonl --db {args.db}")
     summary = extract(args.input, args.output, config=config, address=args.ray, actors=args.actors,
                       gpus_per_actor=args.gpus_per_actor, shard_sessions=args.shard_sessions,
                       parquet=args.parquet, overwrite=args.overwrite)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from promem_fast import __version__
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import (
     Shard, cross_shard_duplicates, files, fingerprint, is_complete, plan, write_shard,
@@ -63,7 +64,8 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     if overwrite:
         _clear(out, shards)
     settings = {k: v for k, v in config.to_dict().items() if k not in _OUTSIDE_RECORDS}
-    config_hash = fingerprint({**settings, "parquet": parquet})
+    # the version too, as a single-node resume refuses output of another version (manifest.py)
+    config_hash = fingerprint({**settings, "parquet": parquet, "version": __version__})
     summary = DistributedSummary()
     pending: list[Shard] = []
     for shard in shards:
@@ -170,9 +172,20 @@ def _manifest(out: Path, shard: Shard) -> dict[str, Any]:
 
 
 def _clear(out: Path, shards: list[Shard]) -> None:
-    """Remove what earlier runs wrote for these shards (and nothing else in ``out``)."""
-    for shard in shards:
-        for path in files(out, shard.name).values():
+    """Remove what earlier runs wrote for these shards and for other cuts of the same inputs (a run with
+    another ``--shard-sessions`` made more shards: left behind, they would sit among this run's files and
+    be read twice), and nothing else in ``out``: another cut's shard is known by its manifest's input path."""
+    names = {shard.name for shard in shards}
+    inputs = {shard.path for shard in shards}
+    for manifest in out.glob("*.manifest.json"):
+        try:
+            made_from = json.loads(manifest.read_text(encoding="utf-8"))["shard"]["path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if made_from in inputs:
+            names.add(manifest.name.removesuffix(".manifest.json"))
+    for name in names:
+        for path in files(out, name).values():
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     (out / SUMMARY_FILE).unlink(missing_ok=True)

@@ -75,10 +75,10 @@ def plan(inputs: list[Path], shard_sessions: int) -> list[Shard]:
     stems: dict[str, Path] = {}
     for path in input_files(inputs):
         stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.stem)
-        if stem in stems:
-            raise InputError(f"two inputs would write the same shard files (also {stems[stem]}); rename one",
-                             file=str(path))
-        stems[stem] = path
+        if stem.lower() in stems:  # lower: on a case-insensitive disk X-00000.jsonl is x-00000.jsonl
+            raise InputError(f"two inputs would write the same shard files (also {stems[stem.lower()]}); "
+                             "rename one", file=str(path))
+        stems[stem.lower()] = path
         cut = _parquet_cuts if path.suffix in PARQUET_SUFFIXES else _jsonl_cuts
         fmt = "parquet" if path.suffix in PARQUET_SUFFIXES else "jsonl"
         for index, (start, stop, first) in enumerate(cut(path, shard_sessions)):

@@ -88,8 +88,14 @@ _FIELDS: dict[tuple[str, str], dict[str, _Check]] = {
 """Required fields of each benchmark's label groups, with their checks (``None`` values are caught by the
 check when they are not allowed)."""
 
-_OPTIONAL: dict[str, _Check] = {"is_update": _flag}
-"""Fields checked when present."""
+def _key_part(value: Any) -> str | None:
+    ok = value is None or isinstance(value, (bool, int, float, str))
+    return None if ok else "must be a string, number or null"
+
+
+_OPTIONAL: dict[str, _Check] = {"is_update": _flag, "session_id": _key_part, "index": _key_part,
+                                "memory_content": _key_part}
+"""Fields checked when present (the last three identify a gold point for :func:`infer_routing`)."""
 
 GROUPS: dict[str, tuple[str, ...]] = {"halumem": ("integrity", "accuracy", "update", "qa"),
                                       "locomo": ("qa",), "longmemeval": ("qa",)}
@@ -147,6 +153,8 @@ def _check_rows(kind: str, group: str, rows: Any, path: Path, where: str) -> lis
             problem = check(row[key]) if key in row else None
             if problem is not None:
                 raise InputError(problem, file=str(path), field=f"{name}.{key}")
+        if "is_update" in row:  # HaluMem writes "True"/"False"; as a bool every consumer reads it alike
+            row["is_update"] = _is_set(row["is_update"])
         if kind == "locomo" and row["category"] != 5 and row["answer"] is None:
             raise InputError(f"category {row['category']} needs a gold answer", file=str(path), field=f"{name}.answer")
     return rows

@@ -353,9 +353,7 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
         memory = {key: extraction[key] for key in ("memory_integrity", "memory_accuracy", "memory_f1")}
         memory["false_memory_resistance"] = extraction["integrity"]["false_memory_resistance"]
     unscored = metrics.halumem_unscored(integrity=integrity, accuracy=accuracy, update=update, qa=qa)
-    warnings = metrics.unscored_warnings(unscored)
-    for warning in warnings:
-        log.warning("%s", warning)
+    warnings = _logged_warnings(unscored)
     return {
         "headline": {
             **memory,
@@ -409,10 +407,15 @@ def aggregate_locomo(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def _unscored_qa(grades: list[Any], usable: Callable[[Any], bool]) -> tuple[dict[str, Any], list[str]]:
     """The QA judge's unscored records and the warning they call for (logged)."""
     unscored = {"qa": metrics.unscored(grades, usable)}
+    return unscored, _logged_warnings(unscored)
+
+
+def _logged_warnings(unscored: dict[str, Any]) -> list[str]:
+    """The warnings an unscored table calls for, also logged: a run's log shows them without the report."""
     warnings = metrics.unscored_warnings(unscored)
     for warning in warnings:
         log.warning("%s", warning)
-    return unscored, warnings
+    return warnings
 
 
 def aggregate_longmemeval(labels: Sequence[dict[str, Any]]) -> dict[str, Any]:
