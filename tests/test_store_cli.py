@@ -62,6 +62,10 @@ def test_user_errors_are_one_line_and_status_2(tmp_path: Path, capsys: pytest.Ca
     assert main(["ingest", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "m.db"), *SCRIPTED]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "graphs.jsonl")]) == 2
+    capsys.readouterr()
+    assert main(["search", "x", "--db", str(tmp_path), "--user", "u", *SCRIPTED]) == 2  # a folder, not a file
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("promem: ") and "is a folder" in err and "\n" not in err
 
 
 def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -> None:

@@ -114,6 +114,8 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
 def connect(path: str | Path, *, read_only: bool = False) -> sqlite3.Connection:
     """An autocommit connection (transactions are explicit), foreign keys on, WAL, schema up to date."""
     target = Path(path)
+    if target.is_dir():
+        raise StoreError(f"{target}: is a folder, not a store file")
     if read_only:
         if not target.exists():
             raise StoreError(f"{target}: no such store (opened read-only, so it is not created)")
