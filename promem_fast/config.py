@@ -225,6 +225,10 @@ class EngineConfig:
     """Progress bars on long loops (off anyway when stderr is not a terminal)."""
     qa_top_k: int = 20
     """Memory entries retrieved per question in evaluation."""
+    search_approximate_min: int = 50_000
+    """Memory store: a user with this many memory vectors or more is searched through an approximate index
+    (FAISS HNSW, recall@10 >= 0.99 against exact search on MiniLM embeddings, see benchmarks/README.md)
+    instead of an exact scan; 0 keeps every user exact. FAISS on a GPU always searches exactly."""
 
     # ----------------------------------------------------------------------------------- profiles
     @classmethod
@@ -316,6 +320,7 @@ class EngineConfig:
             (p.max_segment_tokens >= 16, "pipeline.max_segment_tokens must be >= 16"),
             (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
+            (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),
             (0.0 < self.compression.rate <= 1.0, "compression.rate must lie in (0, 1]"),
             (set(self.roles) <= set(ROLES), f"roles keys must be among {', '.join(ROLES)}"),
         ]

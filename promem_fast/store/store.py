@@ -78,7 +78,8 @@ class MemoryStore:
     def close(self) -> None:
         """Close the file; large users' vector indexes are saved first for the next process to read."""
         for user_pk, index in self._indexes.items():
-            if len(index) >= self.cache_min_vectors and len(index) > index.saved and self._current(user_pk, index):
+            if ((len(index) >= self.cache_min_vectors or index.approximate) and len(index) > index.saved
+                    and self._current(user_pk, index)):
                 try:
                     index.save(self._index_file(user_pk), self._store_id)
                 except OSError as exc:  # a cache: a store on a read-only medium just refills next time
@@ -306,9 +307,10 @@ class MemoryStore:
             (generation,) = row
             found = self._indexes.get(user_pk)
             if found is None or found.generation != generation:
+                approximate_min = self.config.search_approximate_min
                 found = (VectorIndex.load(self._index_file(user_pk), self._kind, generation, self._dim(),
-                                          self._store_id)
-                         or VectorIndex(self._dim(), self._kind, generation))
+                                          self._store_id, approximate_min)
+                         or VectorIndex(self._dim(), self._kind, generation, approximate_min))
                 self._indexes[user_pk] = found
             cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
                                       "NULL ORDER BY id", (user_pk, found.last_id))

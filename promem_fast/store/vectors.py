@@ -1,4 +1,7 @@
-"""Exact inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
+"""Inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
+
+Search is exact, except for users of ``EngineConfig.search_approximate_min`` vectors or more on a CPU with
+FAISS, whose flat index becomes an HNSW graph (:mod:`.ann`).
 
 Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
 of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
@@ -20,6 +23,8 @@ from typing import Any, Literal
 import numpy as np
 
 from promem_fast.backends.base import TIE_TOLERANCE
+
+from .ann import ApproximateIndex
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +75,16 @@ class VectorIndex:
     """One user's vectors with their node ids; ``search`` returns the best ids, best first.
 
     Ties are broken by the lower node id (the older node), so results never depend on the index kind.
+    ``approximate_min``: from this many vectors (0: never) a FAISS index on the CPU becomes an HNSW graph.
     """
 
-    def __init__(self, dim: int, kind: Literal["faiss", "numpy"], generation: int) -> None:
+    def __init__(self, dim: int, kind: Literal["faiss", "numpy"], generation: int, approximate_min: int = 0) -> None:
         self.dim = dim
         self.kind = kind
         self.generation = generation
+        self.approximate_min = approximate_min
+        self._approx: ApproximateIndex | None = None
+        """Set once the user is large enough: then it holds the vectors and ``_faiss`` is None."""
         self.last_id = 0
         """The highest node id held: rows above it are the ones added since the index was filled."""
         self.ids = np.zeros(0, np.int64)
@@ -92,14 +101,22 @@ class VectorIndex:
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
+    @property
+    def approximate(self) -> bool:
+        """Whether searches go through the HNSW graph (exact otherwise)."""
+        return self._approx is not None
+
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if not len(ids):
             return
         vectors = np.ascontiguousarray(vectors, np.float32).reshape(len(ids), self.dim)
         self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
-        if self._faiss is not None:
+        if self._approx is not None:
+            self._approx.add(vectors)
+        elif self._faiss is not None:
             self._faiss.add(vectors)
             self._maybe_to_gpu()
+            self._maybe_approximate()
         else:
             self._blocks.append(vectors.copy())
         self.last_id = max(self.last_id, int(ids.max()))
@@ -111,8 +128,22 @@ class VectorIndex:
         if len(self) >= GPU_MIN_VECTORS and isinstance(self._faiss, faiss.IndexFlat) and faiss.get_num_gpus() > 0:
             self._faiss = faiss.index_cpu_to_gpu(_gpu_resources(), 0, self._faiss)
 
+    def _maybe_approximate(self) -> None:
+        """Past ``approximate_min`` vectors, the flat CPU index becomes an HNSW graph holding the same vectors
+        (built once, then grown). Not on a machine where FAISS sees a GPU: an exact scan there is faster."""
+        faiss = _faiss()
+        assert faiss is not None
+        if (self.approximate_min > 0 and len(self) >= self.approximate_min
+                and isinstance(self._faiss, faiss.IndexFlat) and faiss.get_num_gpus() == 0):
+            approx = ApproximateIndex(self.dim)
+            approx.add(self.vectors())
+            self._approx, self._faiss = approx, None
+            log.info("vector index of %d vectors: HNSW graph built", len(self))
+
     def vectors(self) -> np.ndarray:
         """Every vector held, row ``i`` for ``ids[i]``."""
+        if self._approx is not None:
+            return self._approx.vectors()
         if self._faiss is None:
             if len(self._blocks) > 1:
                 self._blocks = [np.concatenate(self._blocks)]
@@ -123,13 +154,16 @@ class VectorIndex:
         return faiss.vector_to_array(index.codes).view(np.float32).reshape(-1, self.dim)
 
     def save(self, path: Path, store_id: str) -> None:
-        """Write the index to ``path`` (atomically: a reader sees the old file or the new one)."""
-        path.parent.mkdir(exist_ok=True)
+        """Write the index to ``path`` (atomically: a reader sees the old file or the new one), readable by
+        the owner only (0600, in a 0700 folder): it holds every vector of the user. An HNSW graph is saved
+        with its vectors, so the next process does not build it again."""
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+        arrays = {"graph": self._approx.serialize()} if self._approx is not None else {"vectors": self.vectors()}
         try:
             with os.fdopen(handle, "wb") as out:
-                np.savez(out, ids=self.ids, vectors=self.vectors(), store_id=np.array(store_id),
-                         state=np.array([self.generation, self.last_id, self.dim], np.int64))
+                np.savez(out, ids=self.ids, store_id=np.array(store_id),
+                         state=np.array([self.generation, self.last_id, self.dim], np.int64), **arrays)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -138,14 +172,27 @@ class VectorIndex:
 
     @classmethod
     def load(cls, path: Path, kind: Literal["faiss", "numpy"], generation: int, dim: int,
-             store_id: str) -> VectorIndex | None:
-        """The index saved at ``path`` if it is this store's, of this generation and dimension; else None."""
+             store_id: str, approximate_min: int = 0) -> VectorIndex | None:
+        """The index saved at ``path`` if it is this store's, of this generation and dimension; else None.
+
+        A saved HNSW graph is used as it is when the store still wants one for this size (and FAISS is the
+        kind); otherwise its vectors fill an exact index."""
         try:
             with np.load(path) as saved:
                 if str(saved["store_id"]) != store_id or saved["state"].tolist()[::2] != [generation, dim]:
                     return None
-                found = cls(dim, kind, generation)
-                found.add(saved["ids"], saved["vectors"])
+                found = cls(dim, kind, generation, approximate_min)
+                if "graph" not in saved.files:
+                    found.add(saved["ids"], saved["vectors"])
+                elif kind == "faiss" and 0 < approximate_min <= len(saved["ids"]):
+                    found._approx, found._faiss = ApproximateIndex.deserialize(saved["graph"], dim), None
+                    found.ids = saved["ids"].astype(np.int64)
+                    if len(found._approx) != len(found):
+                        return None
+                elif _faiss() is not None:
+                    found.add(saved["ids"], ApproximateIndex.deserialize(saved["graph"], dim).vectors())
+                else:  # a graph needs FAISS to be read: refill from SQLite
+                    return None
                 found.last_id = int(saved["state"][1])
         except (OSError, ValueError, KeyError) as exc:
             log.debug("vector index file %s not used: %s", path, exc)
@@ -175,6 +222,8 @@ class VectorIndex:
         return self.ids[rows][order], scores[order].astype(np.float32)
 
     def _top(self, q: np.ndarray, fetch: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._approx is not None:
+            return self._approx.search(q, fetch)
         if self._faiss is not None:
             faiss, index = _faiss(), self._faiss
             assert faiss is not None
