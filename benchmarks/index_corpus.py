@@ -77,7 +77,10 @@ def embedded(budget_s: float, queries: int = 1000) -> tuple[np.ndarray, np.ndarr
         t0 = time.perf_counter()
         block = embedder.embed(corpus[total:total + CHUNK])
         spent += time.perf_counter() - t0
-        np.save(CACHE / f"corpus-{total // CHUNK:05d}.npy", block)
+        partial = CACHE / f"corpus-{total // CHUNK:05d}.npy.part"
+        with partial.open("wb") as out:  # renamed when whole: a reader never sees half a chunk
+            np.save(out, block)
+        partial.rename(partial.with_suffix(""))
         total += len(block)
         log.info("embedded %d of %d sentences (%.0f s)", total, len(corpus), time.perf_counter() - started)
     vectors = np.concatenate([np.load(p) for p in sorted(CACHE.glob("corpus-*.npy"))])
