@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py Makefile | cksu
 # llama.cpp wheel built earlier with other flags (pip's wheel cache does not key on CMAKE_ARGS).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: demo test test-fast bench figures install clean
+.PHONY: demo test test-fast bench figures wheel-check install clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +46,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/figures.py import-pytest benchmarks/results/latest.json --command "make bench"
 	$(PY) benchmarks/figures.py render
 
+## Build the sdist and wheel (native core included), install the wheel into a fresh venv, run it from an
+## empty folder: `promem --help` and a scripted extraction of the sample sessions the wheel carries.
+wheel-check: $(STAMP)
+	PY=$(PY) bash .ci/wheel_check.sh
+
 ## Fill every figure marker of README.md and benchmarks/README.md from benchmarks/results/*.json.
 figures: $(STAMP)
 	$(PY) benchmarks/figures.py render
 
 clean:
-	rm -rf build out .pytest_cache promem_fast/_native*.so
+	rm -rf build dist out .pytest_cache promem_fast/_native*.so
