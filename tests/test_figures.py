@@ -60,6 +60,12 @@ def test_a_marker_is_filled_with_its_value_a_range_or_a_projection_label() -> No
         "GPU <!--fig gpu_cost sessions_per_hour ,.0f-->5,400 (projection)<!--/fig--> sessions/hour")
 
 
+def test_a_marker_in_a_code_span_or_block_is_an_example_and_left_as_written() -> None:
+    text = "write `<!--fig bench_x ms.10-->?<!--/fig-->` or\n```\n<!--fig bench_gone k-->?<!--/fig-->\n```\n"
+    assert figures.render(text, RESULTS) == text
+    assert figures.check(text, RESULTS, "README.md") == []
+
+
 def test_a_table_is_rendered_and_a_projection_table_says_so() -> None:
     text = "<!--table bench_x main-->\nold\n<!--/table-->\n<!--table gpu_cost stages-->\n<!--/table-->"
     assert figures.render(text, RESULTS) == (
@@ -105,7 +111,7 @@ def test_a_pytest_benchmark_file_becomes_one_result_file_per_suite(tmp_path: Pat
     results = figures.load_results(tmp_path / "results")
     assert sorted(results) == ["bench_engine", "bench_native"]
     engine = results["bench_engine"]
-    assert engine["figures"] == {"ms.10": 1.2, "median_s.10": 0.5}
+    assert engine["figures"] == {"overhead.ms.10": 1.2, "overhead.median_s.10": 0.5}
     assert (engine["commit"], engine["date"], engine["command"], engine["machine"]) == (
         "abc123", "2026-12-03T10:00:00+00:00", "make bench", {"cpu": "test cpu"})
-    assert results["bench_native"]["figures"] == {"speedup": 40.0, "median_s": 0.25}
+    assert results["bench_native"]["figures"] == {"anchor.speedup": 40.0, "anchor.median_s": 0.25}
