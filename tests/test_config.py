@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scripted_config
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
 from promem_fast.config import EngineConfig, LLMConfig
 from promem_fast.engine import Engine

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import Recording, halumem_sessions, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
 from promem_fast.errors import BackendUnavailable
 from promem_fast.requests import Failure, Generate

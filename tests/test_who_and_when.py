@@ -9,8 +9,8 @@ from typing import Any
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.config import EngineConfig
 from promem_fast.engine import Engine
 from promem_fast.pipeline.events import uses_lightmem
