@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Recording, halumem_sessions, make_session, scripted_config
+from conftest import Recording, tomas_sessions, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
 from promem_fast.testing.embed_hashing import HashingEmbedder
 from promem_fast.testing.llm_scripted import ScriptedLLM
@@ -19,7 +19,7 @@ from promem_fast.types import Session
 
 
 def sessions(n: int, distinct: int = 3) -> list[Session]:
-    base = halumem_sessions(distinct)
+    base = tomas_sessions(distinct)
     out = []
     for i in range(n):
         s = base[i % len(base)]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import halumem_sessions, make_session, scripted_config
+from conftest import tomas_sessions, make_session, scripted_config
 from faulty import RAISE_FAULTS, REPLY_FAULTS, FaultyLLM, corrupt
 from promem_fast.backends.base import NLIResult
 from promem_fast.testing.llm_scripted import ScriptedLLM
@@ -29,7 +29,7 @@ from promem_fast.requests import ReplyError
 
 @pytest.fixture(scope="module")
 def sample() -> list:  # type: ignore[type-arg]
-    return halumem_sessions(8)
+    return tomas_sessions()
 
 
 def clean_lines(sessions: list) -> list[str]:  # type: ignore[type-arg]

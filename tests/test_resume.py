@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import halumem_sessions, write_jsonl
+from conftest import tomas_sessions, write_jsonl
 from promem_fast.cli import main
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.driver import shard_fingerprint
@@ -21,7 +21,7 @@ SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
 
 @pytest.fixture(scope="module")
 def six(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", halumem_sessions(6))
+    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", tomas_sessions(6))
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_a_resume_of_the_same_run_finishes_it_byte_identically(
 
 
 @pytest.mark.parametrize("case,change,expected", [
-    ("another input", lambda src, tmp: write_jsonl(tmp / "other.jsonl", halumem_sessions(12)[6:]),
+    ("another input", lambda src, tmp: write_jsonl(tmp / "other.jsonl", tomas_sessions(12)[6:]),
      "the input is a different file"),
     ("a subset", lambda src, tmp: _write(tmp / "sub.jsonl", b"".join(src.read_bytes().splitlines(True)[:4])),
      "the input has 4 lines, the run being resumed read 6"),
