@@ -17,7 +17,7 @@ from conftest import scripted_config
 from promem_fast.errors import InputError
 from promem_fast.store import MemoryStore, StoreError
 from promem_fast.store.schema import SCHEMA_VERSION
-from store_helpers import graph
+from store_helpers import TopicEmbedder, graph
 
 
 def open_store(path: Path, **kwargs: object) -> MemoryStore:
@@ -86,7 +86,7 @@ HOBBIES = ["Maya paints watercolor landscapes on weekends.", "Maya collects vint
 def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path: Path) -> None:
     graphs = [graph(sid, "Maya", [text, hobby], timestamp=ts)
               for (sid, ts, text), hobby in zip(JOBS, HOBBIES, strict=True)]
-    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "m.db", embedder=TopicEmbedder()) as store:
         store.add(graphs[:1])
         store.add(graphs[1:])  # the chain crosses a stored session and one of the same batch
         current = [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
@@ -110,7 +110,7 @@ def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path:
 def test_an_older_session_added_later_does_not_supersede_newer_memory(tmp_path: Path) -> None:
     newer = graph(JOBS[1][0], "Maya", [JOBS[1][2]], timestamp=JOBS[1][1])
     older = graph(JOBS[0][0], "Maya", [JOBS[0][2]], timestamp=JOBS[0][1])
-    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "m.db", embedder=TopicEmbedder()) as store:
         store.add([newer])
         store.add([older])
         assert all(h["superseded_by"] is None for h in store.get_all("Maya", history=True))
@@ -118,13 +118,13 @@ def test_an_older_session_added_later_does_not_supersede_newer_memory(tmp_path: 
 
 def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
     graphs = [graph(sid, "Maya", [text], timestamp=ts) for sid, ts, text in JOBS]
-    with open_store(tmp_path / "a.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "a.db", embedder=TopicEmbedder()) as store:
         store.add([MAYA_1, MAYA_2])
         store.add(graphs)
         store.add([graph("x1", "Ben", ["Ben plays chess."])], tenant="acme")
         assert store.export(tmp_path / "a.jsonl") == 6
         assert store.export(tmp_path / "acme.jsonl", tenant="acme") == 1
-    with open_store(tmp_path / "b.db") as copy:
+    with open_store(tmp_path / "b.db", embedder=TopicEmbedder()) as copy:
         assert copy.import_(tmp_path / "a.jsonl") == 6
         assert copy.import_(tmp_path / "a.jsonl") == 0
         copy.export(tmp_path / "b.jsonl")
