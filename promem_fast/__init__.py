@@ -20,4 +20,5 @@ from promem_fast.types import MemoryGraph, Session, Turn
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "EngineConfig", "Memory", "MemoryGraph", "RunSummary", "Session", "Turn", "load_sessions", "__version__"]
+__all__ = ["Engine", "EngineConfig", "Memory", "MemoryGraph", "RunSummary", "Session", "Turn", "load_sessions",
+           "__version__"]

@@ -40,7 +40,7 @@ def test_answer_reads_current_memory_and_dates_it(tmp_path: Path) -> None:
         store.add(jobs)
         (reply,) = store.answer("Maya", ["Where does Maya work as a teacher or nurse?"], engine=engine)
     assert reply["prediction"] == "Maya works as a teacher at Lincoln school in Boston."
-    assert [(r["session_id"], r["date"]) for r in reply["retrieved"]] == [("j2", "2024-06-10")]
+    assert [(r["session_id"], r["date"]) for r in reply["retrieved"]] == [("j2", "2024-06-10 (Monday)")]
 
 
 def test_ingest_extracts_only_what_the_store_lacks(tmp_path: Path) -> None:

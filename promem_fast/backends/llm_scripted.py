@@ -25,7 +25,8 @@ from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.scripted import EVAL_RULES
 from promem_fast.prompts import PREAMBLE, TEMPLATES
-from promem_fast.store.prompts import STORE_RULES, STORE_TEMPLATES
+from promem_fast.backends.scripted_store import STORE_RULES
+from promem_fast.store.prompts import STORE_TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""
