@@ -13,6 +13,11 @@ per supersede link, nodes named by session and node id within the session's grap
     {"kind": "supersede", "tenant": "default", "user": "Maya", "old": {"session_id": "s1", "node": 3},
      "new": {"session_id": "s4", "node": 0}, "reason": "llm"}
 
+then one line per merged duplicate (version 2), the later saying first::
+
+    {"kind": "merge", "tenant": "default", "user": "Maya", "node": {"session_id": "s5", "node": 1},
+     "kept": {"session_id": "s1", "node": 3}, "reason": "..."}
+
 Exporting a store, importing the file into an empty store and exporting that gives the same bytes.
 """
 
@@ -32,7 +37,7 @@ from promem_fast.errors import InputError
 from . import rows
 
 FORMAT = "promem-store"
-VERSION = 1
+VERSION = 2
 
 
 def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
@@ -66,6 +71,15 @@ def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, param
             out.write(rows.dumps({"kind": "supersede", "tenant": t_name, "user": u_name,
                                   "old": {"session_id": old_sid, "node": old_local},
                                   "new": {"session_id": new_sid, "node": new_local}, "reason": reason}) + "\n")
+        for sid, local, kept_sid, kept_local, t_name, u_name, reason in db.execute(
+                "SELECT sd.session_id, d.local_id, sk.session_id, k.local_id, t.name, u.name, m.reason "
+                "FROM merges m JOIN nodes d ON d.id = m.node JOIN nodes k ON k.id = m.kept "
+                "JOIN sessions sd ON sd.id = d.session_pk JOIN sessions sk ON sk.id = k.session_pk "
+                f"JOIN users u ON u.id = d.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY m.node",
+                params):
+            out.write(rows.dumps({"kind": "merge", "tenant": t_name, "user": u_name,
+                                  "node": {"session_id": sid, "node": local},
+                                  "kept": {"session_id": kept_sid, "node": kept_local}, "reason": reason}) + "\n")
     return count
 
 
@@ -125,6 +139,10 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
                     if (item["tenant"], item["user"], item["new"]["session_id"]) in fresh:
                         old, new = _node(db, user_pk, item["old"]), _node(db, user_pk, item["new"])
                         rows.supersede(db, old, new, item["reason"])
+                elif item["kind"] == "merge":
+                    if (item["tenant"], item["user"], item["node"]["session_id"]) in fresh:
+                        rows.merge(db, _node(db, user_pk, item["node"]), _node(db, user_pk, item["kept"]),
+                                   item["reason"])
                 else:
                     raise KeyError("kind")
             except (KeyError, TypeError, ValueError) as exc:

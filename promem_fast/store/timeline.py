@@ -72,8 +72,8 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
 
     Merged duplicates never show (their memory stands for them). Without ``as_of``: the current memories
     (none replaced yet), or all of them with ``history``. With ``as_of``: those said by then (undated
-    ones always) and not replaced before it. ``since``/``until``: those whose time of holding overlaps the
-    window.
+    ones always) and not replaced before it. ``since``/``until`` (without ``as_of``, replaced ones
+    included): those whose time of holding overlaps the window.
     """
     n = alias
     clauses, params = [f"{n}.merged_into IS NULL"], []
@@ -81,7 +81,7 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
         clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
         clauses.append(f"({n}.superseded_by IS NULL OR ({n}.valid_until IS NOT NULL AND {n}.valid_until > ?))")
         params += [as_of, as_of]
-    elif not history:
+    elif not history and since is None and until is None:
         clauses.append(f"{n}.superseded_by IS NULL")
     if until is not None:
         clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
