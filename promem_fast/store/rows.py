@@ -64,7 +64,7 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
           turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
           node.get("date") or record.get("timestamp"), dumps(node),
           None if vectors is None else to_blob(vectors[row]),
-          iso_time(node.get("date")) or said_at) for row, node in enumerate(record["nodes"])])
+          said_at) for row, node in enumerate(record["nodes"])])
     ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
     edges = []
     for edge in record["edges"]:

@@ -96,7 +96,7 @@ _V2 = """
 ALTER TABLE sessions ADD COLUMN said_at TEXT;             -- the session's time, ISO 8601 (canonical order)
 ALTER TABLE sessions ADD COLUMN recorded_at TEXT;         -- when the store received it, ISO 8601
 ALTER TABLE sessions ADD COLUMN judged INTEGER NOT NULL DEFAULT 1;  -- 0: its update verdicts are still to come
-ALTER TABLE nodes ADD COLUMN valid_from TEXT;             -- when it was said, ISO 8601
+ALTER TABLE nodes ADD COLUMN valid_from TEXT;             -- when it was said (its session's said_at)
 ALTER TABLE nodes ADD COLUMN valid_until TEXT;            -- the replacing memory's valid_from
 ALTER TABLE nodes ADD COLUMN merged_into INTEGER REFERENCES nodes(id) ON DELETE SET NULL;  -- a duplicate of
 ALTER TABLE supersedes ADD COLUMN verdict TEXT NOT NULL DEFAULT 'update';  -- 'update' (old replaced by new)
@@ -111,14 +111,13 @@ CREATE INDEX sessions_pending ON sessions (user_id, judged);
 
 
 def _v2(db: sqlite3.Connection) -> None:
-    """Validity times and the judged flag; times of existing rows are read from the dates they kept."""
+    """Validity times and the judged flag; times of existing rows are read from their sessions' timestamps."""
     from .timeline import iso_time
 
     _run_script(_V2)(db)
     sessions = db.execute("SELECT id, timestamp FROM sessions").fetchall()
     db.executemany("UPDATE sessions SET said_at = ? WHERE id = ?", [(iso_time(ts), pk) for pk, ts in sessions])
-    nodes = db.execute("SELECT id, date FROM nodes").fetchall()
-    db.executemany("UPDATE nodes SET valid_from = ? WHERE id = ?", [(iso_time(d), pk) for pk, d in nodes])
+    db.execute("UPDATE nodes SET valid_from = (SELECT said_at FROM sessions s WHERE s.id = nodes.session_pk)")
     db.execute("UPDATE nodes SET valid_until = (SELECT b.valid_from FROM supersedes l JOIN nodes b ON b.id = l.new "
                "WHERE l.old = nodes.id) WHERE superseded_by IS NOT NULL")
 
