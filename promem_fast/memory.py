@@ -121,7 +121,7 @@ class Memory:
         """The ``k`` memories closest to ``query``, best first: those current at ``as_of`` (default: now,
         the latest of each), said between ``since`` and ``until`` when given."""
         hits = self.store.search(user_id, query, k, tenant=self.tenant, as_of=as_of, since=since, until=until)
-        return [self.store.memory_dicts([h])[0] for h in hits]
+        return [hit.memory() for hit in hits]
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
                until: str | None = None) -> dict[str, Any]:
@@ -134,7 +134,7 @@ class Memory:
 
     def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``)."""
-        return self.store.memory_dicts(self.store.hits(user_id, tenant=self.tenant, history=history))
+        return [hit.memory() for hit in self.store.hits(user_id, tenant=self.tenant, history=history)]
 
     def history(self, memory_id: int) -> dict[str, Any]:
         """The replacement graph through ``memory_id`` (see the module's shapes)."""

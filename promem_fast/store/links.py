@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any
 
 from . import rows
+from .records import Hit
 
 
 def _edges_touching(db: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, str]]:
@@ -61,3 +62,18 @@ def session_events(db: sqlite3.Connection, session_pk: int) -> list[dict[str, An
                     "replaces": [old for old, _ in replaced], "duplicate_of": None,
                     "reason": "; ".join(dict.fromkeys(r for _, r in replaced)) or None})
     return out
+
+
+def drawing(hits: list[Hit]) -> dict[str, Any]:
+    """Nodes, relation and supersede edges, and details of these hits, as the web page draws them."""
+    nodes = [{"id": h.node_id, "session_id": h.session_id, "text": h.text, "date": h.date,
+              "turn_id": h.turn_id, "superseded_by": h.superseded_by} for h in hits]
+    edges: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] = []
+    for h in hits:
+        edges.extend({"source": h.node_id, "target": e["node_id"], "relation": e["relation"]}
+                     for e in h.edges if e["direction"] == "out")
+        if h.superseded_by is not None:
+            edges.append({"source": h.node_id, "target": h.superseded_by, "relation": "superseded_by"})
+        details.extend({"node": h.node_id, "text": text} for text in h.details)
+    return {"nodes": nodes, "edges": edges, "details": details}

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from promem_fast.errors import InputError
+
 from . import rows
-from .timeline import session_key
+from .timeline import iso_time, session_key
 
 if TYPE_CHECKING:
-    from promem_fast.engine import Engine
+    import numpy as np
 
-    from .store import MemoryStore
+    from promem_fast.engine import Engine
+    from promem_fast.types import MemoryGraph
+
+    from .view import StoreView
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,27 @@ def reopen_from(db: sqlite3.Connection, user_pk: int, key: tuple[Any, ...], *, i
     return len(later)
 
 
+def write_pending(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray]
+                  ) -> int:
+    """Store each graph in its own transaction, pending judgement, reopening the judged sessions of its
+    user that come after it; returns how many were stored (one another writer stored meanwhile is not)."""
+    stored = 0
+    for graph, block in zip(graphs, vectors, strict=True):
+        with store._write() as db:
+            user_pk = rows.ensure_user(db, tenant, graph.user)
+            if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
+                          (user_pk, graph.session_id)).fetchone():
+                continue
+            try:
+                rows.insert_session(db, user_pk, rows.graph_record(graph), block, judged=False)
+            except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
+                raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
+                                 field="nodes") from exc
+            reopen_from(db, user_pk, session_key(iso_time(graph.timestamp), graph.session_id), inclusive=False)
+        stored += 1
+    return stored
+
+
 def key_of(db: sqlite3.Connection, session_pk: int) -> tuple[Any, ...]:
     said_at, sid = db.execute("SELECT said_at, session_id FROM sessions WHERE id = ?", (session_pk,)).fetchone()
     return session_key(said_at, sid)
@@ -65,7 +91,7 @@ def pending_users(db: sqlite3.Connection) -> list[int]:
     return [pk for (pk,) in db.execute("SELECT DISTINCT user_id FROM sessions WHERE judged = 0 ORDER BY user_id")]
 
 
-def settle(store: MemoryStore, user_pks: Iterable[int], engine: Engine | None) -> int:
+def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> int:
     """Judge the pending sessions of these users in the canonical order; returns the sessions judged."""
     from .update import judge_sessions
 

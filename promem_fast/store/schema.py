@@ -106,7 +106,7 @@ CREATE TABLE merges (
     reason TEXT NOT NULL
 );
 CREATE INDEX merges_kept ON merges (kept);
-CREATE INDEX sessions_pending ON sessions (user_id, judged);
+CREATE INDEX sessions_pending ON sessions (judged, user_id);
 """
 
 

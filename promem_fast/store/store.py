@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from promem_fast.config import EngineConfig
-from promem_fast.errors import InputError
 
 from . import rows
 from .records import Hit
@@ -176,9 +175,8 @@ class MemoryStore:
 
     def _add_chunk(self, graphs: list[MemoryGraph], tenant: str, engine: Engine | None) -> int:
         """Write the new sessions (each in its own transaction, pending judgement), then judge every pending
-        session of their users in the canonical order (:mod:`.ordering`)."""
-        from .ordering import reopen_from, settle
-        from .timeline import iso_time, session_key
+        session in the canonical order (:mod:`.ordering`), those a killed run left included."""
+        from .ordering import pending_users, settle, write_pending
 
         seen: set[tuple[str, str]] = set()
         fresh = []
@@ -187,29 +185,11 @@ class MemoryStore:
             if key not in seen and not self._has_session(tenant, graph.user, graph.session_id):
                 fresh.append(graph)
             seen.add(key)
-        users: set[int] = set()
-        for user in dict.fromkeys(g.user for g in graphs):  # pending from a run killed before judging
-            user_pk = self._user_pk(tenant, user)
-            if user_pk is not None:
-                users.add(user_pk)
-        stored = 0
-        vectors = self._embed_graphs(fresh) if fresh else []
-        for graph, block in zip(fresh, vectors, strict=True):
-            with self._write() as db:
-                user_pk = rows.ensure_user(db, tenant, graph.user)
-                if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
-                              (user_pk, graph.session_id)).fetchone():
-                    continue  # another writer stored it since we looked
-                try:
-                    rows.insert_session(db, user_pk, rows.graph_record(graph), block, judged=False)
-                except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
-                    raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
-                                     field="nodes") from exc
-                reopen_from(db, user_pk, session_key(iso_time(graph.timestamp), graph.session_id), inclusive=False)
-            users.add(user_pk)
-            stored += 1
-        settle(self, users, engine)
-        return stored
+        try:
+            return write_pending(self, tenant, fresh, self._embed_graphs(fresh) if fresh else [])
+        finally:  # a graph refused halfway leaves the ones before it stored: they are judged all the same
+            if not self.read_only:
+                settle(self, pending_users(self._db), engine)
 
     def settle(self, *, engine: Engine | None = None) -> int:
         """Judge every session still pending (a run killed between storing and judging); returns how many."""
@@ -386,10 +366,6 @@ class MemoryStore:
 
         return history_graph(self._db, node_id, tenant)
 
-    def memory_dicts(self, hits: Sequence[Hit]) -> list[dict[str, Any]]:
-        """Hits as :class:`promem_fast.Memory` hands memories out."""
-        return [hit.memory() for hit in hits]
-
     def session_events(self, user: str, session_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
         """What each memory of one stored session did (added, updated, merged as a duplicate), with reasons."""
         from .links import session_events
@@ -400,24 +376,12 @@ class MemoryStore:
         return [] if row is None else session_events(self._db, int(row[0]))
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
-        """The user's whole memory for drawing: nodes (superseded ones included, flagged), relation and
-        supersede edges, and details with the node they are anchored to."""
-        hits = self._hits_of(tenant, user)
-        nodes = [{"id": h.node_id, "session_id": h.session_id, "text": h.text, "date": h.date,
-                  "turn_id": h.turn_id, "superseded_by": h.superseded_by} for h in hits]
-        edges: list[dict[str, Any]] = []
-        details: list[dict[str, Any]] = []
-        for h in hits:
-            edges.extend({"source": h.node_id, "target": e["node_id"], "relation": e["relation"]}
-                         for e in h.edges if e["direction"] == "out")
-            if h.superseded_by is not None:
-                edges.append({"source": h.node_id, "target": h.superseded_by, "relation": "superseded_by"})
-            details.extend({"node": h.node_id, "text": text} for text in h.details)
-        return {"nodes": nodes, "edges": edges, "details": details}
+        """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
+        supersede edges, and details with the node they are anchored to (:func:`.links.drawing`)."""
+        from .links import drawing
 
-    def _hits_of(self, tenant: str, user: str) -> list[Hit]:
         user_pk = self._user_pk(tenant, user)
-        return [] if user_pk is None else rows.read_hits(self._db, "n.user_id = ?", (user_pk,))
+        return drawing([] if user_pk is None else rows.read_hits(self._db, "n.user_id = ?", (user_pk,)))
 
     # ------------------------------------------------------------------------------------ removing
     def delete(self, *, tenant: str = "default", user: str, session: str | None = None,
@@ -433,12 +397,6 @@ class MemoryStore:
             user_pk = self._user_pk(tenant, user)
             if user_pk is None:
                 return 0
-            if node is not None or session is not None:
-                found = db.execute("SELECT session_pk FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node)
-                                   ).fetchone() if node is not None else db.execute(
-                    "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session)).fetchone()
-                if found is not None:
-                    reopen_from(db, user_pk, key_of(db, int(found[0])), inclusive=True)
             if node is not None:
                 where, params = "user_id = ? AND id = ?", (user_pk, node)
             elif session is not None:
@@ -447,6 +405,9 @@ class MemoryStore:
             else:
                 where, params = "user_id = ?", (user_pk,)
             (count,) = db.execute(f"SELECT COUNT(*) FROM nodes WHERE {where}", params).fetchone()
+            first = db.execute(f"SELECT session_pk FROM nodes WHERE {where} LIMIT 1", params).fetchone()
+            if first is not None and (node is not None or session is not None):  # a session without nodes
+                reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
             if node is not None:
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
             elif session is not None:
