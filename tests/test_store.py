@@ -239,7 +239,7 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
 
 
 def test_a_store_searches_with_the_embedder_that_filled_it_and_refuses_another(tmp_path: Path) -> None:
-    from promem_fast.backends.embed_hashing import HashingEmbedder
+    from promem_fast.testing.embed_hashing import HashingEmbedder
     from promem_fast.config import EngineConfig
 
     with MemoryStore(tmp_path / "m.db", scripted_config(), profile="scripted") as store:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from conftest import scripted_config
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
-from promem_fast.eval.scripted import EVAL_RULES
+from promem_fast.testing.eval_rules import EVAL_RULES
 from promem_fast.store import MemoryStore
 from store_helpers import graph
 

@@ -1,4 +1,4 @@
-"""Answering from the store: its nodes as evaluation's QA units, and the QA program run over them.
+"""Answering from the store: its nodes as QA units (:mod:`.qa`), and the answer program run over them.
 
 ``promem eval`` and :meth:`MemoryStore.answer` both retrieve through :func:`retrieval_index`, so a stored
 node is shown to an answerer the same way wherever the question comes from.
@@ -20,7 +20,7 @@ from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
 
     from .view import StoreView
 
@@ -58,7 +58,7 @@ def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tup
     """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
     ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored); and
     the hit behind each ``(session, shown text)``, so an answer names the memories it was shown."""
-    from promem_fast.eval.qa import RetrievalIndex, Unit
+    from .qa import RetrievalIndex, Unit
 
     units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
     keys: dict[str, list[int]] = {sid: [] for sid in sessions}
@@ -103,8 +103,7 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
            until: str | None = None) -> list[dict[str, Any]]:
     """Every question about ``user`` asked of the memories holding at ``as_of`` (default the question's
     time, else now), each shown with its day and weekday, in one engine run."""
-    from promem_fast.eval.qa import answer_questions
-    from promem_fast.eval.records import Question
+    from .qa import Ask, answer_questions
 
     dim = getattr(engine.services.embedder, "dim", None)
     if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
@@ -123,10 +122,9 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
     else:
         index, behind = _retrieval(store, store._db, [sid for sid, *_ in dated], tenant, scope)
     asked_at = day_label(when) if when else question_time
-    asked = [(Question(question_id=str(i), user_id=user, question=text, answer=None, question_type="ask",
-                       session_ids=tuple(sid for sid, *_ in dated),
-                       session_dates=tuple(day_label(said) or raw for _, said, raw in dated),
-                       question_time=asked_at), user) for i, text in enumerate(questions)]
+    asked = [(Ask(question_id=str(i), question=text, session_ids=tuple(sid for sid, *_ in dated),
+                  session_dates=tuple(day_label(said) or raw for _, said, raw in dated), question_time=asked_at),
+              user) for i, text in enumerate(questions)]
     answers, _ = answer_questions(engine, asked, index)
     out = []
     for reply in answers:

@@ -1,8 +1,7 @@
 """The scripted backend's reply to the store's update prompt: a word-overlap stand-in for a model.
 
-A test stand-in, not product logic (the store decides with the configured model); it sits beside the
-scripted LLM until the test stand-ins get their own package. Like a model it reads only the prompt: the two
-entries' words.
+A test stand-in, not product logic (the store decides with the configured model). Like a model it reads
+only the prompt: the two entries' words.
 """
 
 from __future__ import annotations
