@@ -8,12 +8,14 @@ current, which held in February, which is one memory said in two sessions, what 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import scripted_config
+from promem_fast.backends.base import NLIResult
 from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.testing.eval_rules import EVAL_RULES
@@ -168,3 +170,55 @@ def test_sessions_arriving_out_of_order_give_the_memory_of_the_canonical_order(t
         for g in order:
             shuffled.add([g], engine=eng)
         assert state(shuffled) == expected
+
+
+def test_a_store_of_schema_1_gains_validity_times_from_its_own_dates(tmp_path: Path) -> None:
+    from promem_fast.store.schema import MIGRATIONS
+
+    raw = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    raw.execute("BEGIN")
+    MIGRATIONS[1](raw)
+    raw.execute("PRAGMA user_version = 1")
+    raw.execute("INSERT INTO tenants (id, name) VALUES (1, 'default')")
+    raw.execute("INSERT INTO users (id, tenant_id, name) VALUES (1, 1, 'Tom')")
+    for pk, sid, ts in [(1, "s1", "9:00 am on 15 January, 2024"), (2, "s2", "2024-03-02T10:00:00+01:00")]:
+        raw.execute("INSERT INTO sessions VALUES (?, 1, ?, ?, 'promem', '[]', '{}')", (pk, sid, ts))
+    raw.execute("INSERT INTO nodes (id, session_pk, user_id, local_id, text, date, data) VALUES "
+                f"(1, 1, 1, 0, ?, '2024-01-15', '{{}}'), (2, 2, 1, 0, ?, NULL, '{{}}')", (BOSTON, DENVER))
+    raw.execute("UPDATE nodes SET superseded_by = 2 WHERE id = 1")
+    raw.execute("INSERT INTO supersedes VALUES (1, 2, 'llm')")
+    raw.execute("COMMIT")
+    raw.close()
+    with open_store(tmp_path / "old.db") as store:
+        hits = {h.text: h for h in store.hits("Tom", history=True)}
+    assert (hits[BOSTON].valid_from, hits[BOSTON].valid_until) == ("2024-01-15T09:00:00", "2024-03-02T09:00:00")
+    assert (hits[DENVER].valid_from, hits[DENVER].valid_until, hits[DENVER].sessions) == (
+        "2024-03-02T09:00:00", None, ["s2"])
+
+
+class TableNLI:
+    """Hand-written NLI labels for this fixture's (premise, hypothesis) pairs; any other pair is neutral."""
+
+    LABELS = {(DENVER, BOSTON): "contradiction", (FINTECH, FINTECH): "entailment",
+              (FINTECH, NURSE): "contradiction", (BIKE, HONDA): "contradiction", (BIKE, VESPA): "contradiction",
+              # one way only: the bike entails nothing back, so this pair is no duplicate
+              (HONDA, BIKE): "entailment"}
+
+    def entail(self, pairs: Any) -> list[NLIResult]:
+        out = []
+        for pair in pairs:
+            label = self.LABELS.get(tuple(pair), "neutral")
+            out.append(NLIResult(label, (float(label == "entailment"), float(label == "neutral"),
+                                         float(label == "contradiction"))))
+        return out
+
+
+def test_the_nli_judge_reads_contradiction_as_update_and_mutual_entailment_as_duplicate(tmp_path: Path) -> None:
+    config = scripted_config()
+    config.nli.backend = "onnx"  # any model backend: the injected one answers
+    with MemoryStore(tmp_path / "m.db", scripted_config(), update_judge="nli", update_min_cosine=-1.0,
+                     update_neighbours=10) as store, Engine(config, nli=TableNLI()) as eng:
+        store.add([S1, S2, S3], engine=eng)
+        assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
+        (honda,) = [h for h in store.hits("Tom", history=True) if h.text == HONDA]
+    assert honda.reason == "nli: the new entry contradicts the earlier one"
