@@ -222,3 +222,15 @@ def test_the_nli_judge_reads_contradiction_as_update_and_mutual_entailment_as_du
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
         (honda,) = [h for h in store.hits("Tom", history=True) if h.text == HONDA]
     assert honda.reason == "nli: the new entry contradicts the earlier one"
+
+
+def test_an_export_carries_merges_and_replacements_with_their_reasons(tmp_path: Path) -> None:
+    with open_store(tmp_path / "a.db") as store, engine() as eng:
+        store.add([S1, S2, S3], engine=eng)
+        store.export(tmp_path / "a.jsonl")
+        expected = state(store)
+    with open_store(tmp_path / "b.db") as copy:
+        assert copy.import_(tmp_path / "a.jsonl") == 3
+        assert state(copy) == expected
+        copy.export(tmp_path / "b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()

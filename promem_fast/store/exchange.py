@@ -36,6 +36,9 @@ from promem_fast.errors import InputError
 
 from . import rows
 
+_LINKS = (("supersede", "supersedes", "old", "new"), ("merge", "merges", "node", "kept"))
+"""Link lines: kind, table, and its two node columns (also the line's field names)."""
+
 FORMAT = "promem-store"
 VERSION = 2
 
@@ -62,24 +65,15 @@ def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, param
         for line in _session_lines(db, scope, params):
             out.write(line + "\n")
             count += 1
-        for old_sid, old_local, new_sid, new_local, t_name, u_name, reason in db.execute(
-                "SELECT so.session_id, a.local_id, sn.session_id, b.local_id, t.name, u.name, l.reason "
-                "FROM supersedes l JOIN nodes a ON a.id = l.old JOIN nodes b ON b.id = l.new "
-                "JOIN sessions so ON so.id = a.session_pk JOIN sessions sn ON sn.id = b.session_pk "
-                f"JOIN users u ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.old",
-                params):
-            out.write(rows.dumps({"kind": "supersede", "tenant": t_name, "user": u_name,
-                                  "old": {"session_id": old_sid, "node": old_local},
-                                  "new": {"session_id": new_sid, "node": new_local}, "reason": reason}) + "\n")
-        for sid, local, kept_sid, kept_local, t_name, u_name, reason in db.execute(
-                "SELECT sd.session_id, d.local_id, sk.session_id, k.local_id, t.name, u.name, m.reason "
-                "FROM merges m JOIN nodes d ON d.id = m.node JOIN nodes k ON k.id = m.kept "
-                "JOIN sessions sd ON sd.id = d.session_pk JOIN sessions sk ON sk.id = k.session_pk "
-                f"JOIN users u ON u.id = d.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY m.node",
-                params):
-            out.write(rows.dumps({"kind": "merge", "tenant": t_name, "user": u_name,
-                                  "node": {"session_id": sid, "node": local},
-                                  "kept": {"session_id": kept_sid, "node": kept_local}, "reason": reason}) + "\n")
+        for kind, table, first, second in _LINKS:  # first the replaced / merged node, then the other
+            for a_sid, a_local, b_sid, b_local, t_name, u_name, reason in db.execute(
+                    "SELECT sa.session_id, a.local_id, sb.session_id, b.local_id, t.name, u.name, l.reason "
+                    f"FROM {table} l JOIN nodes a ON a.id = l.{first} JOIN nodes b ON b.id = l.{second} "
+                    "JOIN sessions sa ON sa.id = a.session_pk JOIN sessions sb ON sb.id = b.session_pk JOIN users u "
+                    f"ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.{first}", params):
+                out.write(rows.dumps({"kind": kind, "tenant": t_name, "user": u_name,
+                                      first: {"session_id": a_sid, "node": a_local},
+                                      second: {"session_id": b_sid, "node": b_local}, "reason": reason}) + "\n")
     return count
 
 
