@@ -234,3 +234,14 @@ def test_an_export_carries_merges_and_replacements_with_their_reasons(tmp_path: 
         assert state(copy) == expected
         copy.export(tmp_path / "b.jsonl")
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the_next_add(tmp_path: Path) -> None:
+    from promem_fast.store.ordering import write_pending
+
+    with open_store(tmp_path / "m.db") as store:  # a run killed after storing, before judging
+        write_pending(store, "default", [S1, S2, S3], store._embed_graphs([S1, S2, S3]))
+        assert current(store) == {(t, (g.session_id,)) for g in (S1, S2, S3) for t in (n.text for n in g.nodes)}
+    with open_store(tmp_path / "m.db") as store, engine() as eng:
+        store.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)  # another user's session
+        assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
