@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 def reopen_from(db: sqlite3.Connection, user_pk: int, key: tuple[Any, ...], *, inclusive: bool) -> int:
     """Mark the user's judged sessions after ``key`` (from it, with ``inclusive``) pending again and remove
     the links their entries made (what those replaced or absorbed is as before they came); returns how many."""
-    later = [pk for pk, said_at, sid in db.execute(
-        "SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 1", (user_pk,))
+    later = [pk for pk, said_at, sid in db.execute(  # said no earlier (undated ones sort last): few, usually
+        "SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 1 AND (said_at IS NULL OR "
+        "said_at >= ?)", (user_pk, key[0]))
              if (session_key(said_at, sid) >= key if inclusive else session_key(said_at, sid) > key)]
     for lo in range(0, len(later), 500):
         part = later[lo:lo + 500]

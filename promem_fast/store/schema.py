@@ -107,6 +107,7 @@ CREATE TABLE merges (
 );
 CREATE INDEX merges_kept ON merges (kept);
 CREATE INDEX sessions_pending ON sessions (judged, user_id);
+CREATE INDEX sessions_said ON sessions (user_id, said_at);
 """
 
 

@@ -1,7 +1,7 @@
 """Update verdicts: what each entry of a new session means for a user's older memories.
 
-For each new entry, its nearest older memories of the same user (current ones, from sessions judged
-before it in the canonical order, said no later, cosine at least ``update_min_cosine``, at most
+For each new entry, its nearest older memories of the same user (current ones, from the sessions before it
+in the canonical order, so said no later; cosine at least ``update_min_cosine``, at most
 ``update_neighbours``) are candidates; the configured model judges each (older, newer) pair:
 
 * ``llm``: the chat model answers ``add`` / ``update`` / ``duplicate`` with a reason;
@@ -80,8 +80,7 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pai
             ids, scores = ids[keep], scores[keep]
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
             found = [(-score_of[i], when or UNDATED, text, i) for i, text, when in db.execute(
-                eligible.format(rows.placeholders(len(ids))), (user_pk, session_pk, *score_of))
-                     if _not_later(when, new_from)] if len(ids) else []
+                eligible.format(rows.placeholders(len(ids))), (user_pk, session_pk, *score_of))] if len(ids) else []
             if len(found) >= m or len(ids) < wanted or wanted >= len(index):
                 break  # enough, or every neighbour above the floor was seen
             wanted *= 4
@@ -89,11 +88,6 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pai
         pairs.extend(Pair(old, text, None if when == UNDATED else when, new_id, new_text, new_from)
                      for _, when, text, old in found[:m])
     return pairs
-
-
-def _not_later(old_from: str | None, new_from: str | None) -> bool:
-    """Whether a memory said at ``old_from`` may be replaced by one said at ``new_from`` (undated: yes)."""
-    return old_from is None or new_from is None or old_from <= new_from
 
 
 def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -> Program[list[tuple[str, str]]]:
