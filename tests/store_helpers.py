@@ -88,9 +88,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     real = rows.insert_session
 
-    def insert(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None
-               ) -> dict[int, int]:
-        ids = real(db, user_pk, record, vectors)
+    def insert(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None,
+               **how: Any) -> dict[int, int]:
+        ids = real(db, user_pk, record, vectors, **how)
         if record["session_id"] == f"{args.prefix}{args.pause_in}":
             print(f"inside {args.pause_in}", flush=True)
             time.sleep(600)

@@ -107,13 +107,16 @@ def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path:
         assert JOBS[1][2] in [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
 
 
-def test_an_older_session_added_later_does_not_supersede_newer_memory(tmp_path: Path) -> None:
+def test_an_older_session_added_later_takes_its_place_in_time(tmp_path: Path) -> None:
     newer = graph(JOBS[1][0], "Maya", [JOBS[1][2]], timestamp=JOBS[1][1])
     older = graph(JOBS[0][0], "Maya", [JOBS[0][2]], timestamp=JOBS[0][1])
     with open_store(tmp_path / "m.db", embedder=TopicEmbedder()) as store:
         store.add([newer])
         store.add([older])
-        assert all(h["superseded_by"] is None for h in store.get_all("Maya", history=True))
+        # the older job never replaces the newer one; the newer replaces it, as if they had come in order
+        assert [h.text for h in store.search("Maya", "where does Maya work?", k=5)] == [JOBS[1][2]]
+        (old,) = [h for h in store.get_all("Maya", history=True) if h["text"] == JOBS[0][2]]
+        assert old["valid_until"] == "2024-06-10T09:00:00"
 
 
 def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
@@ -235,15 +238,32 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
         assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
 
 
-def test_a_store_refuses_an_embedder_of_another_dimension(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store:
+def test_a_store_searches_with_the_embedder_that_filled_it_and_refuses_another(tmp_path: Path) -> None:
+    from promem_fast.testing.embed_hashing import HashingEmbedder
+    from promem_fast.config import EngineConfig
+
+    with MemoryStore(tmp_path / "m.db", scripted_config(), profile="scripted") as store:
         store.add([MAYA_1])
+    # opened with the defaults (a sentence-transformers model): the recorded embedder is used, none loaded
+    with MemoryStore(tmp_path / "m.db", EngineConfig(), read_only=True) as store:
+        assert store.search("Maya", "Lisbon job", k=1)[0].text == "Maya moved to Lisbon for a job at Nordvik."
+        assert isinstance(store.embedder, HashingEmbedder) and store.embedder.dim == 256
+    # handed another embedder (an engine's): one line naming both, before anything is embedded
     other = scripted_config()
     other.embedder.dim = 64
+    with pytest.raises(StoreError) as refused:
+        MemoryStore(tmp_path / "m.db", other, embedder=HashingEmbedder(other.embedder))
+    assert str(refused.value) == (f"{tmp_path / 'm.db'}: filled by embedder hashing (256 dims); this one is "
+                                  "hashing (64 dims): use --profile scripted with this store, or another store")
+    # a store from before embedders were recorded still refuses vectors of another dimension
+    raw = sqlite3.connect(tmp_path / "m.db")
+    raw.execute("DELETE FROM meta WHERE key = 'embedder'")
+    raw.commit()
+    raw.close()
     with MemoryStore(tmp_path / "m.db", other) as store:
-        with pytest.raises(StoreError, match="256-dimensional vectors but this embedder gives 64"):
+        with pytest.raises(StoreError, match="filled by an embedder of 256 dims; this embedder gives 64 dims"):
             store.search("Maya", "Lisbon")
-        with pytest.raises(StoreError, match="256-dimensional"):
+        with pytest.raises(StoreError, match="256 dims"):
             store.add([MAYA_2])
 
 

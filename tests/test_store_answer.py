@@ -40,9 +40,9 @@ def test_answer_reads_current_memory_and_dates_it(tmp_path: Path) -> None:
     with MemoryStore(tmp_path / "m.db", config, embedder=topic) as store, Engine(config, embedder=topic) as engine:
         store.add(jobs)
         (reply,) = store.answer("Maya", ["Where does Maya work as a teacher or nurse?"], engine=engine)
-    # the answerer is shown the current job only, with its session's date (what it answers is the stand-in's)
+    # the answerer is shown the current job only, dated with its weekday (what it answers is the stand-in's)
     assert [(r["session_id"], r["date"], r["text"]) for r in reply["retrieved"]] == [
-        ("j2", "2024-06-10", "Maya works as a teacher at Lincoln school in Boston.")]
+        ("j2", "2024-06-10 (Monday)", "Maya works as a teacher at Lincoln school in Boston.")]
 
 
 def test_ingest_extracts_only_what_the_store_lacks(tmp_path: Path) -> None:
