@@ -15,6 +15,7 @@ from promem_fast.errors import ConfigError
 
 from . import metrics
 from .judges import UPDATE_ROUTINGS
+from .provenance import describe
 from .variants import TABLE6_STAGES, VARIANTS, PathLike, stage_key
 
 
@@ -94,6 +95,23 @@ def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
                      str(judge["items"]), str(judge["calls"]), _num(judge["tokens_per_item"], 1)])
     return _table(["Method", "Questions", "QA calls", "QA tokens / question", "Judged items", "Judge calls",
                    "Judge tokens / item"], rows)
+
+
+def _failed_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Failed extraction steps per stage (all sessions together) and failed evaluation steps, per result."""
+    stages = sorted({s for r in results for s in ((r["cost"]["extraction"] or {}).get("failed_steps") or {})},
+                    key=stage_key)
+    rows = []
+    for r in results:
+        cost = r["cost"]["extraction"]
+        failed = (cost or {}).get("failed_steps")
+        if cost is None or failed is None:  # NativeRAG, or a result written before they were counted
+            rows.append([r["label"], *("-" for _ in stages), "-", str(r["counts"]["failed_eval_steps"])])
+            continue
+        rows.append([r["label"], *(str(failed.get(s, 0)) for s in stages), str(sum(failed.values())),
+                     str(r["counts"]["failed_eval_steps"])])
+    names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
+    return _table(["Method", *names, "Extraction total", "Evaluation"], rows)
 
 
 def _update_cells(update: dict[str, Any] | None) -> list[str]:
@@ -303,6 +321,16 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
     out += _SECTIONS[kind](results)
     out += ["## Evaluation cost (answering and judging)", ""]
     out += _eval_cost_table(results)
+    out += ["## Failed steps per stage", "",
+            ("Steps the engine could not complete (a reply that never parsed within its attempts, a prompt that "
+             "did not fit): each is recorded with its raw replies in the graph's `stats.failures` (extraction) "
+             "or the result's `eval_failures` (answering and judging), and its session goes on without it."), ""]
+    out += _failed_table(results)
+    out += ["## Provenance", ""]
+    for r in results:
+        out += [f"**{r['label']}**", ""] + (describe(r["provenance"]) if r.get("provenance") else
+                                            ["- not recorded (a result written before provenance was kept)"])
+        out += [""]
     if chart is not None:
         out += ["## Variants compared", "", f"![Variants compared]({chart})", ""]
     return "\n".join(out)

@@ -1,0 +1,113 @@
+"""The benchmarks' own protocol around the scorers: HaluMem's update points searched top-10 through the store,
+its edge cases decided as HaluMem's code decides them, and what a result records to be reproduced.
+
+The user below (Ina) is written here in HaluMem's schema: three sessions of facts, then one that changes her
+job (an update point with the earlier value) and says nothing about a flower that the annotation calls an
+update without earlier values, then a later session about a parrot. Expected routings and memories are
+worked out by hand from HaluMem's ``eval_memos.py`` (search the system with the point's text, top 10, right
+after the session is added; only when ``original_memories`` is not empty) and ``evaluation.py`` (update judge
+only when ``is_update`` is "True" and the search returned memories; the integrity judge otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from conftest import scripted_config
+from promem_fast.backends.base import Completion, GenerationRequest
+from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.eval.runner import run_eval
+
+
+def _msg(role: str, text: str, turn: int, ts: str) -> dict[str, Any]:
+    return {"role": role, "content": text, "timestamp": ts, "dialogue_turn": turn}
+
+
+def _session(start: str, pairs: list[tuple[str, str]], points: list[dict[str, Any]]) -> dict[str, Any]:
+    dialogue = []
+    for t, (said, reply) in enumerate(pairs):
+        dialogue += [_msg("user", said, t, start), _msg("assistant", reply, t, start)]
+    return {"start_time": start, "end_time": start, "dialogue": dialogue, "memory_points": points, "questions": []}
+
+
+def _point(i: int, text: str, update: bool = False, original: Sequence[str] = ()) -> dict[str, Any]:
+    return {"index": i, "memory_content": text, "memory_type": "Persona Memory", "memory_source": "primary",
+            "is_update": "True" if update else "False", "original_memories": list(original), "importance": 1.0,
+            "timestamp": "Feb 2025"}
+
+
+JOB_UPDATE = "Ina Berg's job changed from baker to florist at Petals."
+FLOWER_UPDATE = "Ina Berg's favourite flower changed to tulips."
+INA = {"uuid": "u-ina", "persona_info": "Name: Ina Berg; Gender: Female", "sessions": [
+    _session("Feb 01, 2025, 09:00:00", [
+        ("I work as a baker at Crumbs.", "Nice."), ("I have a brother named Tom.", "Cool."),
+        ("I play the violin every Sunday.", "Lovely."), ("I drive a red Fiat.", "Fun."),
+        ("I grew up in Ghent.", "Oh."), ("I like green tea with honey.", "Yum."),
+        ("I run five kilometres on Mondays.", "Great."), ("I collect old maps of Europe.", "Neat."),
+        ("I am allergic to peanuts.", "Noted."), ("I read crime novels at night.", "Good."),
+        ("I paint watercolours of boats.", "Pretty."), ("I speak Dutch and French.", "Nice.")],
+        [_point(1, "Ina Berg works as a baker at Crumbs.")]),
+    _session("Feb 05, 2025, 09:00:00", [
+        ("I bought a blue kayak.", "Fun."), ("I visited Oslo in January.", "Cold!"),
+        ("I bake sourdough bread on Fridays.", "Tasty."), ("I own a vintage camera.", "Cool."),
+        ("I volunteer at the library.", "Kind."), ("I sing in a choir.", "Nice.")],
+        [_point(1, "Ina Berg bought a blue kayak.")]),
+    _session("Feb 10, 2025, 09:00:00", [("I quit the bakery and now I work as a florist at Petals.", "Big change!")],
+             [_point(1, JOB_UPDATE, True, ["Ina Berg works as a baker at Crumbs."]),
+              _point(2, FLOWER_UPDATE, True, [])]),
+    _session("Feb 20, 2025, 09:00:00", [("I adopted a parrot named Kiwi.", "Cute.")],
+             [_point(1, "Ina Berg adopted a parrot named Kiwi.")]),
+]}
+
+
+def write_ina(folder: Path) -> Path:
+    path = folder / "ina.jsonl"
+    path.write_text(json.dumps(INA) + "\n", encoding="utf-8")
+    return path
+
+
+class RecordingJudge(ScriptedLLM):
+    """The scripted model, keeping the fields of every evaluation prompt it is sent, by template."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.prompts: dict[str, list[dict[str, str]]] = {}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        for request in requests:
+            parsed = parse_rendered(request.messages)
+            if parsed is not None:
+                self.prompts.setdefault(parsed[0], []).append(parsed[1])
+        return super().generate(requests)
+
+
+def test_an_update_point_is_judged_on_the_stores_top_10_up_to_its_session(tmp_path: Path) -> None:
+    config = scripted_config()
+    judge = RecordingJudge(config.llm)
+    result = run_eval("halumem", write_ina(tmp_path), config, out_dir=tmp_path, llm=judge)
+
+    (label,) = result["labels"]["update"]  # the job change only: the flower point has no earlier value
+    assert label["memory_content"] == JOB_UPDATE and label["session_id"] == "u-ina:2"
+    found = label["memories_from_system"]
+    # 19 memories were said before the parrot session; HaluMem's search keeps 10
+    assert len(found) == 10 and label["memories_shown"] == 10
+    # the earlier job (said three sessions before) is among them, next to the new one ...
+    assert any("baker at Crumbs" in m for m in found) and any("florist at Petals" in m for m in found)
+    # ... and nothing said after the update's session (HaluMem searches right after the session is added)
+    assert not any("parrot" in m or "Kiwi" in m for m in found)
+    # the judge was shown exactly those memories, best first
+    (prompt,) = judge.prompts["judge_update"]
+    assert prompt["memories"].splitlines() == [f"{i + 1}. {m}" for i, m in enumerate(found)]
+    assert prompt["previous"] == "1. Ina Berg works as a baker at Crumbs."
+
+
+def test_an_update_point_without_earlier_values_goes_to_the_integrity_judge(tmp_path: Path) -> None:
+    config = scripted_config()
+    result = run_eval("halumem", write_ina(tmp_path), config, out_dir=tmp_path, llm=ScriptedLLM(config.llm))
+    integrity = {label["memory_content"]: label for label in result["labels"]["integrity"]}
+    assert FLOWER_UPDATE in integrity and integrity[FLOWER_UPDATE]["is_update"] is True
+    assert JOB_UPDATE not in integrity
+    assert [label["memory_content"] for label in result["labels"]["update"]] == [JOB_UPDATE]
