@@ -111,3 +111,90 @@ def test_an_update_point_without_earlier_values_goes_to_the_integrity_judge(tmp_
     assert FLOWER_UPDATE in integrity and integrity[FLOWER_UPDATE]["is_update"] is True
     assert JOB_UPDATE not in integrity
     assert [label["memory_content"] for label in result["labels"]["update"]] == [JOB_UPDATE]
+
+
+# ============================================================================================= aggregating records
+def _records_with_a_boolean_flag() -> dict[str, Any]:
+    """HaluMem record file: two gold points (scored 2 and 0), three extracted entries; one judge wrote the
+    gold flag as JSON true, which HaluMem's ``in ["true", "True"]`` does not count."""
+    def point(score: int) -> dict[str, Any]:
+        return {"memory_content": f"point {score}", "memory_type": "Persona Memory", "memory_source": "primary",
+                "importance": 1.0, "is_update": "False", "memory_integrity_score": score}
+
+    def entry(score: int, flag: Any) -> dict[str, Any]:
+        return {"memory_content": "entry", "memory_accuracy_score": score, "is_included_in_golden_memories": flag}
+
+    return {"memory_integrity_records": [point(2), point(0)],
+            "memory_accuracy_records": [entry(2, "true"), entry(0, True), entry(1, "false")],
+            "memory_update_records": [], "question_answering_records": []}
+
+
+def test_aggregate_counts_a_json_true_flag_as_halumem_does_and_writes_the_f1(tmp_path: Path,
+                                                                            capsys: Any) -> None:
+    from promem_fast.cli import main
+
+    records = tmp_path / "user.json"
+    records.write_text(json.dumps(_records_with_a_boolean_flag()), encoding="utf-8")
+    out = tmp_path / "agg.json"
+    assert main(["eval", "aggregate", str(records), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    score = json.loads(out.read_text())["overall_score"]
+    # one target entry (the "true" one, scored 2): target accuracy 0.5·2 / 1 = 1.0; the JSON true one is not
+    # a target, so its 0 does not pull it down
+    assert score["memory_accuracy"]["target_memory_num"] == 1
+    assert score["memory_accuracy"]["target_accuracy(all)"] == 1.0
+    # recall 1/2, target precision 1 → F1 = 2·0.5·1 / 1.5 = 2/3
+    assert score["memory_f1"]["f1(all)"] == 2 / 3
+    assert "1 of 3 records give is_included_in_golden_memories as a JSON boolean" in printed
+
+
+# ============================================================================================= provenance
+class GarbledProbes(ScriptedLLM):
+    """The scripted model, replying to every relation-probe prompt with text that is not JSON."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        replies = super().generate(requests)
+        return [Completion("no idea", reply.prompt_tokens, 2)
+                if (parse_rendered(request.messages) or ("",))[0] == "probe" else reply
+                for request, reply in zip(requests, replies, strict=True)]
+
+
+def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_path: Path) -> None:
+    import hashlib
+    import subprocess
+
+    from conftest import ROOT
+    from promem_fast.io import read_graphs
+
+    data = write_ina(tmp_path)
+    config = scripted_config()
+    result = run_eval("halumem", data, config, out_dir=tmp_path, llm=GarbledProbes(config.llm))
+    record = json.loads((tmp_path / "result-halumem-full.json").read_text())["provenance"]
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # a git checkout records its commit (a copy without .git its version only)
+    assert record["code"]["commit"] == (head if (ROOT / ".git").exists() else None)
+    assert record["code"]["package_version"] == "0.1.0"
+    assert record["data"] == [{"path": str(data), "bytes": data.stat().st_size,
+                               "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}]
+    # the whole effective config, and the settings that decide replies
+    assert record["config"]["pipeline"]["tau_comp"] == 0.6 and record["config"]["llm"]["backend"] == "scripted"
+    assert record["config"]["qa_top_k"] == 20 and record["config"]["embedder"]["backend"] == "hashing"
+    assert record["decoding"]["probe"] == {"backend": "scripted", "model": None, "base_url": None, "temperature": 0.0,
+                                           "retry_temperature": 0.3, "seed": 0, "max_tokens": 96, "max_attempts": 3}
+    assert (record["segmenter"], record["compression"], record["seeds"]) == (
+        "similarity", {"enabled": False, "rate": 0.6, "model": None}, [0])
+    assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}}
+
+    # every probe failed: the report counts them under REL, as the graphs record them
+    failures = [f for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl") for f in g.stats.failures]
+    assert failures and {f.stage for f in failures} == {"rel"}
+    report = (tmp_path / "report-halumem.md").read_text()
+    section = report.split("## Failed steps per stage", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    assert rows[0] == ["Method", "REL", "Extraction total", "Evaluation"]
+    assert rows[2] == ["ProMem (Full)", str(len(failures)), str(len(failures)), "0"]
+    assert result["cost"]["extraction"]["failed_steps"] == {"rel": len(failures)}
+    provenance = report.split("## Provenance", 1)[1]
+    assert f"commit `{head[:12]}`" in provenance and record["data"][0]["sha256"] in provenance
+    assert "judge: scripted with the project's own prompts" in provenance
