@@ -198,3 +198,131 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
     provenance = report.split("## Provenance", 1)[1]
     assert f"commit `{head[:12]}`" in provenance and record["data"][0]["sha256"] in provenance
     assert "judge: scripted with the project's own prompts" in provenance
+
+
+# ============================================================================================= official judge prompts
+FAKE_TOOLS = '''\
+from llms import llm_request_for_json
+
+raise SystemExit("the checkout's code was run")
+
+EVALUATION_PROMPT_FOR_MEMORY_INTEGRITY = """ZZ-RECALL rubric (invented for this test).
+Stored:
+{memories}
+Wanted: {expected_memory_point}
+Reply {{"reasoning": "...", "score": "2|1|0"}}"""
+
+EVALUATION_PROMPT_FOR_MEMORY_ACCURACY = """ZZ-FAITH rubric.
+Talk:
+{dialogue}
+Gold:
+{golden_memories}
+Candidate: {candidate_memory}"""
+
+EVALUATION_PROMPT_FOR_UPDATE_MEMORY = """ZZ-UPDATE rubric.
+{memories}
+New: {updated_memory}
+Old: {original_memory}"""
+
+EVALUATION_PROMPT_FOR_QUESTION = """ZZ-QA rubric. Q: {question} Ref: {reference_answer}
+Keys: {key_memory_points}
+Said: {response}"""
+
+
+def evaluation_for_memory_integrity(extract_memories, target_memory):
+    return llm_request_for_json(EVALUATION_PROMPT_FOR_MEMORY_INTEGRITY)
+'''
+
+
+def fake_checkout(root: Path, text: str = FAKE_TOOLS) -> Path:
+    """A folder laid out like the HaluMem repository, its judge prompts invented here."""
+    (root / "eval").mkdir(parents=True)
+    (root / "eval" / "eval_tools.py").write_text(text, encoding="utf-8")
+    return root
+
+
+class OfficialFormatJudge(ScriptedLLM):
+    """Answers the invented official prompts in HaluMem's reply format (grades as strings), keeping each
+    prompt; every other prompt goes to the scripted model."""
+
+    REPLIES = {"ZZ-RECALL": {"reasoning": "covered", "score": "2"},
+               "ZZ-FAITH": {"accuracy_score": "1", "is_included_in_golden_memories": "true", "reason": "partly"},
+               "ZZ-UPDATE": {"reason": "kept", "evaluation_result": "Correct"},
+               "ZZ-QA": {"reasoning": "fine", "evaluation_result": "Omission"}}
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.seen: dict[str, list[tuple[dict[str, str], ...]]] = {}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        replies = super().generate(requests)
+        out = []
+        for request, reply in zip(requests, replies, strict=True):
+            text = request.messages[-1]["content"]
+            marker = next((m for m in self.REPLIES if text.startswith(m)), None)
+            if marker is None:
+                out.append(reply)
+                continue
+            self.seen.setdefault(marker, []).append(tuple(request.messages))
+            out.append(Completion(json.dumps(self.REPLIES[marker]), reply.prompt_tokens, 20))
+        return out
+
+
+def test_halumems_official_judge_prompts_are_read_from_the_users_checkout(tmp_path: Path) -> None:
+    import hashlib
+
+    checkout = fake_checkout(tmp_path / "HaluMem")
+    data = write_ina(tmp_path)
+    config = scripted_config()
+    judge = OfficialFormatJudge(config.llm)
+    result = run_eval("halumem", data, config, out_dir=tmp_path / "out", llm=judge, judge_prompts_path=checkout)
+
+    # each judge got the checkout's prompt as one user message, filled as HaluMem fills it
+    (integrity, *_) = judge.seen["ZZ-RECALL"]
+    assert len(integrity) == 1 and integrity[0]["role"] == "user"
+    text = integrity[0]["content"]
+    assert text.startswith("ZZ-RECALL rubric (invented for this test).\nStored:\n")
+    assert text.endswith("\nWanted: Ina Berg works as a baker at Crumbs.\n"
+                         'Reply {"reasoning": "...", "score": "2|1|0"}')
+    stored = text.split("Stored:\n", 1)[1].split("\nWanted:", 1)[0].splitlines()
+    assert stored and not any(line[:1].isdigit() for line in stored)  # HaluMem lists memories unnumbered
+    (update,) = judge.seen["ZZ-UPDATE"]
+    assert update[0]["content"].endswith(f"New: {JOB_UPDATE}\nOld: Ina Berg works as a baker at Crumbs.")
+    faith = judge.seen["ZZ-FAITH"][0][0]["content"]
+    assert "[Feb 01, 2025, 09:00:00]user: I work as a baker at Crumbs.\n[Feb 01, 2025, 09:00:00]assistant: Nice.\n" \
+        in faith
+
+    # the grades read as HaluMem reads them
+    labels = result["labels"]
+    assert {label["memory_integrity_score"] for label in labels["integrity"] if label.get("judge_reply")} == {2}
+    assert {(a["memory_accuracy_score"], a["is_included_in_golden_memories"]) for a in labels["accuracy"]} == {
+        (1, "true")}
+    assert [u["memory_update_type"] for u in labels["update"]] == ["Correct"]
+
+    # the result and the report say which prompts graded them
+    digest = hashlib.sha256((checkout / "eval" / "eval_tools.py").read_bytes()).hexdigest()
+    source = {"source": "halumem", "path": str((checkout / "eval" / "eval_tools.py").resolve()), "sha256": digest,
+              "constants": {"judge_integrity": "EVALUATION_PROMPT_FOR_MEMORY_INTEGRITY",
+                            "judge_accuracy": "EVALUATION_PROMPT_FOR_MEMORY_ACCURACY",
+                            "judge_update": "EVALUATION_PROMPT_FOR_UPDATE_MEMORY",
+                            "judge_halumem_qa": "EVALUATION_PROMPT_FOR_QUESTION"}}
+    assert result["config"]["judge_prompts"] == source and result["provenance"]["judge"]["prompts"] == source
+    report = (tmp_path / "out" / "report-halumem.md").read_text()
+    assert f"judge: scripted with `{source['path']}` (sha256 `{digest[:16]}…`)" in report
+
+
+def test_a_checkout_without_the_prompts_is_one_line_naming_what_is_missing(tmp_path: Path, capsys: Any) -> None:
+    from promem_fast.cli import main
+
+    broken = fake_checkout(tmp_path / "old", FAKE_TOOLS.replace("EVALUATION_PROMPT_FOR_QUESTION =", "OTHER ="))
+    data = write_ina(tmp_path)
+    args = ["eval", "halumem", "--data", str(data), "--profile", "scripted", "--no-progress", "-o", str(tmp_path)]
+    assert main([*args, "--judge-prompts", str(broken)]) == 2
+    module = broken / "eval" / "eval_tools.py"
+    assert capsys.readouterr().err.strip() == f"promem: {module}: no EVALUATION_PROMPT_FOR_QUESTION defined at the top level"
+    assert main([*args, "--judge-prompts", str(tmp_path / "nowhere")]) == 2
+    assert "no HaluMem judge prompts here" in capsys.readouterr().err
+    renamed = fake_checkout(tmp_path / "renamed", FAKE_TOOLS.replace("{expected_memory_point}", "{point}"))
+    assert main([*args, "--judge-prompts", str(renamed)]) == 2
+    assert "EVALUATION_PROMPT_FOR_MEMORY_INTEGRITY is filled with {memories, point}, expected " \
+           "{expected_memory_point, memories}" in capsys.readouterr().err

@@ -21,7 +21,7 @@ _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both spe
 
 
 _ROUTINGS = ("official", "both")
-"""The keys of :data:`promem_fast.eval.judges.UPDATE_ROUTINGS`, repeated so the parser imports nothing heavy."""
+"""The keys of :data:`promem_fast.eval.updates.UPDATE_ROUTINGS`, repeated so the parser imports nothing heavy."""
 
 
 def register(subparsers: Any) -> None:
@@ -78,9 +78,14 @@ def _add_benchmark(actions: Any, kind: str) -> None:
                    "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
     if kind == "halumem":
         p.add_argument("--update-points", choices=_ROUTINGS, default="official",
-                       help="official (default, as HaluMem's own evaluation): a gold point with is_update goes to "
-                            "the update judge only when the session has memories; both: also to the integrity "
-                            "judge, so recall covers every gold point")
+                       help="official (default, as HaluMem's own evaluation): a gold point with is_update and "
+                            "earlier values goes to the update judge with the store's top-10 memories for it, any "
+                            "other point (or one the search finds nothing for) to the integrity judge; both: every "
+                            "point to the integrity judge too, so recall covers every gold point")
+        p.add_argument("--judge-prompts", type=Path, metavar="PATH",
+                       help="grade with HaluMem's official judge prompts, read from PATH: your checkout of the "
+                            "HaluMem repository (its eval/eval_tools.py) or that file; the result records the file "
+                            "and its sha256 (default: the project's own judge prompts)")
     config_args(p)
     p.set_defaults(func=cmd_eval, kind=kind)
 
@@ -102,7 +107,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
                       variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs,
-                      update_routing=getattr(args, "update_points", "official"))
+                      update_routing=getattr(args, "update_points", "official"),
+                      judge_prompts_path=getattr(args, "judge_prompts", None))
     counts = result["counts"]
     print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
           f"{counts['questions']} questions, {counts['graphs']} graphs")
