@@ -326,3 +326,21 @@ def test_a_checkout_without_the_prompts_is_one_line_naming_what_is_missing(tmp_p
     assert main([*args, "--judge-prompts", str(renamed)]) == 2
     assert "EVALUATION_PROMPT_FOR_MEMORY_INTEGRITY is filled with {memories, point}, expected " \
            "{expected_memory_point, memories}" in capsys.readouterr().err
+
+
+# ============================================================================================= LoCoMo's answer prompt
+def test_the_locomo_answer_prompt_names_the_speaker_the_question_is_about(tmp_path: Path) -> None:
+    from locomo_fixture import write_locomo
+
+    config = scripted_config()
+    judge = RecordingJudge(config.llm)
+    run_eval("locomo", write_locomo(tmp_path), config, out_dir=tmp_path, llm=judge)
+    about = {fields["question"]: fields["user"] for fields in judge.prompts["qa_memory"]}
+    assert about == {
+        "What is the name of Nora's cat?": "Nora",
+        "What instrument does Omar play?": "Omar",
+        "When did Omar run the Rotterdam marathon?": "Omar",
+        "What did Nora paint on her kitchen wall?": "Nora",
+        "Which of them keeps a pet, Nora or Omar?": "Nora and Omar",  # names both
+        "What colour is Omar's car?": "Omar",
+    }

@@ -200,7 +200,8 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
     def programs() -> Iterator[tuple[tuple[str, Any], Callable[[RunContext], Program[Any]]]]:
         for user in bench.users:
             for q in user.questions:
-                yield ("qa", q), partial(_question_job, kind, q, user.name, index, source, prompts)
+                about = q.metadata.get("about", user.name)  # LoCoMo: the speaker the question names
+                yield ("qa", q), partial(_question_job, kind, q, about, index, source, prompts)
         if kind == "halumem" and graphs is not None:
             for user, session, points in judged_sessions(bench):
                 ids = history(user, session.session_id)
