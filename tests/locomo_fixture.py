@@ -38,8 +38,8 @@ CONVERSATION: dict[str, Any] = {
     },
     "qa": [
         {"question": "What is the name of Nora's cat?", "answer": "Pebble", "evidence": ["D1:1"], "category": 4},
-        {"question": "What instrument does Omar play?", "answer": "cello", "evidence": ["D1:2", "D3:2"],
-         "category": 1},
+        {"question": "What instrument did Omar play at the wedding?", "answer": "cello",
+         "evidence": ["D1:2", "D3:2"], "category": 1},
         {"question": "When did Omar run the Rotterdam marathon?", "answer": "16 April 2023", "evidence": ["D2:1"],
          "category": 2},
         {"question": "What did Nora paint on her kitchen wall?", "answer": "a mural of Pebble",

@@ -76,6 +76,13 @@ def _add_benchmark(actions: Any, kind: str) -> None:
     p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
     p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
                    "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
+    p.add_argument("--retrieval", action="store_true",
+                   help="measure retrieval only: evidence recall@k per question category (no answering, no judge; "
+                        "writes OUT/retrieval-<kind>.json and .md)")
+    p.add_argument("--k", default="1,5,10,20", metavar="K,K,…", help="with --retrieval: the k of recall@k")
+    p.add_argument("--time-aware", action="store_true",
+                   help="with --retrieval: also rank as of each question's date (reported as not measured while "
+                        "the store has no time-aware search)")
     if kind == "halumem":
         p.add_argument("--update-points", choices=_ROUTINGS, default="official",
                        help="official (default, as HaluMem's own evaluation): a gold point with is_update and "
@@ -105,6 +112,9 @@ def headline(kind: str, result: dict[str, Any]) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from promem_fast.eval.runner import run_eval
 
+    if args.retrieval:
+        return _retrieval(args)
+
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
                       variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs,
                       update_routing=getattr(args, "update_points", "official"),
@@ -120,6 +130,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in ("result", "report", "chart", "graphs"):
         if result["files"][name]:
             print(f"{name}: {result['files'][name]}")
+    return 0
+
+
+def _retrieval(args: argparse.Namespace) -> int:
+    """``promem eval KIND --retrieval``: evidence recall@k, printed as the report's table."""
+    from promem_fast.errors import ConfigError
+    from promem_fast.eval.retrieval import render, run_retrieval
+
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        raise ConfigError(f"--k takes integers separated by commas, got {args.k!r}") from None
+    result = run_retrieval(args.kind, args.data, build_config(args), out_dir=args.out_dir, limit=args.limit,
+                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware)
+    print(render(result))
+    print(f"retrieval: {args.out_dir / f'retrieval-{args.kind}.json'}")
     return 0
 
 
