@@ -344,3 +344,25 @@ def test_the_locomo_answer_prompt_names_the_speaker_the_question_is_about(tmp_pa
         "Which of them keeps a pet, Nora or Omar?": "Nora and Omar",  # names both
         "What colour is Omar's car?": "Omar",
     }
+
+
+# ============================================================================================= profiles
+def test_the_paper_profile_is_table_1s_setting_and_gpu_is_table_3s() -> None:
+    from promem_fast.config import EngineConfig
+
+    gpu, paper = EngineConfig.profile("gpu"), EngineConfig.profile("paper")
+    # Table 3: Llama-3.1-8B for every role, with the paper's compression and LightMem's segmenter
+    assert {gpu.llm_for(r).model for r in ("draft", "probe", "event", "qa", "judge")} == {
+        "meta-llama/Llama-3.1-8B-Instruct"}
+    assert gpu.compression.enabled and gpu.compression.model == "models/llmlingua-2-xlm-roberta-large-meetingbank"
+    # Table 1: the draft and the probes on GPT-4o-mini through an OpenAI-compatible endpoint, judged by GPT-4o
+    assert {r: (paper.llm_for(r).backend, paper.llm_for(r).model) for r in ("draft", "probe", "judge")} == {
+        "draft": ("openai", "gpt-4o-mini"), "probe": ("openai", "gpt-4o-mini"), "judge": ("openai", "gpt-4o")}
+    assert paper.llm_for("event").model == paper.llm_for("detail").model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert paper.llm_for("draft").base_url is None  # nothing contacted until the user names the endpoint
+    assert (paper.pipeline.segmenter, paper.pipeline.tau_comp, paper.qa_top_k) == ("lightmem", 0.6, 20)
+    assert paper.embedder.model == "Qwen/Qwen3-Embedding-8B" and paper.nli.model == "models/roberta-large-mnli-onnx"
+    assert paper.compression.enabled and paper.compression.model == gpu.compression.model
+    # a role's endpoint is one --set away, and the other roles keep the local model
+    pointed = paper.with_overrides(["roles.draft.base_url=http://127.0.0.1:9/v1"])
+    assert pointed.llm_for("draft").base_url == "http://127.0.0.1:9/v1" and pointed.llm_for("probe").base_url is None
