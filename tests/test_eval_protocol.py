@@ -366,3 +366,39 @@ def test_the_paper_profile_is_table_1s_setting_and_gpu_is_table_3s() -> None:
     # a role's endpoint is one --set away, and the other roles keep the local model
     pointed = paper.with_overrides(["roles.draft.base_url=http://127.0.0.1:9/v1"])
     assert pointed.llm_for("draft").base_url == "http://127.0.0.1:9/v1" and pointed.llm_for("probe").base_url is None
+
+
+# ============================================================================================= tau calibration
+def test_tau_is_calibrated_on_users_kept_apart_and_tied_to_its_embedder(tmp_path: Path, capsys: Any) -> None:
+    from promem_fast.cli import main
+
+    bo = {**INA, "uuid": "u-bo", "persona_info": "Name: Bo Lind; Gender: Male"}
+    data = tmp_path / "two.jsonl"
+    data.write_text(json.dumps(INA) + "\n" + json.dumps(bo) + "\n", encoding="utf-8")
+    record = tmp_path / "tau.json"
+    assert main(["calibrate", "tau", "--data", str(data), "--users", "0:1", "-o", str(record), "--profile",
+                 "scripted", "--no-progress"]) == 0
+    saved = json.loads(record.read_text())
+    assert saved["users"] == ["u-ina"] and saved["embedder"] == {"backend": "hashing", "model": None}
+    assert len(saved["curve"]) == 14 and saved["data"][0]["path"] == str(data)
+    capsys.readouterr()
+
+    args = ["eval", "halumem", "--data", str(data), "--tau", str(record), "--profile", "scripted", "--no-progress",
+            "-o", str(tmp_path / "out")]
+    # Ina was used to pick tau: evaluating on her is refused
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"promem: {record}: tau was calibrated on 1 of the users evaluated here (e.g. u-ina); evaluate on other "
+        "users (--users) or calibrate on others")
+    # another embedder: refused too
+    assert main([*args, "--users", "1:", "--set", "embedder.dim=128", "--set", "embedder.model=other"]) == 2
+    assert "tau was calibrated for the embedder hashing None, this run embeds with hashing other" in \
+        capsys.readouterr().err
+    # Bo alone, same embedder: evaluated with the calibrated tau, and the result says where it came from
+    assert main([*args, "--users", "1:"]) == 0
+    result = json.loads((tmp_path / "out" / "result-halumem-full.json").read_text())
+    assert result["counts"]["users"] == 1 and {lab["session_id"][:4] for lab in result["labels"]["accuracy"]} == {
+        "u-bo"}
+    used = result["config"]["tau_calibration"]
+    assert (used["path"], used["tau_comp"], used["calibration_users"]) == (str(record), saved["tau_comp"], 1)
+    assert result["provenance"]["config"]["pipeline"]["tau_comp"] == saved["tau_comp"]

@@ -76,6 +76,10 @@ def _add_benchmark(actions: Any, kind: str) -> None:
     p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
     p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
                    "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
+    p.add_argument("--users", metavar="START:END", help="only the users (conversations, questions) at these "
+                   "positions of the file, e.g. 5: to keep the first five apart for calibration")
+    p.add_argument("--tau", type=Path, metavar="TAU.json", help="use the tau_comp of `promem calibrate tau -o`; "
+                   "refused when it was calibrated for another embedder or on any user evaluated here")
     p.add_argument("--retrieval", action="store_true",
                    help="measure retrieval only: evidence recall@k per question category (no answering, no judge; "
                         "writes OUT/retrieval-<kind>.json and .md)")
@@ -118,7 +122,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
                       variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs,
                       update_routing=getattr(args, "update_points", "official"),
-                      judge_prompts_path=getattr(args, "judge_prompts", None))
+                      judge_prompts_path=getattr(args, "judge_prompts", None), users=args.users,
+                      tau_path=args.tau)
     counts = result["counts"]
     print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
           f"{counts['questions']} questions, {counts['graphs']} graphs")

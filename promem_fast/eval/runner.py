@@ -54,6 +54,7 @@ from .provenance import provenance
 from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 from .records import Benchmark, EvalUser, GoldMemory, Question
 from .report import write_report
+from .split import apply_tau, select_users
 from .updates import UPDATE_ROUTINGS, has_memories, history, route_points, update_inputs
 from .variants import KINDS, VARIANTS, PathLike, result_path, stage_key, variant_config
 
@@ -245,7 +246,8 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
 def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int | None = None,
              sessions: int | None = None, variant: str = "full", out_dir: PathLike = "eval-out",
              graphs_path: PathLike | None = None, llm: LLMBackend | None = None,
-             update_routing: str = "official", judge_prompts_path: PathLike | None = None) -> dict[str, Any]:
+             update_routing: str = "official", judge_prompts_path: PathLike | None = None,
+             users: str | None = None, tau_path: PathLike | None = None) -> dict[str, Any]:
     """Evaluate one variant on one benchmark and return the result (also written to
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
@@ -255,7 +257,9 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one);
     ``update_routing``: which judges HaluMem's update points go to (:data:`~.updates.UPDATE_ROUTINGS`);
     ``judge_prompts_path``: a checkout of the HaluMem repository whose official judge prompts grade the run
-    (:mod:`.judge_prompts`; the project's own prompts when None).
+    (:mod:`.judge_prompts`; the project's own prompts when None); ``users``: ``START:END`` positions of the
+    users to evaluate; ``tau_path``: a tau record of ``promem calibrate tau -o``, applied after checking it
+    was calibrated for this embedder on other users (:mod:`.split`).
     """
     kind = kind.lower()
     if kind not in KINDS:
@@ -266,7 +270,8 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     cfg = variant_config(config, variant)
     # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
-    bench = load_benchmark(kind, data_path, limit, sessions=sessions)
+    bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
+    cfg, tau = apply_tau(cfg, tau_path, bench) if tau_path is not None else (cfg, None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source: Source = "turns" if variant == "native-rag" else "memory"
@@ -321,6 +326,8 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
             "embedder": {"backend": cfg.embedder.backend, "model": cfg.embedder.model},
             "nli": {"backend": cfg.nli.backend, "model": cfg.nli.model},
             "judge_prompts": prompts.record(),
+            "users": users,
+            "tau_calibration": tau,
         },
         "provenance": provenance(cfg, [data_path], judge_prompts=prompts.record()),
         "headline": {**aggregates["headline"],
