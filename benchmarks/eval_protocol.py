@@ -2,6 +2,7 @@
 
     python benchmarks/eval_protocol.py --label after                      # scripted profile, all 29 sessions
     python benchmarks/eval_protocol.py --label after --profile cpu --sessions 2   # SmolLM2-135M on llama.cpp
+    python benchmarks/eval_protocol.py --retrieval        # evidence recall@k (scripted memories, MiniLM)
 
 Runs ``promem eval halumem`` on /work/shared/data/halumem-dev (never copied: only aggregate figures are
 written) and writes ``benchmarks/results/eval_protocol-<profile>-<label>.json``: extraction tokens and calls
@@ -68,6 +69,23 @@ def run(profile: str, sessions: int | None, out: Path) -> dict[str, Any]:
     return summarise(result, Path(result["files"]["graphs"]), time.perf_counter() - started)
 
 
+def retrieval(out: Path) -> Path:
+    """Evidence recall@k on the development user: the scripted stand-in's extraction, retrieved with the CPU
+    default's real embedder (all-MiniLM-L6-v2), so the figure is the store and embedder's, on stand-in memories."""
+    from promem_fast.config import EmbedderConfig, EngineConfig
+    from promem_fast.eval.retrieval import render, run_retrieval
+
+    config = EngineConfig.profile("scripted")
+    config.embedder = EmbedderConfig()
+    result = run_retrieval("halumem", DEV, config, out_dir=out)
+    result["note"] = "scripted extraction (stand-in memories), all-MiniLM-L6-v2 retrieval: a retrieval-stack figure"
+    path = HERE / "results" / "retrieval-halumem-dev.json"
+    path.write_text(json.dumps({k: v for k, v in result.items() if k != "provenance"} |
+                               {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
+    path.with_suffix(".md").write_text(render(result) + f"\n{result['note']}.\n", encoding="utf-8")
+    return path
+
+
 def compare(profile: str) -> str:
     """The before/after table of one profile's two summaries."""
     sides = {label: json.loads((HERE / "results" / f"eval_protocol-{profile}-{label}.json").read_text())
@@ -104,6 +122,8 @@ def main() -> int:
     parser.add_argument("--profile", choices=("scripted", "cpu"), default="scripted")
     parser.add_argument("--sessions", type=int, help="only the first N sessions (the cpu profile takes minutes each)")
     parser.add_argument("--compare", action="store_true", help="write the before/after table from both summaries")
+    parser.add_argument("--retrieval", action="store_true", help="evidence recall@k on the development user "
+                        "(results/retrieval-halumem-dev.json and .md)")
     parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
     args = parser.parse_args()
     results = HERE / "results"
@@ -115,6 +135,9 @@ def main() -> int:
     if not DEV.is_file():
         print(f"{DEV} is not here: nothing to run", file=sys.stderr)
         return 2
+    if args.retrieval:
+        print(f"wrote {retrieval(args.work / 'retrieval')}")
+        return 0
     summary = run(args.profile, args.sessions, args.work / f"{args.profile}-{args.label}")
     path = results / f"eval_protocol-{args.profile}-{args.label}.json"
     path.write_text(json.dumps(summary, indent=1), encoding="utf-8")

@@ -309,6 +309,8 @@ def test_halumems_official_judge_prompts_are_read_from_the_users_checkout(tmp_pa
     assert result["config"]["judge_prompts"] == source and result["provenance"]["judge"]["prompts"] == source
     report = (tmp_path / "out" / "report-halumem.md").read_text()
     assert f"judge: scripted with `{source['path']}` (sha256 `{digest[:16]}…`)" in report
+    runs = report.split("## Runs", 1)[1].split("\n## ", 1)[0]
+    assert "| scripted | scripted | scripted (HaluMem's prompts) |" in runs
 
 
 def test_a_checkout_without_the_prompts_is_one_line_naming_what_is_missing(tmp_path: Path, capsys: Any) -> None:

@@ -55,13 +55,20 @@ def _model_name(result: dict[str, Any], key: str) -> str:
     return model["backend"] if not model.get("model") else f"{model['backend']} {model['model']}"
 
 
+def _judge_name(result: dict[str, Any]) -> str:
+    """The judge's model and, when they were not the project's own, whose prompts it graded with."""
+    prompts = result.get("config", {}).get("judge_prompts") or {"source": "promem_fast"}
+    name = _model_name(result, "judge_llm")
+    return name if prompts["source"] == "promem_fast" else f"{name} (HaluMem's prompts)"
+
+
 def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
     rows = []
     for r in results:
         c = r["counts"]
         rows.append([r["label"], str(c["users"]), str(c["sessions"]), str(c["questions"]), str(c["graphs"]),
                      str(c["failed_answers"]), str(c["failed_eval_steps"]), _model_name(r, "llm"),
-                     _model_name(r, "qa_llm"), _model_name(r, "judge_llm")])
+                     _model_name(r, "qa_llm"), _judge_name(r)])
     return _table(["Method", "Users", "Sessions", "Questions", "Graphs", "Failed answers", "Failed eval steps",
                    "Extraction LLM", "QA LLM", "Judge"], rows)
 
@@ -307,7 +314,7 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
         out += ["**Warning:** these results come from different data files or limits, so their rows are not "
                 "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']} session limit "
                                            f"{r.get('session_limit')}" for r in results), ""]
-    if len({(_model_name(r, "qa_llm"), _model_name(r, "judge_llm")) for r in results}) > 1:
+    if len({(_model_name(r, "qa_llm"), _judge_name(r)) for r in results}) > 1:
         out += ["**Warning:** these results were answered or graded by different models, so their scores are not "
                 "comparable (see the QA LLM and Judge columns below).", ""]
     if kind == "halumem" and len({_update_routing(r) for r in results if r["aggregates"]["extraction"]}) > 1:
