@@ -18,7 +18,7 @@ from typing import Any
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.eval.runner import run_eval
 
 

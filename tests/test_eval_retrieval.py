@@ -14,7 +14,7 @@ import pytest
 
 from conftest import scripted_config
 from locomo_fixture import write_locomo
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
 from promem_fast.engine import Engine
 from promem_fast.eval.datasets import load_benchmark

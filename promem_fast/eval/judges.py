@@ -32,15 +32,15 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.requests import Embed, Failure, Generate, Program, Request
+from promem_fast.store.qa import Answer
 from promem_fast.types import MemoryGraph, Session
 
 from . import metrics
 from .datasets import LOCOMO_CATEGORIES
 from .judge_prompts import OWN, JudgePrompts
-from .updates import UPDATE_ROUTINGS
 from .prompts import LME_TEMPLATE_OF_TYPE
-from .qa import Answer
 from .records import GoldMemory, Question
+from .updates import UPDATE_ROUTINGS
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from promem_fast.types import MemoryGraph
 
 from .datasets import load_benchmark
 from .provenance import provenance
-from .qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
+from promem_fast.store.qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
 from .records import Benchmark, Question
 from .variants import KINDS, PathLike
 

@@ -35,6 +35,7 @@ from promem_fast.pipeline.common import gather
 from promem_fast.requests import Program
 from promem_fast.store.evaluation import evaluation_index
 from promem_fast.types import MemoryGraph, RunStats, Session, StageStats
+from promem_fast.store.qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 
 from .datasets import load_benchmark
 from .judge_prompts import OWN, JudgePrompts, judge_prompts
@@ -51,7 +52,6 @@ from .judges import (
     update_program,
 )
 from .provenance import provenance
-from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 from .records import Benchmark, EvalUser, GoldMemory, Question
 from .report import write_report
 from .split import apply_tau, select_users

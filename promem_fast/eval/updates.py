@@ -20,7 +20,7 @@ import numpy as np
 
 from promem_fast.requests import Embed, Failure, Program
 
-from .qa import RetrievalIndex, top_k
+from promem_fast.store.qa import RetrievalIndex, top_k
 from .records import EvalUser, GoldMemory
 
 UPDATE_TOP_K = 10
