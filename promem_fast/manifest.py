@@ -25,7 +25,7 @@ FORMAT = 1
 """Bumped when the manifest's own layout changes."""
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
-    "max_in_flight", "max_batch_size", "max_failed_batches", "on_error", "record_timings", "fsync", "progress",
+    "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings", "fsync", "progress",
     "qa_top_k", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
 })
 """Config fields that change how a run goes but not what it writes: window and batch sizes (output is the

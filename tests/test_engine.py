@@ -45,9 +45,9 @@ def test_output_is_identical_whatever_the_batch_size_or_window() -> None:
         assert lines == reference, (window, batch)
 
 
-def test_backend_calls_grow_with_pipeline_steps_not_sessions() -> None:
-    _, one, b1 = extract(1, distinct=1)
-    _, hundred, b100 = extract(100, distinct=1, max_in_flight=100)
+def test_backend_calls_grow_with_pipeline_steps_not_sessions_in_rounds() -> None:
+    _, one, b1 = extract(1, distinct=1, driver="round")
+    _, hundred, b100 = extract(100, distinct=1, max_in_flight=100, driver="round")
     # the same number of rounds and of generate calls for 1 and 100 sessions...
     assert hundred.summary.rounds == one.summary.rounds
     assert len(b100["llm"].batches) == len(b1["llm"].batches)

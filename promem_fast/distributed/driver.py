@@ -35,7 +35,7 @@ SUMMARY_FILE = "summary.json"
 SHARD_RETRIES = 3
 """Times a shard is retried on a restarted actor after its actor died; a shard that kills every actor it
 meets (a crash in a native backend on one input) then stops the run instead of retrying forever."""
-_OUTSIDE_RECORDS = ("progress", "fsync", "max_in_flight", "max_batch_size")
+_OUTSIDE_RECORDS = ("progress", "fsync", "driver", "max_in_flight", "max_reorder", "max_batch_size")
 """Config fields that do not change a record (the engine's output does not depend on its batching)."""
 
 
