@@ -146,10 +146,15 @@ class TransformersLLM:
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(self._render(messages))
 
+    def encode(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
+        """The prompt's ids as sent (chat template given the session's date), rendered once per request."""
+        return self._render(messages, date)
+
     # -------------------------------------------------------------------------------- generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Answers in input order; :class:`ContextOverflow` before any work if a prompt does not fit."""
-        prompts = [self._render(r.messages) for r in requests]
+        prompts = [list(r.prompt_ids) if r.prompt_ids is not None else self._render(r.messages, r.date)
+                   for r in requests]
         for index, (ids, request) in enumerate(zip(prompts, requests)):
             if len(ids) + request.max_tokens > self.context_length:
                 raise ContextOverflow(
