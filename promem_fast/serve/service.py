@@ -68,9 +68,10 @@ class Service:
 
     def _write(self, tenant: str, graphs: list[MemoryGraph]) -> None:
         """Store finished sessions. The store skips a session it already has, so one run again after a crash
-        between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
-        the worker's own engine (this is called on the worker's thread, between its rounds)."""
-        self._writer.add(graphs, tenant=tenant, engine=self.engine)
+        between the store's commit and the queue's still leaves exactly one graph. Called on the worker's
+        writer thread; update judging runs as programs of the worker's engine, through the gate, alongside
+        the sessions in flight."""
+        self._writer.add(graphs, tenant=tenant, engine=self.gate)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------------------ verbs
     def submit(self, tenant: str, user: str, sessions: list[Any]) -> tuple[str | None, list[dict[str, Any]]]:
