@@ -102,7 +102,9 @@ def test_16_clients_share_one_engine(tmp_path: Path) -> None:
     for session in client_sessions(0, SESSIONS):
         alone.extract([session])
     alone_per_session = sum(alone.summary.backend_calls.values()) / SESSIONS
-    assert alone_per_session / (calls / total) > 5
+    # The continuous driver sends what each backend's queue holds as soon as the backend is free (no round
+    # barrier), so calls are smaller and more numerous than in rounds; sharing still cuts them several fold.
+    assert alone_per_session / (calls / total) > 2
     quantiles = statistics.quantiles(latencies, n=100)
     print(f"\nload: {CLIENTS} clients x {SESSIONS} sessions in {wall:.1f} s = {total / wall:.1f} sessions/s; "
           f"search under load p50 {1e3 * quantiles[49]:.1f} ms, p99 {1e3 * quantiles[98]:.1f} ms "
