@@ -28,6 +28,11 @@ from promem_fast.errors import PromemError
 
 log = logging.getLogger(__name__)
 
+ENGINE_NICE = 10
+"""Scheduling priority the engine process lowers itself by: on a machine with fewer free cores than busy
+threads, the kernel then runs a request's few milliseconds of work first, and extraction, which is
+throughput work, takes the rest (it loses nothing when the cores are otherwise idle)."""
+
 CALL_TIMEOUT_S = 300.0
 """How long a request waits for the engine process to answer (questions take a few engine steps)."""
 
@@ -128,6 +133,10 @@ class EngineProcess:
 def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        os.nice(ENGINE_NICE)
+    except OSError:  # not permitted here: run at the server's priority
+        log.info("could not lower the engine process's priority")
     from promem_fast.engine import Engine
     from promem_fast.serve import db
     from promem_fast.serve.jobs import JobQueue
