@@ -3,8 +3,8 @@
 Run by :mod:`bench_serve_search` in a subprocess (``PYTHONPATH`` chooses which source tree is measured);
 prints one JSON line. A real ``promem serve --profile scripted`` process on 127.0.0.1 (its own SQLite file,
 no rate limit) first stores a probe user's sessions; then 16 other users submit ``--load`` sessions in all,
-and while the server extracts them a client searches the probe user's memories over HTTP every
-``--every-ms``. Latency is the client's: request sent to JSON read.
+and while the server extracts them a client searches the probe user's memories over HTTP on a fixed
+schedule, one search every ``--every-ms`` (50: 20 searches a second). Latency is the client's: request sent to JSON read.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def searches(http: httpx.Client, seconds: float | None, every_s: float, until: A
         reply.json()
         out.append((time.perf_counter() - t0) * 1e3)
         i += 1
-        time.sleep(every_s)
+        # a fixed schedule, not a pause after each answer: both trees get the same search load
+        time.sleep(max(0.0, started + i * every_s - time.monotonic()))
     return out
 
 
@@ -59,7 +60,7 @@ def depth(http: httpx.Client, jobs: list[str]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", type=int, default=160)
-    parser.add_argument("--every-ms", type=float, default=10.0)
+    parser.add_argument("--every-ms", type=float, default=50.0)
     args = parser.parse_args()
     base = [s.to_dict() for s in halumem_sessions()]
     users = 16

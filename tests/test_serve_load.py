@@ -20,7 +20,7 @@ import pytest
 
 from conftest import halumem_sessions, scripted_config
 from promem_fast.engine import Engine
-from serve_server import Server, new_key, wait_job
+from serve_server import Server, children, new_key, running, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +146,13 @@ def test_kill_9_mid_load_then_restart_loses_and_duplicates_nothing(tmp_path: Pat
     while time.monotonic() < deadline and metrics(server).get('promem_sessions_total{outcome="done"}', 0) < 20:
         time.sleep(0.05)
     done_before = metrics(server)['promem_sessions_total{outcome="done"}']
+    engine_processes = children(server.proc.pid)
+    assert engine_processes  # the engine runs in a process of its own
     server.kill()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(running(pid) for pid in engine_processes):
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in engine_processes)  # nothing left writing behind a killed server
     stop.set()
     for t in threads:
         t.join(60)

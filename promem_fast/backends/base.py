@@ -90,7 +90,8 @@ class GenerationStream(Protocol):
     at least one request finishes, when any is pending) and returns the requests finished since the last
     call as ``(key, Completion or the exception that request raised)``, in any order. An exception raised
     by ``complete`` itself means the backend is gone. An LLM backend offers one through ``open_stream()``;
-    one that has none is driven through ``generate`` by the engine's batch adapter.
+    one that has none (or whose ``open_stream`` returns None) is driven through ``generate`` by the
+    engine's batch adapter.
     """
 
     def submit(self, key: int, request: GenerationRequest) -> None: ...

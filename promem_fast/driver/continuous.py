@@ -28,7 +28,7 @@ from typing import Any
 from promem_fast.context import RunContext
 from promem_fast.driver.kinds import Job, Kinds
 from promem_fast.driver.lanes import Delivery, Lanes
-from promem_fast.driver.state import SessionRun, advance, start
+from promem_fast.driver.state import END, SessionRun, advance, pull, start
 from promem_fast.requests import Program
 from promem_fast.summary import RunSummary
 
@@ -150,13 +150,9 @@ class ContinuousDriver:
         while True:
             idle = False
             while not exhausted and sched.has_room:
-                try:
-                    item = next(source)
-                except StopIteration:
-                    exhausted = True
-                    break
-                if item is self._idle:
-                    idle = True
+                item = pull(source)
+                exhausted, idle = item is END, item is self._idle
+                if exhausted or idle:
                     break
                 sched.admit(*item)
             for run in sched.finished():

@@ -169,8 +169,9 @@ class Lane:
                     backend = self.kinds.services.llm(job.run.pending[job.slot].role)  # type: ignore[union-attr]
                 if stream is None:
                     opener = getattr(backend, "open_stream", None)
-                    stream = opener() if callable(opener) else BatchStream(
-                        backend, self._isolation, lambda key: id(waiting[key][0].run))
+                    stream = opener() if callable(opener) else None
+                    if stream is None:  # no stream of its own (or not in this version): its batch generate
+                        stream = BatchStream(backend, self._isolation, lambda key: id(waiting[key][0].run))
                 try:
                     request = prepare_prompt(backend, job.payload)
                 except Exception as exc:  # too long, or a prompt the tokenizer refuses: this request alone

@@ -15,7 +15,7 @@ from typing import Any
 
 from promem_fast.context import RunContext
 from promem_fast.driver.kinds import KIND_NAMES, Job, Kinds
-from promem_fast.driver.state import UNSET, SessionRun, advance, start
+from promem_fast.driver.state import END, UNSET, SessionRun, advance, pull, start
 from promem_fast.isolation import FaultIsolation
 from promem_fast.requests import Program
 from promem_fast.summary import RunSummary
@@ -40,12 +40,9 @@ class RoundDriver:
         exhausted = False
         while True:
             while not exhausted and len(order) < window:
-                try:
-                    item = next(source)
-                except StopIteration:
-                    exhausted = True
-                    break
-                if item is self._idle:
+                item = pull(source)
+                exhausted = item is END
+                if exhausted or item is self._idle:
                     break
                 run = start(item[0], item[1], self.kinds.services)
                 order.append(run)

@@ -6,7 +6,7 @@ Shared by both drivers (:mod:`.rounds` and :mod:`.continuous`); only the driver'
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,14 @@ log = logging.getLogger(__name__)
 
 UNSET: Any = object()
 """A slot not answered yet (``None`` is a legitimate answer)."""
+
+END: Any = object()
+"""What :func:`pull` returns once the source is exhausted."""
+
+
+def pull(source: Iterator[Any]) -> Any:
+    """The source's next item (a ``(key, make_program)`` pair or the engine's IDLE), or :data:`END`."""
+    return next(source, END)
 
 
 @dataclass(eq=False)
