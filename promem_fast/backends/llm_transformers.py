@@ -28,7 +28,7 @@ best tokens greedy decoding can flip. ``ignore_eos`` masks the end tokens so eve
 ``max_tokens`` (throughput runs on random weights).
 
 Continuous batching: where the installed transformers has it (``model.init_continuous_batching``, 4.56+),
-:meth:`TransformersLLM.open_stream` feeds greedy requests to its manager as they are posted (paged KV cache,
+:meth:`TransformersLLM.open_stream` (on CUDA) feeds greedy requests to its manager as they are posted (paged KV cache,
 requests join and leave the running batch step by step) and hands each back when it finishes; sampled
 retries (temperature above 0, per-request seeds) and ``ignore_eos`` runs go through the batched
 ``generate`` above. Greedy answers can differ from the batched path's in floating-point near-ties (other
@@ -158,9 +158,10 @@ class TransformersLLM:
         return self._render(messages, date)
 
     def open_stream(self) -> Any:
-        """Transformers' continuous batching when the installed version has it, else the engine's batch
-        adapter over :meth:`generate` (``None`` tells the engine to use it)."""
-        if not hasattr(self.model, "init_continuous_batching"):
+        """Transformers' continuous batching on CUDA when the installed version has it, else the engine's
+        batch adapter over :meth:`generate` (``None`` tells the engine to use it). Not on the CPU: the
+        manager's warm-up there took 55 s for a 2-layer test model, longer than whole CPU runs."""
+        if self.device.type != "cuda" or not hasattr(self.model, "init_continuous_batching"):
             return None
         return TransformersStream(self)
 
