@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from conftest import halumem_sessions, make_session, scripted_config, write_jsonl
+from conftest import make_session, scripted_config, tomas_sessions, write_jsonl
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
 from promem_fast.config import LLMConfig
 from promem_fast.engine import Engine
@@ -25,7 +25,7 @@ from promem_fast.types import Session
 
 
 def copies(n: int, distinct: int = 3) -> list[Session]:
-    base = halumem_sessions(distinct)
+    base = tomas_sessions(distinct)
     return [Session(session_id=f"{base[i % len(base)].session_id}#{i}", user=base[i % len(base)].user,
                     turns=base[i % len(base)].turns, timestamp=base[i % len(base)].timestamp) for i in range(n)]
 
@@ -125,7 +125,7 @@ def garbled_first_attempts(requests: Sequence[GenerationRequest], out: list[Comp
 
 
 def test_no_request_is_sent_twice_and_the_same_requests_are_sent_as_in_rounds() -> None:
-    sessions = halumem_sessions(3)
+    sessions = tomas_sessions(3)
     cfg = scripted_config()
 
     class Garbling(ThreadedLLM):
@@ -190,7 +190,7 @@ def test_a_slow_first_session_holds_at_most_window_plus_reorder_sessions() -> No
 
 
 def test_a_run_killed_anywhere_resumes_byte_identically_under_either_driver(tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(5))
+    source = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(5))
     flags = ["--profile", "scripted", "--no-progress", "--no-timings"]
     out = tmp_path / "out.jsonl"
     assert main(["extract", str(source), "-o", str(out), *flags, "--set", "driver=round"]) == 0

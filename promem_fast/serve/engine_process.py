@@ -6,7 +6,8 @@ that takes milliseconds idle waited hundreds. Here the worker (:mod:`.worker`: t
 thread, the durable queue's consumer) runs in a child process started with ``spawn``; the HTTP process
 keeps the store's readers, the queue's producers and the API. They share only the SQLite file (WAL:
 readers never block the writer) and a pipe that carries the few things that need the engine: answering
-questions, the engine's counters for ``/metrics``, a wake-up when sessions are queued, and stop.
+questions, deletions (what a removed memory had replaced is judged again), the engine's counters for
+``/metrics``, a wake-up when sessions are queued, and stop.
 
 The child exits as soon as the pipe closes, so a killed server (``kill -9``) leaves no engine writing
 behind it; sessions it had claimed go back in line at the next start, as before.
@@ -147,7 +148,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -
     engine = Engine(config)
     embedder = engine.services.embedder
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
-    reader = MemoryStore(path, config, embedder=embedder)
+    reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
     jobs = JobQueue(db.connect(path))
     metrics = Metrics(jobs.depth, lambda: (engine.summary.rounds, dict(engine.summary.backend_calls)))
     holder: list[EngineGate] = []
@@ -166,6 +167,10 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -
             if method == "answer":
                 tenant, user, questions = args
                 value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant))  # type: ignore[arg-type]
+            elif method == "delete":
+                tenant, user, session, node = args
+                value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,
+                                          engine=gate))  # type: ignore[arg-type]
             elif method == "metrics":
                 value = metrics.state()
             else:

@@ -42,7 +42,7 @@ class Service:
         self._services = Services(config)
         """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
         process, which loads its own copy of the embedder for the graphs it stores."""
-        self.store = MemoryStore(self.path, config, embedder=self._services.embedder)
+        self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.worker = EngineProcess(self.path, config, update_judge)
@@ -129,7 +129,8 @@ class Service:
             raise NotFound("session")
         else:
             self._user(tenant, user)
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
+        # what the removed memory had replaced is judged again, in the engine process
+        return int(self.worker.call("delete", tenant, user, session, node))
 
     def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
