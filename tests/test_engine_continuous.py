@@ -202,3 +202,27 @@ def test_a_run_killed_anywhere_resumes_byte_identically_under_either_driver(tmp_
             assert main(["extract", str(source), "-o", str(out), "--resume", *flags, "--max-in-flight", window,
                          "--set", f"driver={driver}"]) == 0
             assert out.read_bytes() == full, (kept, driver, window)
+
+
+@pytest.mark.slow
+def test_llamacpp_greedy_graphs_are_byte_identical_under_both_drivers() -> None:
+    """The real CPU default model (SmolLM2 on llama.cpp, greedy): the same graphs from the round driver and
+    from the continuous one, where requests reach the model in another order and other groupings."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip extra 'cpu')")
+    from promem_fast.backends.llm_llamacpp import LlamaCppLLM
+
+    sessions = [make_session("a", "Ann", [("I moved to Lisbon in May for a job at Nordvik.", "Congrats!")]),
+                make_session("b", "Ben", [("My dog Rex is three years old.", "Nice."),
+                                          ("I run every Sunday morning.", "Good habit.")])]
+    llm = LlamaCppLLM(LLMConfig(backend="llamacpp", context_length=2048))
+    try:
+        cfg = scripted_config()
+        cfg.llm = LLMConfig(backend="llamacpp", context_length=2048)
+        out = {}
+        for driver, window in (("round", 2), ("continuous", 2), ("continuous", 1)):
+            cfg.driver, cfg.max_in_flight = driver, window  # type: ignore[assignment]
+            out[(driver, window)] = [g.to_json(timings=False) for g in Engine(cfg, llm=llm).extract(sessions)]
+    finally:
+        llm.close()
+    assert out[("continuous", 2)] == out[("round", 2)]
+    assert out[("continuous", 1)] == out[("round", 2)]

@@ -131,6 +131,29 @@ class EngineProcess:
             event.set()
 
 
+class SerializedEmbedder:
+    """One embedder shared by the engine's embedding thread and the writer's store, one call at a time: a
+    Rust tokenizer called from two threads at once can fail ("Already borrowed")."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.dim = inner.dim
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Any) -> Any:
+        with self._lock:
+            return self._inner.embed(texts)
+
+    def embed_queries(self, texts: Any) -> Any:
+        with self._lock:
+            return getattr(self._inner, "embed_queries", self._inner.embed)(texts)
+
+    def close(self) -> None:
+        closer = getattr(self._inner, "close", None)
+        if callable(closer):
+            closer()
+
+
 def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -143,10 +166,11 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -
     from promem_fast.serve.jobs import JobQueue
     from promem_fast.serve.metrics import Metrics
     from promem_fast.serve.worker import EngineGate, Worker
+    from promem_fast.services import Services
     from promem_fast.store import MemoryStore
 
-    engine = Engine(config)
-    embedder = engine.services.embedder
+    embedder = SerializedEmbedder(Services(config).embedder)
+    engine = Engine(config, embedder=embedder)
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
     reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
     jobs = JobQueue(db.connect(path))
