@@ -108,8 +108,9 @@ def test_promem_eval_locomo_retrieval_writes_the_table(tmp_path: Path, capsys: A
     # every recall is a share of questions: at 10 no smaller than at 1
     for row in [*result["without_time"]["by_category"].values(), result["without_time"]["overall"]]:
         assert 0 <= row["recall@1"] <= row["recall@10"] <= 1
-    assert result["with_time"] == {"measured": False, "reason": "the store has no time-aware search yet "
-                                                                "(MemoryStore.search takes no as_of)"}
+    # the store searches as of a date; this evaluation does not rank by it yet
+    assert result["with_time"] == {"measured": False,
+                                   "reason": "time-aware ranking is not wired into this evaluation yet"}
     assert "| Category | n | recall@1 | recall@10 |" in printed and "Time-aware retrieval: not measured" in printed
     assert (tmp_path / "retrieval-locomo.md").read_text().startswith("# Evidence recall@k: locomo")
     assert main(["eval", "locomo", "--data", str(data), "--retrieval", "--k", "0", "--profile", "scripted",
