@@ -15,7 +15,6 @@ on batch size or window) and at most ``max_in_flight`` sessions are held at any 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -121,6 +120,7 @@ class Engine:
             total = len(sessions)  # type: ignore[arg-type]
         bar = self._progress(total)
         started = time.perf_counter()
+        backend_before, load_before = sum(self.summary.backend_seconds.values()), self.services.load_seconds
         try:
             for session, outcome in self.run(programs()):
                 if isinstance(outcome, BaseException):
@@ -140,8 +140,13 @@ class Engine:
                     bar.update(1)
                 yield outcome
         finally:
-            self.summary.wall_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.summary.wall_seconds += elapsed
             self.summary.load_seconds = self.services.load_seconds
+            # what the backends and model loads did not take of this run's wall (disjoint stretches of it)
+            self.summary.engine_seconds += max(0.0, elapsed - (sum(self.summary.backend_seconds.values())
+                                                               - backend_before)
+                                               - (self.services.load_seconds - load_before))
             if bar is not None:
                 bar.close()
 
@@ -205,11 +210,9 @@ class Engine:
 
     # ------------------------------------------------------------------------------------ internals
     def _progress(self, total: int | None) -> Any:
-        if not self.config.progress or not sys.stderr.isatty():
-            return None
-        from tqdm import tqdm
+        from promem_fast.progress import progress
 
-        return tqdm(total=total, unit="session", desc="extract", dynamic_ncols=True)
+        return progress(self.config.progress, total)
 
     def _advance(self, run: _Run, results: list[Any] | None) -> None:
         try:
@@ -247,7 +250,11 @@ class Engine:
 
     def _call(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any]
               ) -> tuple[list[Any], float]:
-        return self._isolation.call(kind, fn, items, self.summary)
+        loaded = self.services.load_seconds
+        outcomes, seconds = self._isolation.call(kind, fn, items, self.summary)
+        # a model loaded lazily inside the call is load time, not backend time (else it is counted twice)
+        self.summary.backend_seconds[kind] -= self.services.load_seconds - loaded
+        return outcomes, seconds
 
     def _settle_error(self, run: _Run, slot: int, request: Any, exc: BaseException, role: str) -> None:
         """A request whose backend call raised: retry it next round, or fail it after the last attempt."""

@@ -80,7 +80,7 @@ def test_reads_of_a_users_memory(a: httpx.Client) -> None:
     sessions = a.get(f"/v1/users/{MARTIN}/sessions").json()["sessions"]
     assert sorted(sessions) == sorted(s.session_id for s in halumem_sessions(3))
     memories = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"]
-    assert memories and all(m["user"] == MARTIN and m["session_id"] in sessions for m in memories)
+    assert memories and all(m["user_id"] == MARTIN and m["session_id"] in sessions for m in memories)
     one = a.get(f"/v1/users/{MARTIN}/memories/{memories[0]['id']}").json()
     assert one["text"] == memories[0]["text"] and one["history"]
     graph = a.get(f"/v1/users/{MARTIN}/graph").json()
@@ -98,6 +98,47 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
     assert all(h["date"] for h in hits) and any(h["details"] for h in hits)
 
 
+HIT_FIELDS = {"id", "user_id", "session_id", "text", "date", "turn_id", "score", "details", "edges", "superseded_by"}
+
+
+def test_a_hit_has_one_id_and_the_default_k_is_10(a: httpx.Client) -> None:
+    hits = a.post(f"/v1/users/{MARTIN}/search", json={"query": "work"}).json()["hits"]
+    assert len(hits) == 10  # the user has more than 10 memories; 10 is every surface's default
+    for hit in hits:
+        assert set(hit) == HIT_FIELDS  # no second id (the extracted node's own index) and no copy of the text
+        assert isinstance(hit["id"], int) and hit["user_id"] == MARTIN
+
+
+def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
+    import re
+
+    node = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"][0]["id"]
+    chain = a.get(f"/v1/users/{MARTIN}/memories/{node}/history").json()["memories"]
+    assert [m["id"] for m in chain] == [node]  # nothing replaced it in these sessions
+    assert a.get(f"/v1/users/{MARTIN}/memories/999999/history").status_code == 404
+    reply = a.post("/v1/users/Timed/sessions", json={"sessions": [dict(maya_session("t-1"), user="Timed")]})
+    job = wait_job(a, reply.json()["job_id"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", job["created"]), job["created"]
+    assert job["user_id"] == "Timed"
+    assert a.delete("/v1/users/Timed").json()["deleted"] > 0  # the module's other tests count acme's sessions
+
+
+def test_openapi_schemas_are_typed(served: tuple[Server, dict[str, str]]) -> None:
+    spec = httpx.get(served[0].url + "/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    search = spec["paths"]["/v1/users/{user_id}/search"]["post"]
+    assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Hits"}
+    assert set(schemas["Memory"]["properties"]) == HIT_FIELDS | {"valid_from", "valid_until", "recorded_at"}
+    assert schemas["SearchQuery"]["properties"]["k"]["default"] == 10
+    assert {"as_of", "since", "until"} <= set(schemas["SearchQuery"]["properties"])
+    assert set(schemas["Answer"]["properties"]) == {"question", "answer", "error", "memories"}
+    for path, verbs in spec["paths"].items():  # every /v1 reply is described, none left as an untyped object
+        for verb, op in verbs.items():
+            if path.startswith("/v1") and path != "/v1/export":
+                ok = next(code for code in op["responses"] if code.startswith("2"))
+                assert "$ref" in op["responses"][ok]["content"]["application/json"]["schema"], (verb, path)
+
+
 def rounds(server: Server) -> float:
     line = next(x for x in httpx.get(server.url + "/metrics").text.splitlines()
                 if x.startswith("promem_engine_rounds_total "))
@@ -109,7 +150,9 @@ def test_answer_runs_on_the_one_shared_engine(served: tuple[Server, dict[str, st
     reply = a.post(f"/v1/users/{MARTIN}/answer", json={"questions": ["What did Martin Mark accept?", "Who?"]})
     assert reply.status_code == 200, reply.text
     answers = reply.json()["answers"]
-    assert len(answers) == 2 and all(x["prediction"] for x in answers)
+    assert len(answers) == 2 and all(x["answer"] for x in answers)
+    assert set(answers[0]) == {"question", "answer", "error", "memories"}  # no evaluation fields (gold, ...)
+    assert answers[0]["memories"] and set(answers[0]["memories"][0]) == {"session_id", "date", "score", "text"}
     assert rounds(served[0]) > before  # the worker's engine ran the QA programs (no second engine)
 
 
@@ -165,8 +208,9 @@ def test_health_and_metrics(served: tuple[Server, dict[str, str]], a: httpx.Clie
 
 def test_openapi_lists_the_versioned_routes(served: tuple[Server, dict[str, str]]) -> None:
     spec = httpx.get(served[0].url + "/openapi.json").json()
-    assert {"/v1/users/{user}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user}/search", "/v1/users/{user}/answer",
-            "/v1/users/{user}/graph", "/v1/export"} <= set(spec["paths"])
+    assert {"/v1/users/{user_id}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user_id}/search",
+            "/v1/users/{user_id}/answer", "/v1/users/{user_id}/graph", "/v1/export",
+            "/v1/users/{user_id}/memories/{node_id}/history"} <= set(spec["paths"])
     docs = httpx.get(served[0].url + "/docs")
     assert docs.status_code == 200 and "/static/swagger/swagger-ui-bundle.js" in docs.text
     assert "https://" not in docs.text  # served from the package: works with no internet
@@ -325,26 +369,46 @@ def test_the_web_page_draws_the_graph_and_finds_memories(served: tuple[Server, d
 
 
 # ---------------------------------------------------------------------------------------------- client
-def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
+def test_the_python_client_has_the_memory_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
     from promem_fast.client import Client, ServerError
 
     server, keys = served
     with Client(server.url, keys["b"]) as client:
-        assert client.add(MAYA, [maya_session("maya-2")])["done"] == 1
+        assert client.add(maya_session("maya-2"), user_id=MAYA)["done"] == 1
         assert client.users() == [MAYA]
-        assert client.sessions(MAYA) == ["maya-1", "maya-2"]
-        hits = client.search(MAYA, "beagle Biscuit", k=3)
-        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"]
-        memories = client.get_all(MAYA)
-        assert client.get(MAYA, memories[0]["id"])["text"] == memories[0]["text"]
-        assert [h["id"] for h in client.history(MAYA, memories[0]["id"])] == [memories[0]["id"]]
-        assert {n["id"] for n in client.graph(MAYA)["nodes"]} >= {m["id"] for m in memories}
+        assert client.sessions(user_id=MAYA) == ["maya-1", "maya-2"]
+        hits = client.search("beagle Biscuit", user_id=MAYA, k=3)
+        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"] and set(hits[0]) == HIT_FIELDS
+        memories = client.get_all(user_id=MAYA)
+        assert client.get(memories[0]["id"], user_id=MAYA)["text"] == memories[0]["text"]
+        assert [h["id"] for h in client.history(memories[0]["id"], user_id=MAYA)] == [memories[0]["id"]]
+        assert {n["id"] for n in client.graph(user_id=MAYA)["nodes"]} >= {m["id"] for m in memories}
+        (reply,) = client.answer("What is the name of Maya's beagle?", user_id=MAYA)
+        assert reply["question"] == "What is the name of Maya's beagle?" and reply["answer"]
         assert client.export(tmp_path / "globex.jsonl") == 2
-        assert client.delete(user=MAYA, session="maya-2") > 0
-        assert client.sessions(MAYA) == ["maya-1"]
+        assert client.delete(memories[0]["id"], user_id=MAYA) == 1
+        assert client.delete(user_id=MAYA, session_id="maya-2") > 0
+        assert client.sessions(user_id=MAYA) == ["maya-1"]
         with pytest.raises(ServerError) as refused:
-            client.search(MARTIN, "work")
+            client.search("work", user_id=MARTIN)
         assert refused.value.status == 404
+
+
+def test_the_client_adds_a_conversation_given_as_messages_once(served: tuple[Server, dict[str, str]]) -> None:
+    from promem_fast.client import Client
+
+    server, keys = served
+    chat = [{"role": "user", "content": "I started learning the cello in March."},
+            {"role": "assistant", "content": "How are the lessons going?"}]
+    with Client(server.url, keys["b"]) as client:
+        assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1
+        assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1  # the same id: stored once
+        (session,) = client.sessions(user_id="Cellist")
+        assert session.startswith("msg-")
+        assert "cello" in client.search("music lessons", user_id="Cellist", k=1)[0]["text"]
+        client.add(chat, user_id="Cellist", date="2025-05-01")  # another day: another conversation
+        assert len(client.sessions(user_id="Cellist")) == 2
+        assert client.delete(user_id="Cellist") > 0
 
 
 def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import ROOT, halumem_sessions
 from promem_fast.cli import main
+from test_serve import HIT_FIELDS
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
 
@@ -73,7 +74,7 @@ def tool_result(result: Any) -> Any:
     return value["result"] if set(value) == {"result"} else value
 
 
-def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
+def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
     import anyio
     from mcp import Client, StdioServerParameters
 
@@ -90,14 +91,25 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     async def converse() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-            assert {"add", "search", "answer"} <= names
-            added = tool_result(await client.call_tool("add", {"user": user, "sessions": [session.to_dict()]}))
+            assert {"add", "search", "answer", "list", "history", "delete"} <= names
+            added = tool_result(await client.call_tool("add", {"user_id": user, "sessions": [session.to_dict()]}))
             assert (added["state"], added["done"]) == ("finished", 1)
-            hits = tool_result(await client.call_tool("search", {"user": user, "query": "promotion", "k": 3}))
-            assert 0 < len(hits) <= 3 and all(h["user"] == user for h in hits)
-            answers = tool_result(await client.call_tool("answer", {"user": user, "questions": ["What changed?"]}))
-            assert len(answers) == 1
-            missing = await client.call_tool("search", {"user": "Nobody", "query": "x"})
+            hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
+            assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
+            assert set(hits[0]) == HIT_FIELDS  # the HTTP API's shape: one id, the text once
+            answers = tool_result(await client.call_tool("answer", {"user_id": user, "questions": ["What changed?"]}))
+            assert len(answers) == 1 and set(answers[0]) == {"question", "answer", "error", "memories"}
+            listed = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert {h["id"] for h in hits} <= {m["id"] for m in listed}
+            chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert [m["id"] for m in chain] == [hits[0]["id"]]
+            gone = tool_result(await client.call_tool("delete", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert gone == {"deleted": 1}
+            after = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert len(after) == len(listed) - 1 and hits[0]["id"] not in {m["id"] for m in after}
+            again = await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]})
+            assert again.is_error and "no such memory" in str(again.content)
+            missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})
             assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
 
     anyio.run(talk)

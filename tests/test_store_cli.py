@@ -13,6 +13,7 @@ from promem_fast.cli import main
 from promem_fast.store import MemoryStore
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
+HIT_FIELDS = {"id", "user_id", "session_id", "text", "date", "turn_id", "score", "details", "edges", "superseded_by"}
 
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(
@@ -36,7 +37,14 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
 
     assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
-    assert reply["prediction"] and reply["retrieved"]
+    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "error", "memories"}
+
+    assert main(["search", "work", "--db", str(db), "--user-id", user, "--json", *SCRIPTED]) == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(hits) == 10 and all(set(h) == HIT_FIELDS for h in hits)  # the HTTP API's default k and shape
+    assert main(["search", "work", "--db", str(db), "--user", "Nobody Atall", *SCRIPTED]) == 1
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.strip() == f"promem: no memory for user 'Nobody Atall' in {db} (tenant default)"
 
     dump = tmp_path / "memory.jsonl"
     assert main(["export", str(dump), "--db", str(db)]) == 0

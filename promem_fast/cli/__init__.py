@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "serve",
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("promem: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (promem config | head): stop quietly, as cat does
+        _silence_stdout()
+        return 141
     except Exception as exc:  # the CLI's last line of defence: one clear line, the traceback with -vv
         from promem_fast.errors import PromemError
 
@@ -43,3 +47,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"promem: {exc}", file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered for the closed
+    pipe cannot print a second error on the way out."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

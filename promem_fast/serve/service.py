@@ -13,6 +13,7 @@ from typing import Any
 
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
+from promem_fast import shapes
 from promem_fast.serve import db
 from promem_fast.serve.jobs import JobQueue
 from promem_fast.serve.keys import KeyRing
@@ -101,7 +102,7 @@ class Service:
         found = self.queue.status(tenant, job_id)
         if found is None:
             raise NotFound("job")
-        return found
+        return shapes.job(found)
 
     def users(self, tenant: str) -> list[str]:
         return list(self.store.users(tenant=tenant))
@@ -113,14 +114,15 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [_plain(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant, history=history)]
+        return [shapes.memory(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant,
+                                                             history=history)]
 
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
         """One memory with its versions; only found among the tenant's user's own nodes."""
         name = self._user(tenant, user)
-        chain = [_plain(h) for h in self.store.history(node_id, tenant=tenant)]
+        chain = [shapes.memory(h) for h in self.store.history(node_id, tenant=tenant)]
         for item in chain:
-            if item["id"] == node_id and item["user"] == name:
+            if item["id"] == node_id and item["user_id"] == name:
                 return {**item, "history": chain}
         raise NotFound("memory")
 
@@ -136,12 +138,16 @@ class Service:
             self._user(tenant, user)
         return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
 
-    def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
-        return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
+    def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
+               **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+        return [shapes.memory(_plain(h)) for h in hits]
 
-    def answer(self, tenant: str, user: str, questions: list[str]) -> list[dict[str, Any]]:
+    def answer(self, tenant: str, user: str, questions: list[str], **when: str) -> list[dict[str, Any]]:
         name = self._user(tenant, user)
-        return list(self.store.answer(name, questions, engine=self.gate, tenant=tenant))
+        return [shapes.answer(a) for a in self.store.answer(name, questions, engine=self.gate, tenant=tenant,
+                                                            **when)]
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
