@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -110,8 +111,6 @@ def test_a_hit_has_one_id_and_the_default_k_is_10(a: httpx.Client) -> None:
 
 
 def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
-    import re
-
     node = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"][0]["id"]
     chain = a.get(f"/v1/users/{MARTIN}/memories/{node}/history").json()["memories"]
     assert [m["id"] for m in chain] == [node]  # nothing replaced it in these sessions
@@ -121,6 +120,16 @@ def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", job["created"]), job["created"]
     assert job["user_id"] == "Timed"
     assert a.delete("/v1/users/Timed").json()["deleted"] > 0  # the module's other tests count acme's sessions
+
+
+def test_serve_says_where_it_listens_and_logs_each_request(served: tuple[Server, dict[str, str]],
+                                                           a: httpx.Client) -> None:
+    server, keys = served
+    a.get("/v1/users")
+    log = server.log.read_text()
+    assert f"listening on {server.url}/ (page), {server.url}/docs (API)" in log
+    assert re.search(r'"GET /v1/users HTTP/1.1" 200', log)
+    assert all(key not in log for key in keys.values())  # the key travels in a header, never into the log
 
 
 def test_openapi_schemas_are_typed(served: tuple[Server, dict[str, str]]) -> None:

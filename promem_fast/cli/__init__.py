@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so a reader that went away is caught below
+        return status
     except KeyboardInterrupt:
         print("promem: interrupted", file=sys.stderr)
         return 130
