@@ -81,23 +81,21 @@ class Client:
         body = _drop_none({"query": query, "k": k, "as_of": as_of, "since": since, "until": until})
         return self._call("POST", self._u(user_id) + "/search", json=body)["hits"]
 
-    def answer(self, questions: str | list[str], *, user_id: str, as_of: str | None = None,
-               since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
-        """Answers from the memory of ``user_id``, one per question (a single question gives a list of one)."""
-        asked = [questions] if isinstance(questions, str) else list(questions)
-        body = _drop_none({"questions": asked, "as_of": as_of, "since": since, "until": until})
-        return self._call("POST", self._u(user_id) + "/answer", json=body)["answers"]
+    def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
+               until: str | None = None) -> dict[str, Any]:
+        """The answer to ``question`` from the memories of ``user_id`` holding at ``as_of`` (default now)."""
+        body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
+        return self._call("POST", self._u(user_id) + "/answer", json=body)
 
     def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
         return self._call("GET", self._u(user_id) + "/memories", params={"history": history})["memories"]
 
     def get(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
-        """One memory with its ``history``."""
         return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}")
 
-    def history(self, memory_id: int, *, user_id: str) -> list[dict[str, Any]]:
-        """Every version a memory replaced or was replaced by, oldest first."""
-        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}/history")["memories"]
+    def history(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
+        """The replacement graph through a memory: ``{"id", "nodes" (oldest first), "edges"}``."""
+        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}/history")
 
     def users(self) -> list[str]:
         return self._call("GET", "/v1/users")["users"]
@@ -108,13 +106,14 @@ class Client:
     def graph(self, *, user_id: str) -> dict[str, Any]:
         return self._call("GET", self._u(user_id) + "/graph")
 
-    def delete(self, memory_id: int | None = None, *, user_id: str, session_id: str | None = None) -> int:
+    def delete(self, memory_id: int | None = None, *, user_id: str, session_id: str | None = None
+               ) -> dict[str, int]:
         """Delete one memory, one session's memory, or (with neither) all memory of ``user_id``."""
         if session_id is not None and memory_id is not None:
             raise PromemError("delete takes a memory or a session, not both")
         path = self._u(user_id) + (f"/sessions/{quote(session_id, safe='')}" if session_id is not None else
                                    f"/memories/{int(memory_id)}" if memory_id is not None else "")
-        return int(self._call("DELETE", path)["deleted"])
+        return self._call("DELETE", path)
 
     def export(self, path: str | Path) -> int:
         """Write the tenant's memory to ``path`` in the store's exchange format; returns the sessions written."""

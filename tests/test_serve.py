@@ -81,9 +81,9 @@ def test_reads_of_a_users_memory(a: httpx.Client) -> None:
     sessions = a.get(f"/v1/users/{MARTIN}/sessions").json()["sessions"]
     assert sorted(sessions) == sorted(s.session_id for s in halumem_sessions(3))
     memories = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"]
-    assert memories and all(m["user_id"] == MARTIN and m["session_id"] in sessions for m in memories)
+    assert memories and all(m["user_id"] == MARTIN and m["session_ids"][0] in sessions for m in memories)
     one = a.get(f"/v1/users/{MARTIN}/memories/{memories[0]['id']}").json()
-    assert one["text"] == memories[0]["text"] and one["history"]
+    assert one == memories[0]
     graph = a.get(f"/v1/users/{MARTIN}/graph").json()
     ids = {n["id"] for n in graph["nodes"]}
     assert {m["id"] for m in memories} <= ids
@@ -96,24 +96,25 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
     assert 0 < len(hits) <= 5
     scores = [h["score"] for h in hits]
     assert scores == sorted(scores, reverse=True)
-    assert all(h["date"] for h in hits) and any(h["details"] for h in hits)
+    assert all(h["valid_from"] for h in hits) and any(h["details"] for h in hits)
 
 
-HIT_FIELDS = {"id", "user_id", "session_id", "text", "date", "turn_id", "score", "details", "edges", "superseded_by"}
+MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
+                 "reason", "score", "details", "links"}
 
 
 def test_a_hit_has_one_id_and_the_default_k_is_10(a: httpx.Client) -> None:
     hits = a.post(f"/v1/users/{MARTIN}/search", json={"query": "work"}).json()["hits"]
     assert len(hits) == 10  # the user has more than 10 memories; 10 is every surface's default
     for hit in hits:
-        assert set(hit) == HIT_FIELDS  # no second id (the extracted node's own index) and no copy of the text
+        assert set(hit) == MEMORY_FIELDS  # no second id (the extracted node's own index) and no copy of the text
         assert isinstance(hit["id"], int) and hit["user_id"] == MARTIN
 
 
 def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
     node = a.get(f"/v1/users/{MARTIN}/memories").json()["memories"][0]["id"]
-    chain = a.get(f"/v1/users/{MARTIN}/memories/{node}/history").json()["memories"]
-    assert [m["id"] for m in chain] == [node]  # nothing replaced it in these sessions
+    chain = a.get(f"/v1/users/{MARTIN}/memories/{node}/history").json()
+    assert (chain["id"], [m["id"] for m in chain["nodes"]], chain["edges"]) == (node, [node], [])  # never replaced
     assert a.get(f"/v1/users/{MARTIN}/memories/999999/history").status_code == 404
     reply = a.post("/v1/users/Timed/sessions", json={"sessions": [dict(maya_session("t-1"), user="Timed")]})
     job = wait_job(a, reply.json()["job_id"])
@@ -137,10 +138,10 @@ def test_openapi_schemas_are_typed(served: tuple[Server, dict[str, str]]) -> Non
     schemas = spec["components"]["schemas"]
     search = spec["paths"]["/v1/users/{user_id}/search"]["post"]
     assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Hits"}
-    assert set(schemas["Memory"]["properties"]) == HIT_FIELDS | {"valid_from", "valid_until", "recorded_at"}
+    assert set(schemas["Memory"]["properties"]) == MEMORY_FIELDS
     assert schemas["SearchQuery"]["properties"]["k"]["default"] == 10
     assert {"as_of", "since", "until"} <= set(schemas["SearchQuery"]["properties"])
-    assert set(schemas["Answer"]["properties"]) == {"question", "answer", "error", "memories"}
+    assert set(schemas["Answer"]["properties"]) == {"question", "answer", "as_of", "error", "memories"}
     for path, verbs in spec["paths"].items():  # every /v1 reply is described, none left as an untyped object
         for verb, op in verbs.items():
             if path.startswith("/v1") and path != "/v1/export":
@@ -156,12 +157,12 @@ def rounds(server: Server) -> float:
 
 def test_answer_runs_on_the_one_shared_engine(served: tuple[Server, dict[str, str]], a: httpx.Client) -> None:
     before = rounds(served[0])
-    reply = a.post(f"/v1/users/{MARTIN}/answer", json={"questions": ["What did Martin Mark accept?", "Who?"]})
+    reply = a.post(f"/v1/users/{MARTIN}/answer", json={"question": "What did Martin Mark accept?"})
     assert reply.status_code == 200, reply.text
-    answers = reply.json()["answers"]
-    assert len(answers) == 2 and all(x["answer"] for x in answers)
-    assert set(answers[0]) == {"question", "answer", "error", "memories"}  # no evaluation fields (gold, ...)
-    assert answers[0]["memories"] and set(answers[0]["memories"][0]) == {"session_id", "date", "score", "text"}
+    answer = reply.json()
+    assert answer["question"] == "What did Martin Mark accept?" and answer["answer"]
+    assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no evaluation fields (gold, ...)
+    assert answer["memories"] and set(answer["memories"][0]) == {"id", "memory", "session_id", "day", "score"}
     assert rounds(served[0]) > before  # the worker's engine ran the QA programs (no second engine)
 
 
@@ -234,7 +235,7 @@ ROUTES = [
     ("GET", f"/v1/users/{MARTIN}/sessions", None),
     ("GET", f"/v1/users/{MARTIN}/graph", None),
     ("POST", f"/v1/users/{MARTIN}/search", {"query": "work"}),
-    ("POST", f"/v1/users/{MARTIN}/answer", {"questions": ["What?"]}),
+    ("POST", f"/v1/users/{MARTIN}/answer", {"question": "What?"}),
     ("POST", f"/v1/users/{MARTIN}/sessions", {"sessions": [maya_session()]}),
     ("GET", "/v1/export", None),
     ("DELETE", f"/v1/users/{MARTIN}", None),
@@ -306,7 +307,7 @@ def test_too_many_requests_get_429_with_retry_after(served: tuple[Server, dict[s
     ("GET", f"/v1/users/{MARTIN}/sessions", None),
     ("GET", f"/v1/users/{MARTIN}/graph", None),
     ("POST", f"/v1/users/{MARTIN}/search", {"query": "work", "k": 5}),
-    ("POST", f"/v1/users/{MARTIN}/answer", {"questions": ["What did Martin Mark accept?"]}),
+    ("POST", f"/v1/users/{MARTIN}/answer", {"question": "What did Martin Mark accept?"}),
     ("DELETE", f"/v1/users/{MARTIN}", None),
     ("DELETE", f"/v1/users/{MARTIN}/sessions/SESSION", None),
     ("GET", f"/v1/users/{MARTIN}/memories/NODE", None),
@@ -387,16 +388,16 @@ def test_the_python_client_has_the_memory_verbs(served: tuple[Server, dict[str, 
         assert client.users() == [MAYA]
         assert client.sessions(user_id=MAYA) == ["maya-1", "maya-2"]
         hits = client.search("beagle Biscuit", user_id=MAYA, k=3)
-        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"] and set(hits[0]) == HIT_FIELDS
+        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["memory"] and set(hits[0]) == MEMORY_FIELDS
         memories = client.get_all(user_id=MAYA)
-        assert client.get(memories[0]["id"], user_id=MAYA)["text"] == memories[0]["text"]
-        assert [h["id"] for h in client.history(memories[0]["id"], user_id=MAYA)] == [memories[0]["id"]]
+        assert client.get(memories[0]["id"], user_id=MAYA) == memories[0]
+        assert [h["id"] for h in client.history(memories[0]["id"], user_id=MAYA)["nodes"]] == [memories[0]["id"]]
         assert {n["id"] for n in client.graph(user_id=MAYA)["nodes"]} >= {m["id"] for m in memories}
-        (reply,) = client.answer("What is the name of Maya's beagle?", user_id=MAYA)
+        reply = client.answer("What is the name of Maya's beagle?", user_id=MAYA)
         assert reply["question"] == "What is the name of Maya's beagle?" and reply["answer"]
         assert client.export(tmp_path / "globex.jsonl") == 2
-        assert client.delete(memories[0]["id"], user_id=MAYA) == 1
-        assert client.delete(user_id=MAYA, session_id="maya-2") > 0
+        assert client.delete(memories[0]["id"], user_id=MAYA) == {"deleted": 1}
+        assert client.delete(user_id=MAYA, session_id="maya-2")["deleted"] > 0
         assert client.sessions(user_id=MAYA) == ["maya-1"]
         with pytest.raises(ServerError) as refused:
             client.search("work", user_id=MARTIN)
@@ -414,10 +415,10 @@ def test_the_client_adds_a_conversation_given_as_messages_once(served: tuple[Ser
         assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1  # the same id: stored once
         (session,) = client.sessions(user_id="Cellist")
         assert session.startswith("msg-")
-        assert "cello" in client.search("music lessons", user_id="Cellist", k=1)[0]["text"]
+        assert "cello" in client.search("music lessons", user_id="Cellist", k=1)[0]["memory"]
         client.add(chat, user_id="Cellist", date="2025-05-01")  # another day: another conversation
         assert len(client.sessions(user_id="Cellist")) == 2
-        assert client.delete(user_id="Cellist") > 0
+        assert client.delete(user_id="Cellist")["deleted"] > 0
 
 
 def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:

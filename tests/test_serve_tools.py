@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, halumem_sessions
 from promem_fast.cli import main
-from test_serve import HIT_FIELDS
+from test_serve import MEMORY_FIELDS
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
 
@@ -96,13 +96,13 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             assert (added["state"], added["done"]) == ("finished", 1)
             hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
             assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
-            assert set(hits[0]) == HIT_FIELDS  # the HTTP API's shape: one id, the text once
-            answers = tool_result(await client.call_tool("answer", {"user_id": user, "questions": ["What changed?"]}))
-            assert len(answers) == 1 and set(answers[0]) == {"question", "answer", "error", "memories"}
+            assert set(hits[0]) == MEMORY_FIELDS  # the HTTP API's shape: one id, the text once
+            answer = tool_result(await client.call_tool("answer", {"user_id": user, "question": "What changed?"}))
+            assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no gold, no budget counts
             listed = tool_result(await client.call_tool("list", {"user_id": user}))
             assert {h["id"] for h in hits} <= {m["id"] for m in listed}
             chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
-            assert [m["id"] for m in chain] == [hits[0]["id"]]
+            assert (chain["id"], [m["id"] for m in chain["nodes"]]) == (hits[0]["id"], [hits[0]["id"]])
             gone = tool_result(await client.call_tool("delete", {"user_id": user, "memory_id": hits[0]["id"]}))
             assert gone == {"deleted": 1}
             after = tool_result(await client.call_tool("list", {"user_id": user}))

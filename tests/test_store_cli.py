@@ -13,7 +13,8 @@ from promem_fast.cli import main
 from promem_fast.store import MemoryStore
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
-HIT_FIELDS = {"id", "user_id", "session_id", "text", "date", "turn_id", "score", "details", "edges", "superseded_by"}
+MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
+                 "reason", "score", "details", "links"}
 
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(
@@ -33,15 +34,15 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
     assert main(["search", probe["text"], "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
                  *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(hits) == 3 and hits[0]["text"] == probe["text"] and hits[0]["session_id"] == probe["session_id"]
+    assert len(hits) == 3 and hits[0]["memory"] == probe["text"] and hits[0]["session_ids"] == [probe["session_id"]]
 
     assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
-    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "error", "memories"}
+    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "as_of", "error", "memories"}
 
     assert main(["search", "work", "--db", str(db), "--user-id", user, "--json", *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(hits) == 10 and all(set(h) == HIT_FIELDS for h in hits)  # the HTTP API's default k and shape
+    assert len(hits) == 10 and all(set(h) == MEMORY_FIELDS for h in hits)  # the HTTP API's default k and shape
     assert main(["search", "work", "--db", str(db), "--user", "Nobody Atall", *SCRIPTED]) == 1
     said = capsys.readouterr()
     assert said.out == "" and said.err.strip() == f"promem: no memory for user 'Nobody Atall' in {db} (tenant default)"

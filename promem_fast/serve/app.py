@@ -97,23 +97,20 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def users(who: Who) -> Any:
         return {"users": service.users(who.tenant)}
 
-    @v1.get("/users/{user_id}/memories", response_model=api.Memories, response_model_exclude_unset=True,
+    @v1.get("/users/{user_id}/memories", response_model=api.Memories,
             summary="All memories of a user")
     def memories(user_id: User, who: Who,
                  history: Annotated[bool, Query(description="include superseded versions")] = False) -> Any:
         return {"memories": service.memories(who.tenant, user_id, history=history)}
 
-    @v1.get("/users/{user_id}/memories/{node_id}", response_model=api.MemoryWithHistory,
-            response_model_exclude_unset=True,
-            summary="One memory and its versions")
+    @v1.get("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="One memory")
     def memory(node_id: NodeId, user_id: User, who: Who) -> Any:
         return service.memory(who.tenant, user_id, node_id)
 
-    @v1.get("/users/{user_id}/memories/{node_id}/history", response_model=api.Memories,
-            response_model_exclude_unset=True,
-            summary="The versions of a memory: what it replaced and what replaced it, oldest first")
+    @v1.get("/users/{user_id}/memories/{node_id}/history", response_model=api.History,
+            summary="What a memory replaced and what replaced it")
     def history(node_id: NodeId, user_id: User, who: Who) -> Any:
-        return {"memories": service.memory(who.tenant, user_id, node_id)["history"]}
+        return service.history(who.tenant, user_id, node_id)
 
     @v1.delete("/users/{user_id}/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory")
     def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
@@ -132,14 +129,14 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def delete_user(user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id)}
 
-    @v1.post("/users/{user_id}/search", response_model=api.Hits, response_model_exclude_unset=True,
+    @v1.post("/users/{user_id}/search", response_model=api.Hits,
              summary="Memories nearest a query")
     def search(body: api.SearchQuery, user_id: User, who: Who) -> Any:
         return {"hits": service.search(who.tenant, user_id, body.query, body.k, **scope(body))}
 
-    @v1.post("/users/{user_id}/answer", response_model=api.Answers, summary="Answer questions from a user's memory")
-    def answer(body: api.Questions, user_id: User, who: Who) -> Any:
-        return {"answers": service.answer(who.tenant, user_id, body.questions, **scope(body))}
+    @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
+    def answer(body: api.Question, user_id: User, who: Who) -> Any:
+        return service.answer(who.tenant, user_id, body.question, **scope(body))
 
     @v1.get("/users/{user_id}/graph", response_model=api.Graph, summary="A user's memory graph as JSON")
     def graph(user_id: User, who: Who) -> Any:

@@ -66,12 +66,12 @@ def build_server(service: Service, tenant: str) -> Any:
         return await anyio.to_thread.run_sync(guarded, lambda u: service.search(tenant, u, query, k, **when), user_id)
 
     @server.tool()
-    async def answer(user_id: str, questions: list[str], as_of: str | None = None, since: str | None = None,
-                     until: str | None = None) -> list[dict[str, Any]]:
-        """Answers to questions from the memory of a user, each with the memories it was drawn from."""
+    async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,
+                     until: str | None = None) -> dict[str, Any]:
+        """The answer to a question from the memory of a user, with the memories it was drawn from.
+        as_of: the question's time (ISO 8601; default now)."""
         when = _given(as_of=as_of, since=since, until=until)
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, questions, **when),
-                                              user_id)
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, question, **when), user_id)
 
     @server.tool(name="list")
     async def list_memories(user_id: str, history: bool = False) -> list[dict[str, Any]]:
@@ -80,10 +80,9 @@ def build_server(service: Service, tenant: str) -> Any:
                                               user_id)
 
     @server.tool()
-    async def history(user_id: str, memory_id: int) -> list[dict[str, Any]]:
-        """Every version a memory replaced or was replaced by, oldest first."""
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.memory(tenant, u, memory_id)["history"],
-                                              user_id)
+    async def history(user_id: str, memory_id: int) -> dict[str, Any]:
+        """What a memory replaced and what replaced it: {"id", "nodes" (oldest first), "edges"}."""
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.history(tenant, u, memory_id), user_id)
 
     @server.tool()
     async def delete(user_id: str, memory_id: int | None = None, session_id: str | None = None) -> dict[str, int]:

@@ -33,38 +33,33 @@ class SearchQuery(TimeScope):
     k: int = Field(default=DEFAULT_K, ge=1, le=200, description=f"memories to return (default {DEFAULT_K})")
 
 
-class Questions(TimeScope):
-    questions: list[str] = Field(min_length=1, max_length=64)
+class Question(TimeScope):
+    question: str = Field(min_length=1, max_length=4000)
 
 
 # ---------------------------------------------------------------------------------------------- replies
-class Edge(BaseModel):
+class Link(BaseModel):
     relation: str
     direction: Literal["out", "in"]
-    node_id: int = Field(description="the linked memory's id")
-    text: str = Field(description="the linked memory's text")
+    id: int = Field(description="the linked memory's id")
+    memory: str = Field(description="the linked memory's text")
 
 
 class Memory(BaseModel):
-    """One memory: a search hit (with ``score``), a listed memory or a step of a history."""
+    """One memory: a search hit (with ``score``), a listed memory or a node of a history."""
 
     id: int = Field(description="the memory's id: the one to get, delete or ask the history of")
+    memory: str = Field(description="the text")
     user_id: str
-    session_id: str
-    text: str
-    date: str | None = Field(description="the day it was said (ISO 8601), when known")
-    turn_id: int | str | None = Field(description="the turn of its session that grounds it")
+    session_ids: list[str] = Field(description="every session that said it, the first sayer first")
+    valid_from: str | None = Field(description="when it was said (ISO 8601); null when undated")
+    valid_until: str | None = Field(description="when a newer memory replaced it; null while current")
+    recorded_at: str | None = Field(description="when the store received it (ISO 8601, UTC)")
+    superseded_by: int | None = Field(description="the memory that replaced it; null while current")
+    reason: str | None = Field(description="why it was replaced (the update judge's words)")
     score: float | None = Field(description="cosine with the query (search only)")
     details: list[str]
-    edges: list[Edge]
-    superseded_by: int | None = Field(description="the newer memory that replaced it; null while current")
-    valid_from: str | None = Field(default=None, description="the day it became true (sent when the store keeps it)")
-    valid_until: str | None = Field(default=None, description="the day a newer memory replaced it")
-    recorded_at: str | None = Field(default=None, description="when it was stored (ISO 8601, UTC)")
-
-
-class MemoryWithHistory(Memory):
-    history: list[Memory] = Field(description="every version it replaced or that replaced it, oldest first")
+    links: list[Link]
 
 
 class Hits(BaseModel):
@@ -75,22 +70,33 @@ class Memories(BaseModel):
     memories: list[Memory]
 
 
+class Replacement(BaseModel):
+    old: int
+    new: int
+    kind: Literal["update", "duplicate"]
+    reason: str | None
+
+
+class History(BaseModel):
+    id: int
+    nodes: list[Memory] = Field(description="the memories linked to it either way, oldest first")
+    edges: list[Replacement] = Field(description="which memory replaced (or absorbed) which")
+
+
 class Shown(BaseModel):
+    id: int | None
+    memory: str
     session_id: str
-    date: str | None
+    day: str | None
     score: float | None
-    text: str
 
 
 class Answer(BaseModel):
     question: str
     answer: str | None = Field(description="null when answering failed (see error)")
+    as_of: str | None = Field(description="the time the memories were taken at")
     error: str | None
-    memories: list[Shown] = Field(description="the memories the answer was drawn from, best first")
-
-
-class Answers(BaseModel):
-    answers: list[Answer]
+    memories: list[Shown] = Field(description="the memories the answerer was shown, in that order")
 
 
 class Rejected(BaseModel):

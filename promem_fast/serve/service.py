@@ -117,14 +117,19 @@ class Service:
         return [shapes.memory(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant,
                                                              history=history)]
 
-    def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        """One memory with its versions; only found among the tenant's user's own nodes."""
+    def _chain(self, tenant: str, user: str, node_id: int) -> list[dict[str, Any]]:
+        """The store's rows linked to ``node_id``, found only among the tenant's user's own memories."""
         name = self._user(tenant, user)
-        chain = [shapes.memory(h) for h in self.store.history(node_id, tenant=tenant)]
-        for item in chain:
-            if item["id"] == node_id and item["user_id"] == name:
-                return {**item, "history": chain}
-        raise NotFound("memory")
+        chain = self.store.history(node_id, tenant=tenant)
+        if not any(row["id"] == node_id and row["user"] == name for row in chain):
+            raise NotFound("memory")
+        return chain
+
+    def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        return next(shapes.memory(r) for r in self._chain(tenant, user, node_id) if r["id"] == node_id)
+
+    def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        return shapes.history(node_id, self._chain(tenant, user, node_id))
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
@@ -142,12 +147,12 @@ class Service:
                **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
-        return [shapes.memory(_plain(h)) for h in hits]
+        return [shapes.memory(h.to_dict()) for h in hits]
 
-    def answer(self, tenant: str, user: str, questions: list[str], **when: str) -> list[dict[str, Any]]:
+    def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
-        return [shapes.answer(a) for a in self.store.answer(name, questions, engine=self.gate, tenant=tenant,
-                                                            **when)]
+        (reply,) = self.store.answer(name, [question], engine=self.gate, tenant=tenant, **when)
+        return shapes.answer(reply)
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
@@ -155,7 +160,3 @@ class Service:
     def export(self, tenant: str, path: Path) -> int:
         return int(self.store.export(path, tenant=tenant))
 
-
-def _plain(item: Any) -> dict[str, Any]:
-    """A store result as JSON-able data (hits have ``to_dict``, the rest already are dicts)."""
-    return item.to_dict() if hasattr(item, "to_dict") else dict(item)
