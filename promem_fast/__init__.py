@@ -14,7 +14,6 @@ from promem_fast.engine import Engine
 from promem_fast.summary import RunSummary
 from promem_fast.io import load_sessions
 from promem_fast.types import MemoryGraph, Session, Turn
-
-__version__ = "0.1.0"
+from promem_fast.version import __version__
 
 __all__ = ["Engine", "EngineConfig", "MemoryGraph", "RunSummary", "Session", "Turn", "load_sessions", "__version__"]

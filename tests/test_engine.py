@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from conftest import Recording, halumem_sessions, make_session, scripted_config
+from conftest import Recording, tomas_sessions, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
 from promem_fast.errors import BackendUnavailable
 from promem_fast.requests import Failure, Generate
@@ -19,7 +19,7 @@ from promem_fast.types import Session
 
 
 def sessions(n: int, distinct: int = 3) -> list[Session]:
-    base = halumem_sessions(distinct)
+    base = tomas_sessions(distinct)
     out = []
     for i in range(n):
         s = base[i % len(base)]

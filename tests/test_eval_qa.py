@@ -12,15 +12,15 @@ import pytest
 
 from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest, Message
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.eval.judges import (
     accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, halumem_qa_judge,
     integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, update_program,
 )
 from promem_fast.eval.prompts import EVAL_TEMPLATES, QA_NOT_FOUND, eval_schema
-from promem_fast.eval.qa import (
+from promem_fast.store.qa import (
     Answer, RetrievalIndex, Unit, answer_questions, build_index, memory_units, top_k, turn_units, with_stats,
 )
 from promem_fast.eval.records import GoldMemory, Question

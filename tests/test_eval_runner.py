@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.cli import main
 from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics

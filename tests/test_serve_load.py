@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import halumem_sessions, scripted_config
+from conftest import tomas_sessions, scripted_config
 from promem_fast.engine import Engine
 from serve_server import Server, new_key, wait_job
 
@@ -29,8 +29,8 @@ SESSIONS = 20
 
 
 def client_sessions(client: int, count: int) -> list[dict[str, Any]]:
-    """``count`` real HaluMem sessions renamed for one client's own user."""
-    base = halumem_sessions()
+    """``count`` HaluMem-schema sessions renamed for one client's own user."""
+    base = tomas_sessions()
     return [dict(base[j % len(base)].to_dict(), session_id=f"c{client}-s{j}", user=f"user{client}")
             for j in range(count)]
 

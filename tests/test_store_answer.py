@@ -10,9 +10,9 @@ import pytest
 
 from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import NLIResult
-from promem_fast.backends.embed_hashing import HashingEmbedder
+from promem_fast.testing.embed_hashing import HashingEmbedder
 from promem_fast.engine import Engine
-from promem_fast.eval.qa import memory_units
+from promem_fast.store.qa import memory_units
 from promem_fast.store import MemoryStore, answering
 from store_helpers import graph
 

@@ -1,4 +1,4 @@
-"""Answering from the store: its nodes as evaluation's QA units, and the QA program run over them.
+"""Answering from the store: its nodes as QA units (:mod:`.qa`), and the answer program run over them.
 
 ``promem eval`` and :meth:`MemoryStore.answer` both retrieve through :func:`retrieval_index`, so a stored
 node is shown to an answerer the same way wherever the question comes from.
@@ -18,7 +18,7 @@ from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
 
     from .view import StoreView
 
@@ -49,7 +49,7 @@ def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tup
            sessions: Sequence[str]) -> RetrievalIndex:
     """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
     ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored)."""
-    from promem_fast.eval.qa import RetrievalIndex, Unit
+    from .qa import RetrievalIndex, Unit
 
     units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
     keys: dict[str, list[int]] = {sid: [] for sid in sessions}
@@ -90,8 +90,7 @@ def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k
 def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
            question_time: str | None) -> list[dict[str, Any]]:
     """Every question about ``user`` asked of all their sessions (dated as stored), in one engine run."""
-    from promem_fast.eval.qa import answer_questions
-    from promem_fast.eval.records import Question
+    from .qa import Ask, answer_questions
 
     dim = getattr(engine.services.embedder, "dim", None)
     if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
@@ -106,8 +105,8 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
         index = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, _ in dated])
     else:
         index = store.retrieval_index([sid for sid, _ in dated], tenant=tenant)
-    asked = [(Question(question_id=str(i), user_id=user, question=text, answer=None, question_type="ask",
-                       session_ids=tuple(sid for sid, _ in dated), session_dates=tuple(ts for _, ts in dated),
-                       question_time=question_time), user) for i, text in enumerate(questions)]
+    asked = [(Ask(question_id=str(i), question=text, session_ids=tuple(sid for sid, _ in dated),
+                  session_dates=tuple(ts for _, ts in dated), question_time=question_time), user)
+             for i, text in enumerate(questions)]
     answers, _ = answer_questions(engine, asked, index)
     return [a.to_dict() for a in answers]

@@ -39,16 +39,16 @@ class Hit:
     """The node's full JSON as extracted (fields added by newer versions included)."""
 
     def body(self) -> str:
-        """What an answerer is shown (:func:`promem_fast.eval.qa.unit_body`): text, details and links."""
-        from promem_fast.eval.qa import unit_body
+        """What an answerer is shown (:func:`.qa.unit_body`): text, details and links."""
+        from .qa import unit_body
 
         arrows = {"out": "→", "in": "←"}
         return unit_body(self.text, self.details,
                          [f"{e['relation']} {arrows[e['direction']]} {e['text']}" for e in self.edges])
 
     def key(self) -> str:
-        """What is embedded for retrieval (:func:`promem_fast.eval.qa.unit_key`)."""
-        from promem_fast.eval.qa import unit_key
+        """What is embedded for retrieval (:func:`.qa.unit_key`)."""
+        from .qa import unit_key
 
         return unit_key(self.text, self.details)
 

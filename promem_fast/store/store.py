@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.summary import RunSummary
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class MemoryStore:
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
-        from promem_fast.eval.qa import memory_units
+        from .qa import memory_units
 
         texts = [unit.key for graph in graphs for unit in memory_units(graph)]
         matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)

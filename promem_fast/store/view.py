@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
 
     from .records import Hit
     from .vectors import VectorIndex
