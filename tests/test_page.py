@@ -138,3 +138,19 @@ def test_a_thousand_memories_filter_search_and_read_in_full(page_server: tuple[S
     assert page.locator("#selected details").evaluate("d => d.open") is True
     assert "data-error" not in page.evaluate("Object.keys(document.body.dataset).join(' ')")
     page.close()
+
+
+def test_every_surface_returns_10_hits_unless_told(page_server: tuple[Server, str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from promem_fast.client import Client
+    from promem_fast.cli import main
+
+    server, key = page_server
+    with Client(server.url, key) as client:
+        assert len(client.search("pottery class", user_id=USER)) == 10
+    with server.client(key) as http:
+        assert len(http.post(f"/v1/users/{USER}/search", json={"query": "pottery class"}).json()["hits"]) == 10
+    capsys.readouterr()
+    assert main(["search", "pottery class", "--db", str(server.path), "--user-id", USER, "--profile", "scripted",
+                 "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 10
