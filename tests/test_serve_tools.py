@@ -39,6 +39,10 @@ def test_keys_are_created_listed_revoked_and_stored_only_as_digests(
     assert secret not in json.dumps(listed)
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 0
     assert ring.check(key) is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", listed[0]["created"])  # ISO 8601, not Unix
+    assert main(["keys", "list", "--db", str(path)]) == 0
+    (revoked,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert revoked["revoked"] >= revoked["created"] and revoked["revoked"].endswith("+00:00")
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 2
     assert "no live key" in capsys.readouterr().err
     assert main(["keys", "create", "--db", str(path), "--tenant", "bad tenant!"]) == 2

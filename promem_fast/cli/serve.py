@@ -83,8 +83,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(ring.create(args.tenant, args.name))
             return 0
         if args.keys_command == "list":
+            from promem_fast.shapes import iso_instant
+
             for row in ring.list():
-                print(json.dumps(row))
+                times = {"created": iso_instant(row["created"]), "revoked": iso_instant(row["revoked"])}
+                print(json.dumps({**row, **times}))
             return 0
         revoked = ring.revoke(args.key_id)
     if not revoked:
