@@ -29,7 +29,4 @@ def run(args: argparse.Namespace, config: Any) -> int:
     print(f"graphs: {args.output}/*-?????.jsonl (one file per shard; summary.json holds the totals)")
     if getattr(args, "db", None) is None:
         print(f"add them to a memory store with: promem ingest {args.output} --db memory.db")
-        return 0
-    from promem_fast.cli.store_io import ingest_into  # the driver adds every shard's graphs, as ingest DIR does
-
-    return ingest_into(args, config, args.output)
+    return 0
