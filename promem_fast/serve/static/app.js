@@ -206,9 +206,9 @@
         { selector: "edge[kind = 'anchor']", style: { "line-style": "dashed", "line-color": "#f0a030", "width": 1,
                                                       "target-arrow-shape": "none" } },
         { selector: ".faded", style: { "opacity": 0.15, "text-opacity": 0 } },
-        { selector: ".hit", style: { "border-width": 4, "border-color": "#d43b3b", "font-size": 11, "text-max-width": 220,
-                                     "min-zoomed-font-size": 0, "z-index": 10, "text-background-color": "#fff",
-                                     "text-background-opacity": 0.85, "text-background-padding": 2 } },
+        { selector: ".hit", style: { "border-width": 4, "border-color": "#d43b3b", "min-zoomed-font-size": 0,
+                                     "z-index": 10, "text-background-color": "#fff", "text-background-opacity": 0.85,
+                                     "text-background-padding": 2 } },
         { selector: ".chosen", style: { "border-width": 5, "border-color": "#111", "min-zoomed-font-size": 0, "z-index": 11 } },
       ],
     });
@@ -223,6 +223,7 @@
     document.body.dataset.nodes = String(state.data.nodes.length);
     document.body.dataset.edges = String(state.data.edges.length);
     document.body.dataset.drawn = String(nodes.length);
+    $("layout").textContent = small ? "Laid out by links; orange: anchored details." : "Boxes are sessions, by day.";
   }
 
   // Sessions as blocks in date order, left to right then down; each block a small grid of its memories.
