@@ -85,3 +85,35 @@ def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -
     assert main(["extract", str(source), "-o", str(graphs), "--resume", "--db", str(db), *SCRIPTED]) == 0
     with MemoryStore(db, read_only=True) as store:
         assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]
+
+
+def test_list_history_and_delete_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import scripted_config
+    from store_helpers import graph
+
+    db = tmp_path / "memory.db"
+    with MemoryStore(db, scripted_config(), update_judge="off") as store:
+        store.add([graph("s1", "Ana", ["Ana keeps bees in Porto.", "Ana sings in a choir."]),
+                   graph("s2", "Ana", ["Ana bought a red kayak."], timestamp="2025-02-01T09:00:00")])
+    assert main(["list", "--db", str(db), "--user-id", "Ana", "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(m["memory"], m["session_ids"]) for m in listed] == [
+        ("Ana keeps bees in Porto.", ["s1"]), ("Ana sings in a choir.", ["s1"]), ("Ana bought a red kayak.", ["s2"])]
+    assert all(set(m) == MEMORY_FIELDS for m in listed)
+    choir = listed[1]["id"]
+    assert main(["history", str(choir), "--db", str(db)]) == 0
+    chain = json.loads(capsys.readouterr().out)
+    assert (chain["id"], [n["memory"] for n in chain["nodes"]], chain["edges"]) == (
+        choir, ["Ana sings in a choir."], [])
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--memory-id", str(choir), *SCRIPTED[:2]]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert main(["list", "--db", str(db), "--user-id", "Ana"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == ["Ana keeps bees in Porto.", "Ana bought a red kayak."]
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--memory-id", str(choir), *SCRIPTED[:2]]) == 1
+    assert capsys.readouterr().err.strip() == f"promem: 'Ana' has no memory #{choir} in {db}"
+    assert main(["history", str(choir), "--db", str(db)]) == 1
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--session-id", "s2", *SCRIPTED[:2]]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert main(["list", "--db", str(db), "--user-id", "Bo"]) == 1
+    assert "no memory for user 'Bo'" in capsys.readouterr().err
