@@ -53,12 +53,12 @@ class Client:
         return "/v1/users/" + quote(user, safe="")
 
     # ------------------------------------------------------------------------------ verbs
-    def add(self, data: Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
+    def add(self, messages: Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
             date: str | None = None, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
         """Queue memory for ``user_id``: one session, a list of sessions, or one conversation as a list of
         ``{"role", "content"}`` messages (``date`` its time). With ``wait`` return the finished job's status,
         else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
-        reply = self._call("POST", self._u(user_id) + "/sessions", json={"sessions": as_sessions(data, date)})
+        reply = self._call("POST", self._u(user_id) + "/sessions", json={"sessions": as_sessions(messages, date)})
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
 
     def job(self, job_id: str) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
         async with Client(params, read_timeout_seconds=120) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"add", "search", "answer", "list", "history", "delete"} <= names
-            added = tool_result(await client.call_tool("add", {"user_id": user, "sessions": [session.to_dict()]}))
+            added = tool_result(await client.call_tool("add", {"user_id": user, "messages": [session.to_dict()]}))
             assert (added["state"], added["done"]) == ("finished", 1)
             hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
             assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
@@ -122,6 +122,14 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             assert len(after) == len(listed) - 1 and hits[0]["id"] not in {m["id"] for m in after}
             again = await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]})
             assert again.is_error and "no such memory" in str(again.content)
+            chat = [{"role": "user", "content": "I keep two goats on my balcony in Bergen."},
+                    {"role": "assistant", "content": "Goats on a balcony!"}]
+            said = tool_result(await client.call_tool("add", {"user_id": "Goatherd", "messages": chat,
+                                                              "date": "2025-05-04"}))
+            assert (said["state"], said["done"], said["user_id"]) == ("finished", 1, "Goatherd")
+            goats = tool_result(await client.call_tool("list", {"user_id": "Goatherd"}))
+            assert goats and all(m["valid_from"].startswith("2025-05-04") for m in goats)
+            assert any("goats" in m["memory"] for m in goats)
             missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})
             assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
 
@@ -130,7 +138,7 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
     from promem_fast.store import MemoryStore
 
     with MemoryStore(tmp_path / "m.db") as store:  # written under the tenant given on the command line
-        assert store.users(tenant="acme") == [user] and store.users(tenant="default") == []
+        assert store.users(tenant="acme") == [user, "Goatherd"] and store.users(tenant="default") == []
 
 
 def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,11 +51,11 @@ def build_server(service: Service, tenant: str) -> Any:
         return {**status, "rejected": rejected}
 
     @server.tool()
-    async def add(user_id: str, sessions: list[dict[str, Any]], date: str | None = None) -> dict[str, Any]:
-        """Extract and store the memory of a user's dialogue: a list of sessions (each with session_id, optional
-        timestamp and turns: [{"role": "user"|"assistant", "text": "..."}]), or one conversation given as
-        messages [{"role", "content"}] said on ``date``."""
-        return await anyio.to_thread.run_sync(add_and_wait, user_id, as_sessions(sessions, date))
+    async def add(user_id: str, messages: list[dict[str, Any]], date: str | None = None) -> dict[str, Any]:
+        """Extract and store the memory of a user's dialogue: one conversation as messages [{"role": "user" |
+        "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list of sessions (each with
+        session_id, optional timestamp and turns: [{"role", "text"}])."""
+        return await anyio.to_thread.run_sync(add_and_wait, user_id, as_sessions(messages, date))
 
     @server.tool()
     async def search(user_id: str, query: str, k: int = DEFAULT_K, as_of: str | None = None,
