@@ -1,10 +1,9 @@
 """The one shape of memory results on every surface: the HTTP API, the Python client, the CLI's ``--json`` and MCP.
 
-The shapes are :class:`promem_fast.Memory`'s (its module docstring lists them). The store hands out richer rows
-(a hit carries the node's full extracted JSON, with that graph's own node index; an answer carries
-evaluation's bookkeeping such as ``gold`` and ``dropped_for_budget``); a user of the memory needs neither, and
-two ids on one hit invite joining on the wrong one. These functions cut a store row down to the public shape,
-once, so the surfaces cannot drift apart; :mod:`promem_fast.serve.schemas` declares the same shapes as typed
+The shapes are :class:`promem_fast.Memory`'s (its module docstring lists them): a memory is
+``Hit.memory()``, a history ``MemoryStore.history_graph``; what is left to cut down lives here. A store
+answer carries evaluation's bookkeeping (``gold``, ``dropped_for_budget``) that a user of the memory does not
+need; a job row its times as Unix seconds. :mod:`promem_fast.serve.schemas` declares the same shapes as typed
 OpenAPI models. No third-party import: the CLI uses this without the serve extra.
 
 Times are ISO 8601 everywhere: a day (``2025-03-14``) for when a memory was said, a UTC instant with offset
@@ -32,47 +31,11 @@ def iso_instant(value: float | str | None) -> str | None:
     return datetime.fromtimestamp(float(value), timezone.utc).isoformat(timespec="seconds")
 
 
-def memory(row: dict[str, Any]) -> dict[str, Any]:
-    """A store row (``Hit.to_dict()``) as a *memory*: ``{"id", "memory", "user_id", "session_ids",
-    "valid_from", "valid_until", "recorded_at", "superseded_by", "reason", "score", "details", "links"}``;
-    one id, the text once, no extraction internals."""
-    return {
-        "id": int(row["id"]),
-        "memory": row["text"],
-        "user_id": row.get("user_id", row.get("user")),
-        "session_ids": list(row.get("session_ids") or [row["session_id"]]),
-        "valid_from": row.get("valid_from", row.get("date")),
-        "valid_until": row.get("valid_until"),
-        "recorded_at": iso_instant(row.get("recorded_at")),
-        "superseded_by": row.get("superseded_by"),
-        "reason": row.get("reason"),
-        "score": row.get("score"),
-        "details": list(row.get("details") or []),
-        "links": [{"relation": e["relation"], "direction": e["direction"], "id": int(e["node_id"]),
-                   "memory": e["text"]} for e in row.get("edges") or []],
-    }
-
-
-def history(node_id: int, chain: list[dict[str, Any]]) -> dict[str, Any]:
-    """The replacement graph through a memory, from the store's rows of it (oldest first):
-    ``{"id", "nodes": [memory...], "edges": [{"old", "new", "kind", "reason"}]}``."""
-    nodes = [memory(row) for row in chain]
-    ids = {n["id"] for n in nodes}
-    edges = [{"old": n["id"], "new": n["superseded_by"], "kind": "update", "reason": n["reason"]}
-             for n in nodes if n["superseded_by"] in ids]
-    return {"id": node_id, "nodes": nodes, "edges": edges}
-
-
 def answer(row: dict[str, Any]) -> dict[str, Any]:
     """A store answer as ``{"question", "answer", "as_of", "error", "memories": [{"id", "memory", "session_id",
     "day", "score"}]}`` (the memories in the order the answerer was shown them); no evaluation fields."""
-    shown = row.get("memories")
-    if shown is None:
-        shown = [{"id": None, "memory": r["text"], "session_id": r["session_id"], "day": r.get("date"),
-                  "score": r.get("score")} for r in row.get("retrieved") or []]
-    return {"question": row["question"], "answer": row.get("prediction", row.get("answer")),
-            "as_of": row.get("as_of"), "error": row.get("error"),
-            "memories": [{key: m.get(key) for key in ("id", "memory", "session_id", "day", "score")} for m in shown]}
+    return {"question": row["question"], "answer": row["prediction"], "as_of": row["as_of"], "error": row["error"],
+            "memories": list(row["memories"])}
 
 
 def job(row: dict[str, Any]) -> dict[str, Any]:

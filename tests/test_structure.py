@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
     ("engine", "calibration"),
-    ("store",),
+    ("store", "memory"),
     ("eval", "distributed"),
     ("serve", "client"),
     ("cli",),

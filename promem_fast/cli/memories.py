@@ -41,14 +41,12 @@ def _open(args: argparse.Namespace, *, write: bool = False) -> Any:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from promem_fast import shapes
-
     with _open(args) as store:
         if unknown_user(store, args):
             return 1
-        rows = store.get_all(args.user, tenant=args.tenant, history=args.history)
-    for row in rows:
-        item = shapes.memory(row)
+        hits = store.hits(args.user, tenant=args.tenant, history=args.history)
+    for hit in hits:
+        item = hit.memory()
         if args.json:
             print(json.dumps(item, ensure_ascii=False))
         else:
@@ -58,14 +56,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from promem_fast import shapes
-
     with _open(args) as store:
-        chain = store.history(args.memory_id, tenant=args.tenant)
-    if not chain:
+        graph = store.history_graph(args.memory_id, tenant=args.tenant)
+    if not graph["nodes"]:
         print(f"promem: no memory #{args.memory_id} in {args.db} (tenant {args.tenant})", file=sys.stderr)
         return 1
-    print(json.dumps(shapes.history(args.memory_id, chain), ensure_ascii=False))
+    print(json.dumps(graph, ensure_ascii=False))
     return 0
 
 

@@ -71,7 +71,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                             **given_time(args))
     for hit in hits:
         if args.json:
-            print(json.dumps(shapes.memory(hit.to_dict()), ensure_ascii=False))
+            print(json.dumps(hit.memory(), ensure_ascii=False))
         else:
             old = f"  (superseded by {hit.superseded_by})" if hit.superseded_by is not None else ""
             print(f"{hit.score:.3f}  [{hit.date or 'undated'}] {hit.body()}  #{hit.node_id} {hit.session_id}{old}")

@@ -44,7 +44,7 @@ class Service:
         self.engine = Engine(config)
         self._embedder = self.engine.services.embedder
         self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
-        self.store = MemoryStore(self.path, config, embedder=self._embedder)
+        self.store = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.metrics = Metrics(self.queue.depth, self._engine_counts)
@@ -114,22 +114,18 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [shapes.memory(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant,
-                                                             history=history)]
-
-    def _chain(self, tenant: str, user: str, node_id: int) -> list[dict[str, Any]]:
-        """The store's rows linked to ``node_id``, found only among the tenant's user's own memories."""
-        name = self._user(tenant, user)
-        chain = self.store.history(node_id, tenant=tenant)
-        if not any(row["id"] == node_id and row["user"] == name for row in chain):
-            raise NotFound("memory")
-        return chain
-
-    def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        return next(shapes.memory(r) for r in self._chain(tenant, user, node_id) if r["id"] == node_id)
+        return self.store.memory_dicts(self.store.hits(self._user(tenant, user), tenant=tenant, history=history))
 
     def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        return shapes.history(node_id, self._chain(tenant, user, node_id))
+        """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
+        name = self._user(tenant, user)
+        graph = self.store.history_graph(node_id, tenant=tenant)
+        if not any(m["id"] == node_id and m["user_id"] == name for m in graph["nodes"]):
+            raise NotFound("memory")
+        return graph
+
+    def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        return next(m for m in self.history(tenant, user, node_id)["nodes"] if m["id"] == node_id)
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
@@ -141,13 +137,14 @@ class Service:
             raise NotFound("session")
         else:
             self._user(tenant, user)
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
+        # what the removed memory had replaced is judged again on the worker's engine
+        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node, engine=self.gate))
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
                **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
-        return [shapes.memory(h.to_dict()) for h in hits]
+        return self.store.memory_dicts(hits)
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
