@@ -28,7 +28,8 @@ BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 NOT_RUN = {
     "make demo": "builds the environment the suite runs in (minutes of compiling llama.cpp)",
     "--profile gpu": "needs a GPU with vLLM",
-    "promem eval halumem": "needs the benchmarks' data files",
+    "promem eval halumem     --data": "needs the benchmarks' data files",
+    "--profile paper": "needs a GPU box, the paper's models and an OpenAI-compatible endpoint",
 }
 
 

@@ -185,7 +185,7 @@ def test_deletes_of_a_node_a_session_and_a_user(a: httpx.Client) -> None:
     # d-2 said the same as d-1: its saying of the removed memory stands in for it now
     after = a.get(f"/v1/users/{user}/memories").json()["memories"]
     assert node not in [m["id"] for m in after] and len(after) == len(memories)
-    assert {m["text"] for m in after} == {m["text"] for m in memories}
+    assert {m["memory"] for m in after} == {m["memory"] for m in memories}
     assert a.delete(f"/v1/users/{user}/sessions/d-1").json()["deleted"] > 0
     assert a.get(f"/v1/users/{user}/sessions").json() == {"sessions": ["d-2"]}
     assert a.delete(f"/v1/users/{user}/sessions/d-1").status_code == 404

@@ -114,7 +114,7 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return self.store.memory_dicts(self.store.hits(self._user(tenant, user), tenant=tenant, history=history))
+        return [hit.memory() for hit in self.store.hits(self._user(tenant, user), tenant=tenant, history=history)]
 
     def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
         """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
@@ -144,7 +144,7 @@ class Service:
                **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
-        return self.store.memory_dicts(hits)
+        return [hit.memory() for hit in hits]
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
