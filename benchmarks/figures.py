@@ -145,8 +145,10 @@ class FigureError(LookupError):
 
 
 def load_results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))
-            if p.name != "latest.json"}
+    """The result files of ``folder`` (JSON with ``figures``): other JSON there is a tool's raw output, which
+    a README cannot quote until a result file carries its figures."""
+    found = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))}
+    return {name: data for name, data in found.items() if isinstance(data, dict) and "figures" in data}
 
 
 def _format(value: Any, fmt: str | None) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, halumem_sessions
+from conftest import ROOT, tomas_sessions
+from test_serve import MEMORY_FIELDS, chromium, needs_chromium
 from promem_fast.cli import main
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
@@ -38,32 +39,45 @@ def test_keys_are_created_listed_revoked_and_stored_only_as_digests(
     assert secret not in json.dumps(listed)
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 0
     assert ring.check(key) is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", listed[0]["created"])  # ISO 8601, not Unix
+    assert main(["keys", "list", "--db", str(path)]) == 0
+    (revoked,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert revoked["revoked"] >= revoked["created"] and revoked["revoked"].endswith("+00:00")
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 2
     assert "no live key" in capsys.readouterr().err
     assert main(["keys", "create", "--db", str(path), "--tenant", "bad tenant!"]) == 2
 
 
-def test_view_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def write_view(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """Two sessions extracted and the second one's graph written as a page: (its record, the page)."""
     sessions = tmp_path / "in.jsonl"
-    sessions.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in halumem_sessions(2)), encoding="utf-8")
+    sessions.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in tomas_sessions(2)), encoding="utf-8")
     graphs = tmp_path / "graphs.jsonl"
     assert main(["extract", str(sessions), "-o", str(graphs), *SCRIPTED]) == 0
     chosen = json.loads(graphs.read_text(encoding="utf-8").splitlines()[1])
     page = tmp_path / "graph.html"
     assert main(["view", str(graphs), "--session", chosen["session_id"], "-o", str(page)]) == 0
+    return chosen, page
+
+
+def test_view_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chosen, page = write_view(tmp_path)
     html = page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing is fetched: no CDN
     assert "cytoscape" in html and chosen["nodes"][0]["text"] in html
-    assert main(["view", str(graphs), "--session", "nope", "-o", str(page)]) == 2
+    assert main(["view", str(tmp_path / "graphs.jsonl"), "--session", "nope", "-o", str(page)]) == 2
     assert "no session 'nope'" in capsys.readouterr().err
 
-    from test_serve import CHROMIUM, chromium
 
-    if CHROMIUM is not None:  # the file opens from disk and draws every node with its anchored details
-        word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
-        dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
-        assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
-        assert 'data-results="0"' not in dom and "<li>" in dom
+@needs_chromium
+def test_the_written_page_draws_every_node_in_chromium(tmp_path: Path) -> None:
+    """The file opens from disk and draws every node with its anchored details (skipped, and said so, where
+    Chromium is missing)."""
+    chosen, page = write_view(tmp_path)
+    word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
+    dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
+    assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
+    assert 'data-results="0"' not in dom and re.search(r"<li[ >]", dom)
 
 
 def tool_result(result: Any) -> Any:
@@ -73,14 +87,14 @@ def tool_result(result: Any) -> Any:
     return value["result"] if set(value) == {"result"} else value
 
 
-def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
+def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
     import anyio
     from mcp import Client, StdioServerParameters
 
     params = StdioServerParameters(command=sys.executable, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                    args=["-m", "promem_fast.cli", "mcp", "--db", str(tmp_path / "m.db"),
                                          "--tenant", "acme", *SCRIPTED])
-    session = halumem_sessions(1)[0]
+    session = tomas_sessions(1)[0]
     user = session.user
 
     async def talk() -> None:
@@ -90,14 +104,33 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     async def converse() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-            assert {"add", "search", "answer"} <= names
-            added = tool_result(await client.call_tool("add", {"user": user, "sessions": [session.to_dict()]}))
+            assert {"add", "search", "answer", "list", "history", "delete"} <= names
+            added = tool_result(await client.call_tool("add", {"user_id": user, "messages": [session.to_dict()]}))
             assert (added["state"], added["done"]) == ("finished", 1)
-            hits = tool_result(await client.call_tool("search", {"user": user, "query": "promotion", "k": 3}))
-            assert 0 < len(hits) <= 3 and all(h["user"] == user for h in hits)
-            answers = tool_result(await client.call_tool("answer", {"user": user, "questions": ["What changed?"]}))
-            assert len(answers) == 1
-            missing = await client.call_tool("search", {"user": "Nobody", "query": "x"})
+            hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
+            assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
+            assert set(hits[0]) == MEMORY_FIELDS  # the HTTP API's shape: one id, the text once
+            answer = tool_result(await client.call_tool("answer", {"user_id": user, "question": "What changed?"}))
+            assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no gold, no budget counts
+            listed = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert {h["id"] for h in hits} <= {m["id"] for m in listed}
+            chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert (chain["id"], [m["id"] for m in chain["nodes"]]) == (hits[0]["id"], [hits[0]["id"]])
+            gone = tool_result(await client.call_tool("delete", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert gone == {"deleted": 1}
+            after = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert len(after) == len(listed) - 1 and hits[0]["id"] not in {m["id"] for m in after}
+            again = await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]})
+            assert again.is_error and "no such memory" in str(again.content)
+            chat = [{"role": "user", "content": "I keep two goats on my balcony in Bergen."},
+                    {"role": "assistant", "content": "Goats on a balcony!"}]
+            said = tool_result(await client.call_tool("add", {"user_id": "Goatherd", "messages": chat,
+                                                              "date": "2025-05-04"}))
+            assert (said["state"], said["done"], said["user_id"]) == ("finished", 1, "Goatherd")
+            goats = tool_result(await client.call_tool("list", {"user_id": "Goatherd"}))
+            assert goats and all(m["valid_from"].startswith("2025-05-04") for m in goats)
+            assert any("goats" in m["memory"] for m in goats)
+            missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})
             assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
 
     anyio.run(talk)
@@ -105,7 +138,7 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     from promem_fast.store import MemoryStore
 
     with MemoryStore(tmp_path / "m.db") as store:  # written under the tenant given on the command line
-        assert store.users(tenant="acme") == [user] and store.users(tenant="default") == []
+        assert store.users(tenant="acme") == [user, "Goatherd"] and store.users(tenant="default") == []
 
 
 def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

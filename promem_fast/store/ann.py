@@ -37,7 +37,7 @@ MAX_FETCH = 2048
 
 def faiss_module() -> Any:
     """FAISS, or an error naming the extra that installs it."""
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     return require("faiss", "cpu", "faiss-cpu")
 
