@@ -25,8 +25,8 @@ the vector itself (192 of MiniLM's 1,536 bytes). On noisy MiniLM vectors 16 lost
 ``EF_SEARCH`` only partly won back, at the same build time as 24."""
 
 EF_CONSTRUCTION = 40
-"""Candidates kept while inserting a vector: building is the slow part (a graph of 200K vectors took
-minutes on two shared cores at 80), and 40 kept recall@10 at the search widths below."""
+"""Candidates kept while inserting a vector: building is the slow part (at 80, with M 32, 100K vectors
+took about five minutes on two loaded cores); a larger value buys recall with build time."""
 
 EF_SEARCH = 128
 """Candidates kept while searching (at least the number of results asked for)."""
