@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.errors import InputError
+from promem_fast.private import open_private
 
 from . import rows
 
@@ -52,7 +53,7 @@ def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
 def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, params: tuple[Any, ...]) -> int:
     """The export written to ``tmp``; returns the sessions written (the caller moves it into place)."""
     count = 0
-    with open(tmp, "w", encoding="utf-8") as out:
+    with open_private(tmp, "w", encoding="utf-8") as out:
         out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
         for line in _session_lines(db, scope, params):
             out.write(line + "\n")

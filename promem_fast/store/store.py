@@ -20,8 +20,10 @@ import numpy as np
 
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
+from promem_fast.private import shred
 
 from . import rows
+from .connection import checkpoint, integrity_errors, transaction
 from .records import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
@@ -55,14 +57,18 @@ class MemoryStore:
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
                  read_only: bool = False, index: IndexKind = "auto", update_judge: UpdateJudge = "llm",
-                 update_neighbours: int = 3, update_min_cosine: float = 0.5) -> None:
+                 update_neighbours: int = 3, update_min_cosine: float = 0.5,
+                 key_file: str | Path | None = None) -> None:
         self.path = Path(path)
         self.config = (config or EngineConfig()).validate()
         self.read_only = read_only
         self.update_judge = update_judge
         self.update_neighbours = update_neighbours
         self.update_min_cosine = update_min_cosine
-        self._db = connect(self.path, read_only=read_only)
+        self._db = connect(self.path, read_only=read_only, key_file=key_file)
+        self.encrypted = key_file is not None
+        """An encrypted store writes no vector index files (they would hold its vectors in the clear); the
+        indexes are rebuilt from the store when first needed."""
         self._embedder = embedder
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
@@ -78,7 +84,7 @@ class MemoryStore:
     def close(self) -> None:
         """Close the file; large users' vector indexes are saved first for the next process to read."""
         for user_pk, index in self._indexes.items():
-            if len(index) >= self.cache_min_vectors and len(index) > index.saved and self._current(user_pk, index):
+            if not self.encrypted and len(index) >= self.cache_min_vectors and len(index) > index.saved and self._current(user_pk, index):
                 try:
                     index.save(self._index_file(user_pk), self._store_id)
                 except OSError as exc:  # a cache: a store on a read-only medium just refills next time
@@ -122,14 +128,8 @@ class MemoryStore:
         """One write transaction: all of it is committed, or none of it (a crash rolls it back on reopen)."""
         if self.read_only:
             raise StoreError(f"{self.path}: the store was opened read-only")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with transaction(self._db, self._lock) as db:
+            yield db
 
     # ------------------------------------------------------------------------------------ ids
     def _user_pk(self, tenant: str, user: str) -> int | None:
@@ -187,7 +187,7 @@ class MemoryStore:
                     continue  # another writer stored it since we looked
                 try:
                     ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
-                except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
+                except integrity_errors() as exc:  # e.g. two nodes with one id: the session is not stored
                     raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
                                      field="nodes") from exc
                 written.update({(position, local): node for local, node in ids.items()})
@@ -306,8 +306,8 @@ class MemoryStore:
             (generation,) = row
             found = self._indexes.get(user_pk)
             if found is None or found.generation != generation:
-                found = (VectorIndex.load(self._index_file(user_pk), self._kind, generation, self._dim(),
-                                          self._store_id)
+                found = (not self.encrypted and VectorIndex.load(self._index_file(user_pk), self._kind, generation,
+                                                                 self._dim(), self._store_id)
                          or VectorIndex(self._dim(), self._kind, generation))
                 self._indexes[user_pk] = found
             cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
@@ -404,17 +404,26 @@ class MemoryStore:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
         self._drop_index(user_pk)
+        self.checkpoint()
         return int(count)
+
+    def checkpoint(self) -> bool:
+        """Move the WAL into the file and truncate it: the pages a delete replaced (which still hold the deleted
+        text) leave the ``-wal`` file; secure delete has already zeroed them in the file. False when readers
+        kept the WAL busy (it is then truncated by a later checkpoint)."""
+        with self._lock:
+            done = checkpoint(self._db)
+        if not done:
+            log.warning("%s: the WAL could not be truncated now (readers busy); deleted pages stay in %s-wal "
+                        "until the next checkpoint", self.path, self.path.name)
+        return done
 
     def _drop_index(self, user_pk: int) -> None:
         """Forget the user's cached index and its file: both still hold the removed vectors, and ``close``
         would otherwise save them again (a deleted user's index would stay on disk for good)."""
         with self._lock:
             self._indexes.pop(user_pk, None)
-        try:
-            self._index_file(user_pk).unlink(missing_ok=True)
-        except OSError as exc:  # a stale file is ignored anyway (its generation no longer matches)
-            log.info("vector index file of user %d not removed: %s", user_pk, exc)
+        shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path, *, tenant: str | None = None) -> int:
