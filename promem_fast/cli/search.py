@@ -33,7 +33,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from promem_fast.store import MemoryStore
 
-    with MemoryStore(args.db, build_config(args), read_only=True) as store:
+    with MemoryStore(args.db, build_config(args), read_only=True, key_file=args.key_file) as store:
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history)
     for hit in hits:
         if args.json:
@@ -54,7 +54,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from promem_fast.store import MemoryStore
 
     config = build_config(args)
-    with MemoryStore(args.db, config, read_only=True) as store, Engine(config, embedder=store.embedder) as engine:
+    with (MemoryStore(args.db, config, read_only=True, key_file=args.key_file) as store,
+          Engine(config, embedder=store.embedder) as engine):
         (reply,) = store.answer(args.user, [args.question], engine=engine, tenant=args.tenant)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))

@@ -8,13 +8,14 @@ whether another tenant has it or nobody does.
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from promem_fast.backends._deps import require
 from promem_fast.errors import PromemError
+from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body, validation_error
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
@@ -23,17 +24,15 @@ require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
-from starlette.background import BackgroundTask
 
 STATIC = Path(__file__).resolve().parent / "static"
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 
-User = Annotated[str, PathParam(min_length=1, max_length=256, description="the user whose memory is meant")]
-NodeId = Annotated[int, PathParam(description="a memory's id")]
 
 
 class AddSessions(BaseModel):
@@ -57,6 +56,8 @@ _bearer = HTTPBearer(auto_error=False)
 def caller(request: Request, bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
     """The key's caller (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``); declared as a bearer scheme so the
     OpenAPI page offers to authorize. 401 for a bad key, 429 past the key's rate."""
+    if key_in_url(request):
+        raise HTTPException(401, URL_KEY_REFUSED, headers=UNAUTHORIZED)
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
@@ -88,7 +89,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     app.state.service = service
     app.state.limiter = limiter
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller)])
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller), Depends(text_body)])
 
     @v1.post("/users/{user}/sessions", status_code=202, summary="Queue sessions of a user for extraction")
     def add(body: AddSessions, user: User, who: Who) -> Any:
@@ -123,7 +124,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
         return {"sessions": service.sessions(who.tenant, user)}
 
     @v1.delete("/users/{user}/sessions/{session_id}", summary="Delete one session's memory")
-    def delete_session(session_id: str, user: User, who: Who) -> Any:
+    def delete_session(session_id: SessionId, user: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user, session=session_id)}
 
     @v1.delete("/users/{user}", summary="Delete all memory of a user")
@@ -144,15 +145,13 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     @v1.get("/export", summary="The tenant's whole memory as JSONL")
     def export(who: Who) -> Any:
-        with tempfile.NamedTemporaryFile(prefix="promem-export-", suffix=".jsonl", delete=False) as handle:
-            target = Path(handle.name)
-        try:
-            service.export(who.tenant, target)
-        except BaseException:  # no response will remove it
-            target.unlink(missing_ok=True)
-            raise
-        return FileResponse(target, media_type="application/x-ndjson", filename="promem-export.jsonl",
-                            background=BackgroundTask(target.unlink, missing_ok=True))
+        reader = service.export(who.tenant)  # already unlinked: nothing is left behind whatever the client does
+
+        def chunks() -> Iterator[bytes]:
+            with reader:
+                yield from iter(lambda: reader.read(1 << 16), b"")
+        return StreamingResponse(chunks(), media_type="application/x-ndjson",
+                                 headers={"Content-Disposition": 'attachment; filename="promem-export.jsonl"'})
 
     app.include_router(v1)
 
@@ -177,6 +176,8 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
         return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:

@@ -4,6 +4,9 @@ A job is one request's sessions for one user. Each session row moves ``pending``
 worker) -> ``done`` or ``failed``. A restart puts ``running`` rows back to ``pending``, so nothing accepted is
 lost; the store skips a session it already holds, so a session run twice (claimed, stored, killed before it
 was marked done) still ends with exactly one graph.
+
+Job records name a user and session ids, so they go when that user is deleted (:meth:`JobQueue.cancel`, which
+also cancels the user's queued and running sessions) and, finished, after the operator's retention period.
 """
 
 from __future__ import annotations
@@ -13,10 +16,22 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from promem_fast.store.connection import transaction
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+"""How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""
+
+EXPIRY_EVERY_S = 60.0
+"""How often the worker's polling looks for expired jobs (a shorter retention looks more often)."""
+
+STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job WHERE q.tenant = ? AND j.user = ? "
+                "AND q.session_id = ? AND q.state = 'running' LIMIT 1")
+"""Whether a finished session may still be stored: its claimed row is there (a delete of its user or session
+removed it). Run inside the store's write transaction, so a delete is either before it or after the write."""
 
 
 @dataclass(frozen=True)
@@ -33,23 +48,16 @@ class Claimed:
 class JobQueue:
     """Submit, claim, finish and report jobs; safe to share between request threads and the worker."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, retention_s: float = DEFAULT_RETENTION_S) -> None:
         self._conn = conn
         self._lock = threading.Lock()
+        self.retention_s = retention_s
+        self._next_expiry = 0.0
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction on the shared connection, all or nothing."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn, self._lock)
 
     def recover(self) -> int:
         """Put sessions a previous process had claimed back in line; returns how many."""
@@ -69,7 +77,10 @@ class JobQueue:
         return job
 
     def claim(self, limit: int) -> list[Claimed]:
-        """Up to ``limit`` pending sessions, oldest first, marked running."""
+        """Up to ``limit`` pending sessions, oldest first, marked running. (The worker asks at least once per
+        poll, so this is also where finished jobs past the retention period are removed.)"""
+        if time.monotonic() >= self._next_expiry:
+            self.expire()
         if limit <= 0:
             return []
         with self._transaction() as conn:
@@ -87,6 +98,35 @@ class JobQueue:
                              [(now, seq) for seq, error in outcomes if not error])
             conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=?",
                              [(error, now, seq) for seq, error in outcomes if error])
+
+    def cancel(self, tenant: str, user: str, session_id: str | None = None) -> int:
+        """Remove the user's job records (or only those of one session): queued sessions are never claimed,
+        running ones are not stored when they finish (the store's write checks :data:`STILL_WANTED` in its
+        own transaction), and the user's name and session ids leave the queue tables. Returns the sessions
+        that were still pending or running."""
+        scope = "job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND user = ?)"
+        params: tuple[str, ...] = (tenant, user)
+        if session_id is not None:
+            scope, params = scope + " AND session_id = ?", (*params, session_id)
+        with self._transaction() as conn:
+            (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "
+                                   "('pending', 'running')", params).fetchone()
+            conn.execute(f"DELETE FROM serve_queue WHERE {scope}", params)
+            conn.execute("DELETE FROM serve_jobs WHERE tenant = ? AND user = ? AND id NOT IN "
+                         "(SELECT job FROM serve_queue)", (tenant, user))
+        return int(live)
+
+    def expire(self) -> int:
+        """Remove jobs whose every session finished more than ``retention_s`` ago; returns how many."""
+        cutoff = time.time() - self.retention_s
+        with self._transaction() as conn:
+            old = [job for (job,) in conn.execute(
+                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running')) = 0 "
+                "AND MAX(finished) < ?", (cutoff,))]
+            conn.executemany("DELETE FROM serve_queue WHERE job = ?", [(job,) for job in old])
+            conn.executemany("DELETE FROM serve_jobs WHERE id = ?", [(job,) for job in old])
+        self._next_expiry = time.monotonic() + min(EXPIRY_EVERY_S, self.retention_s / 2)
+        return len(old)
 
     def depth(self) -> int:
         """Sessions accepted and not finished yet (pending or running)."""
@@ -107,7 +147,8 @@ class JobQueue:
         counts = {state: 0 for state in ("pending", "running", "done", "failed")}
         for _, state, _ in rows:
             counts[state] += 1
-        finished = counts["done"] + counts["failed"] == head[2]
-        return {"job_id": job, "user": head[0], "created": head[1], "total": head[2], **counts,
-                "state": "finished" if finished else ("queued" if counts["pending"] == head[2] else "running"),
+        total = len(rows)  # the sessions accepted, less any whose memory was deleted since
+        finished = counts["done"] + counts["failed"] == total
+        return {"job_id": job, "user": head[0], "created": head[1], "total": total, **counts,
+                "state": "finished" if finished else ("queued" if counts["pending"] == total else "running"),
                 "errors": [{"session_id": sid, "error": err} for sid, state, err in rows if state == "failed"]}

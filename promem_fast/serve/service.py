@@ -8,13 +8,18 @@ takes the tenant first and passes it to the store; none reads a tenant from requ
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
+from promem_fast.jsonl import printable
 from promem_fast.serve import db
-from promem_fast.serve.jobs import JobQueue
+from promem_fast.private import shred
+from promem_fast.serve.jobs import DEFAULT_RETENTION_S, STILL_WANTED, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.serve.worker import EngineGate, Worker
@@ -31,19 +36,22 @@ class NotFound(LookupError):
 class Service:
     """The memory service over one store file."""
 
-    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm") -> None:
+    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S) -> None:
         from promem_fast.engine import Engine
         from promem_fast.store import MemoryStore
 
         self.path = Path(path)
         self.config = config
-        self._conns = [db.connect(self.path), db.connect(self.path)]  # each owner serialises its own
-        self.keys = KeyRing(self._conns[0])
-        self.queue = JobQueue(self._conns[1])
+        self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
+        self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
+        self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
         self.engine = Engine(config)
         self._embedder = self.engine.services.embedder
-        self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
-        self.store = MemoryStore(self.path, config, embedder=self._embedder)
+        self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge,
+                                   key_file=key_file)
+        self._writer.write_guard = _still_wanted
+        self.store = MemoryStore(self.path, config, embedder=self._embedder, key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.metrics = Metrics(self.queue.depth, self._engine_counts)
@@ -52,6 +60,8 @@ class Service:
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
+            shred(stale)
         self.worker.start()
 
     def close(self) -> None:
@@ -78,6 +88,9 @@ class Service:
         session index, id and field. The job id is None when every session was rejected."""
         from promem_fast.io import session_from_dict
 
+        twins = _duplicates(sessions)
+        if twins:  # which copy is meant is not ours to guess: the whole request is refused
+            return None, twins
         good: list[dict[str, Any]] = []
         rejected: list[dict[str, Any]] = []
         max_chars = self.config.pipeline.max_turn_chars
@@ -86,7 +99,7 @@ class Service:
             try:
                 if isinstance(record, dict) and record["user"] != user:
                     sid = record.get("session_id")
-                    raise InputError("must match the user of the route", session_id=None if sid is None else str(sid),
+                    raise InputError("must match the user of the route", session_id=None if sid is None else printable(str(sid)),
                                      field="user")
                 session_from_dict(record, max_turn_chars=max_chars)
             except InputError as exc:
@@ -128,13 +141,18 @@ class Service:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
 
     def delete(self, tenant: str, user: str, *, session: str | None = None, node: int | None = None) -> int:
+        """Remove a memory, a session or a user; returns the memories removed. Deleting a session or a user
+        also cancels its queued and running extraction and removes its job records (so nothing comes back
+        when a running session finishes); 404 only when there was neither memory nor work to remove."""
         if node is not None:
             self.memory(tenant, user, node)
-        elif session is not None and session not in self.sessions(tenant, user):
-            raise NotFound("session")
-        else:
-            self._user(tenant, user)
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
+            return int(self.store.delete(tenant=tenant, user=user, node=node))
+        cancelled = self.queue.cancel(tenant, user, session)
+        stored = self.store._user_pk(tenant, user) is not None and (
+            session is None or session in self.store.sessions(user, tenant=tenant))
+        if not stored and not cancelled:
+            raise NotFound("session" if session is not None else "user")
+        return int(self.store.delete(tenant=tenant, user=user, session=session)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
@@ -146,8 +164,42 @@ class Service:
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
 
-    def export(self, tenant: str, path: Path) -> int:
-        return int(self.store.export(path, tenant=tenant))
+    def export(self, tenant: str) -> BinaryIO:
+        """The tenant's export as an open file that no folder lists: it is written beside the store (the
+        operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
+        before it is sent, so it is gone whenever the client goes away or the process dies."""
+        handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.export-", suffix=".jsonl")
+        os.close(handle)
+        target = Path(name)
+        try:
+            self.store.export(target, tenant=tenant)
+            reader = open(target, "rb")
+        finally:
+            target.unlink(missing_ok=True)
+        return reader
+
+
+def _duplicates(sessions: list[Any]) -> list[dict[str, Any]]:
+    """A rejection for every session whose id an earlier one of the same request has, naming both positions."""
+    first: dict[str, int] = {}
+    twins = []
+    for index, raw in enumerate(sessions):
+        sid = raw.get("session_id") if isinstance(raw, dict) else None
+        if not isinstance(sid, (str, int)) or isinstance(sid, bool):
+            continue
+        sid = str(sid)
+        if sid in first:
+            twins.append({"index": index, "session_id": printable(sid), "field": f"sessions[{index}].session_id",
+                          "error": f"duplicates sessions[{first[sid]}].session_id; each session of a request "
+                                   "needs its own id"})
+        else:
+            first[sid] = index
+    return twins
+
+
+def _still_wanted(conn: sqlite3.Connection, tenant: str, graph: MemoryGraph) -> bool:
+    """The writer's guard: a graph is stored only while its claimed queue row is there (see ``STILL_WANTED``)."""
+    return conn.execute(STILL_WANTED, (tenant, graph.user, graph.session_id)).fetchone() is not None
 
 
 def _plain(item: Any) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from promem_fast.errors import InputError
+from promem_fast.jsonl import printable
+from promem_fast.names import name_problem
 from promem_fast.private import open_private
 
 from . import rows
@@ -106,32 +108,52 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
             if not text.strip():
                 continue
             item = _parse(path, number, text)
+            field = None  # the field being read, named if it is bad
             try:
+                for field in ("tenant", "user"):
+                    _check_name(item[field], path, number, item, field)
+                field = "kind"
                 user_pk = rows.ensure_user(db, item["tenant"], item["user"])
                 if item["kind"] == "session":
+                    field = "session"
                     record = item["session"]
+                    field = "session.session_id"
                     sid = record["session_id"]
+                    _check_name(sid, path, number, item, field)
                     if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                                   (user_pk, sid)).fetchone():
                         continue
                     vectors = None
                     if item.get("vectors") is not None and dim:
-                        vectors = np.frombuffer(base64.b64decode(item["vectors"]), np.float32).reshape(-1, dim)
+                        field = "vectors"
+                        vectors = np.frombuffer(base64.b64decode(item["vectors"], validate=True),
+                                                np.float32).reshape(-1, dim)
                         if len(vectors) != len(record["nodes"]):
                             raise ValueError(f"{len(vectors)} vectors for {len(record['nodes'])} nodes")
+                    field = "session"
                     rows.insert_session(db, user_pk, record, vectors)
                     fresh.add((item["tenant"], item["user"], sid))
                     added += 1
                 elif item["kind"] == "supersede":
+                    field = "supersede"
                     if (item["tenant"], item["user"], item["new"]["session_id"]) in fresh:
                         old, new = _node(db, user_pk, item["old"]), _node(db, user_pk, item["new"])
                         rows.supersede(db, old, new, item["reason"])
                 else:
                     raise KeyError("kind")
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError) as exc:  # bad base64 is a ValueError too
+                # a missing key names itself; any other fault is in the field being read when it was raised
+                name = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else field
                 raise InputError(f"bad record ({type(exc).__name__}: {exc})", file=str(path), line=number,
-                                 session_id=_session_of(item), field=str(exc).strip("'")) from exc
+                                 session_id=_session_of(item), field=name) from exc
     return added
+
+
+def _check_name(value: Any, path: Path, number: int, item: dict[str, Any], field: str) -> None:
+    """The name rule of :mod:`promem_fast.names` on a user, tenant or session id of an export line."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise InputError(problem, file=str(path), line=number, session_id=_session_of(item), field=field)
 
 
 def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
@@ -154,4 +176,5 @@ def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
 
 def _session_of(item: dict[str, Any]) -> str | None:
     session = item.get("session")
-    return session.get("session_id") if isinstance(session, dict) else None
+    sid = session.get("session_id") if isinstance(session, dict) else None
+    return printable(sid) if isinstance(sid, str) else None

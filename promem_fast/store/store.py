@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -67,8 +67,7 @@ class MemoryStore:
         self.update_min_cosine = update_min_cosine
         self._db = connect(self.path, read_only=read_only, key_file=key_file)
         self.encrypted = key_file is not None
-        """An encrypted store writes no vector index files (they would hold its vectors in the clear); the
-        indexes are rebuilt from the store when first needed."""
+        """An encrypted store writes no vector index files (they would hold vectors in the clear)."""
         self._embedder = embedder
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
@@ -76,6 +75,9 @@ class MemoryStore:
         (self._store_id,) = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         self.cache_min_vectors = CACHE_MIN_VECTORS
         """Users with at least this many vectors get their index saved next to the store on close."""
+        self.write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None = None
+        """Asked inside each session's write transaction whether the graph is still wanted (the service
+        answers no for a session whose user was deleted while it ran); None stores every graph."""
         self._lock = threading.RLock()
         """One store object may serve several threads (a web server's pool): writes and index refreshes
         take turns, so a transaction is never shared and no row enters an index twice."""
@@ -181,6 +183,8 @@ class MemoryStore:
         stored = 0
         for position, (graph, block) in enumerate(zip(fresh, vectors, strict=True)):
             with self._write() as db:
+                if self.write_guard is not None and not self.write_guard(db, tenant, graph):
+                    continue  # cancelled (its user or session was deleted while it was extracted)
                 user_pk = rows.ensure_user(db, tenant, graph.user)
                 if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                               (user_pk, graph.session_id)).fetchone():
