@@ -30,8 +30,11 @@ EXPIRY_EVERY_S = 60.0
 
 STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job WHERE q.tenant = ? AND j.user = ? "
                 "AND q.session_id = ? AND q.state = 'running' LIMIT 1")
-"""Whether a finished session may still be stored: its claimed row is there (a delete of its user or session
-removed it). Run inside the store's write transaction, so a delete is either before it or after the write."""
+"""Whether a finished session may still be stored: its claimed row is still running (a delete of its user or
+session cancelled it). Run inside the store's write transaction, so a delete is before it or after the write."""
+
+_DRAINED = "DELETE FROM serve_jobs WHERE user = '' AND id NOT IN (SELECT job FROM serve_queue)"
+"""Removes the blanked jobs of a deleted user once the engine has finished their last cancelled session."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,11 @@ class JobQueue:
         return transaction(self._conn, self._lock)
 
     def recover(self) -> int:
-        """Put sessions a previous process had claimed back in line; returns how many."""
-        with self._lock:
-            cur = self._conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'")
+        """Put sessions a previous process had claimed back in line (cancelled ones go); returns how many."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM serve_queue WHERE state='cancelled'")
+            conn.execute(_DRAINED)
+            cur = conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'")
         return cur.rowcount
 
     def submit(self, tenant: str, user: str, sessions: list[dict[str, Any]]) -> str:
@@ -91,19 +96,27 @@ class JobQueue:
 
     def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
         """Mark sessions done (error None) or failed, in one transaction. A done session's payload is dropped
-        (its memory is in the store now); a failed one keeps it, to be looked at or sent again."""
+        (its memory is in the store now); a failed one keeps it, to be looked at or sent again. A session
+        cancelled while it ran is removed now that the engine is done with it."""
         now = time.time()
         with self._transaction() as conn:
-            conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=?",
-                             [(now, seq) for seq, error in outcomes if not error])
-            conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=?",
-                             [(error, now, seq) for seq, error in outcomes if error])
+            conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=? "
+                             "AND state='running'", [(now, seq) for seq, error in outcomes if not error])
+            conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=? AND "
+                             "state='running'", [(error, now, seq) for seq, error in outcomes if error])
+            gone = conn.executemany("DELETE FROM serve_queue WHERE seq=? AND state='cancelled'",
+                                    [(seq,) for seq, _ in outcomes])
+            if gone.rowcount:
+                conn.execute(_DRAINED)
 
     def cancel(self, tenant: str, user: str, session_id: str | None = None) -> int:
-        """Remove the user's job records (or only those of one session): queued sessions are never claimed,
-        running ones are not stored when they finish (the store's write checks :data:`STILL_WANTED` in its
-        own transaction), and the user's name and session ids leave the queue tables. Returns the sessions
-        that were still pending or running."""
+        """Cancel the user's queued and running sessions (or only one session's) and remove their records.
+
+        Queued sessions are deleted; running ones stay in the queue as ``cancelled``, with their session id
+        and payload blanked, until the engine finishes them, and are not stored then (the store's write
+        checks :data:`STILL_WANTED` in its own transaction). Deleting a whole user also blanks the user's
+        name on the jobs whose sessions are still running and deletes every other job of theirs. Returns
+        the sessions that were pending or running."""
         scope = "job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND user = ?)"
         params: tuple[str, ...] = (tenant, user)
         if session_id is not None:
@@ -111,9 +124,12 @@ class JobQueue:
         with self._transaction() as conn:
             (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "
                                    "('pending', 'running')", params).fetchone()
-            conn.execute(f"DELETE FROM serve_queue WHERE {scope}", params)
-            conn.execute("DELETE FROM serve_jobs WHERE tenant = ? AND user = ? AND id NOT IN "
-                         "(SELECT job FROM serve_queue)", (tenant, user))
+            conn.execute(f"UPDATE serve_queue SET state='cancelled', session_id='', payload='', error=NULL "
+                         f"WHERE {scope} AND state='running'", params)
+            conn.execute(f"DELETE FROM serve_queue WHERE {scope} AND state != 'cancelled'", params)
+            conn.execute("UPDATE serve_jobs SET user='' WHERE tenant = ? AND user = ? AND id NOT IN "
+                         "(SELECT job FROM serve_queue WHERE state != 'cancelled')", (tenant, user))
+            conn.execute(_DRAINED)
         return int(live)
 
     def expire(self) -> int:
@@ -121,7 +137,7 @@ class JobQueue:
         cutoff = time.time() - self.retention_s
         with self._transaction() as conn:
             old = [job for (job,) in conn.execute(
-                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running')) = 0 "
+                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running', 'cancelled')) = 0 "
                 "AND MAX(finished) < ?", (cutoff,))]
             conn.executemany("DELETE FROM serve_queue WHERE job = ?", [(job,) for job in old])
             conn.executemany("DELETE FROM serve_jobs WHERE id = ?", [(job,) for job in old])
@@ -129,21 +145,21 @@ class JobQueue:
         return len(old)
 
     def depth(self) -> int:
-        """Sessions accepted and not finished yet (pending or running)."""
+        """Sessions accepted and not finished yet (pending or running, or cancelled and still running)."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running')").fetchone()
+                "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running', 'cancelled')").fetchone()
         return int(row[0])
 
     def status(self, tenant: str, job: str) -> dict[str, Any] | None:
         """A job's progress, or None when ``tenant`` has no such job (another tenant's looks the same)."""
         with self._lock:
-            head = self._conn.execute("SELECT user, created, total FROM serve_jobs WHERE id=? AND tenant=?",
-                                      (job, tenant)).fetchone()
+            head = self._conn.execute("SELECT user, created, total FROM serve_jobs WHERE id=? AND tenant=? AND "
+                                      "user != ''", (job, tenant)).fetchone()
             if head is None:
                 return None
-            rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? ORDER BY seq",
-                                      (job,)).fetchall()
+            rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? AND "
+                                      "state != 'cancelled' ORDER BY seq", (job,)).fetchall()
         counts = {state: 0 for state in ("pending", "running", "done", "failed")}
         for _, state, _ in rows:
             counts[state] += 1
