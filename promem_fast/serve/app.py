@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from promem_fast.backends._deps import require
 from promem_fast.errors import PromemError
-from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body, validation_error
+from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
@@ -24,7 +24,6 @@ require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -176,8 +175,6 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
         return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-
-    app.add_exception_handler(RequestValidationError, validation_error)
 
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:

@@ -4,7 +4,6 @@ and the redaction of API keys from every log line.
 * Names in paths (users, session ids) follow :mod:`promem_fast.names`; memory ids fit SQLite's 64 bits.
 * A JSON body may carry a ``\\ud800`` escape, which decodes to a lone surrogate that no UTF-8 response, log
   line or store row can hold: :func:`text_body` refuses it with a 422 naming the field, on every route.
-* Validation errors echo the input; :func:`validation_error` spells it so that the error itself can be sent.
 * A key in the URL is refused (URLs end up in access logs, proxies and browser history), and
   :class:`RedactKeys` blanks any key that reaches a log line anyway.
 """
@@ -18,12 +17,9 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Request
 from fastapi import Path as PathParam
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import AfterValidator
 
-from promem_fast.jsonl import find_unwritable, printable
+from promem_fast.jsonl import find_unwritable
 from promem_fast.names import MAX_NAME_CHARS, name_problem
 
 MAX_ID = 2**63 - 1
@@ -62,22 +58,6 @@ async def text_body(request: Request) -> None:
         field = f"body.{path}" if path else "body"
         raise HTTPException(422, [{"loc": ["body", *path.split(".")] if path else ["body"], "field": field,
                                    "msg": problem, "type": "value_error"}])
-
-
-def _printable(value: Any) -> Any:
-    """``value`` with every lone surrogate spelled as an escape, so it can be written as UTF-8."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_printable(v) for v in value]
-    return value
-
-
-async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """FastAPI's 422, with the echoed input made writable (a lone surrogate in it was a 500 before)."""
-    return JSONResponse({"detail": _printable(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
 KEY_PARAMS = frozenset({"api_key", "apikey", "api-key", "key", "token", "access_token", "x-api-key",
