@@ -28,14 +28,17 @@ from typing import Any
 import numpy as np
 
 from promem_fast.errors import InputError
-from promem_fast.jsonl import printable
+from promem_fast.jsonl import decode_line, printable
 from promem_fast.names import name_problem
 from promem_fast.private import open_private
 
 from . import rows
+from .connection import integrity_errors
 
 FORMAT = "promem-store"
 VERSION = 1
+MAX_DIM = 65_536
+"""Largest vector dimension an export may declare (real embedders give a few hundred to a few thousand)."""
 
 
 def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
@@ -95,14 +98,8 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
     """Add the sessions and links of an export (inside the caller's transaction); returns sessions added."""
     added = 0
     fresh: set[tuple[str, str, str]] = set()
-    with open(path, encoding="utf-8") as lines:
-        header = _parse(path, 1, lines.readline())
-        if header.get("format") != FORMAT:
-            raise InputError(f"not a {FORMAT} export (header {header!r})", file=str(path), line=1, field="format")
-        if int(header.get("version", 0)) > VERSION:
-            raise InputError(f"export version {header['version']} is newer than this promem_fast reads ({VERSION})",
-                             file=str(path), line=1, field="version")
-        dim = header.get("dim")
+    with open(path, "rb") as lines:
+        dim = _header(path, _parse(path, 1, lines.readline()))
         check_dim(dim)
         for number, text in enumerate(lines, start=2):
             if not text.strip():
@@ -141,7 +138,7 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
                         rows.supersede(db, old, new, item["reason"])
                 else:
                     raise KeyError("kind")
-            except (KeyError, TypeError, ValueError) as exc:  # bad base64 is a ValueError too
+            except (KeyError, TypeError, ValueError, *integrity_errors()) as exc:  # bad base64: a ValueError
                 # a missing key names itself; any other fault is in the field being read when it was raised
                 name = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else field
                 raise InputError(f"bad record ({type(exc).__name__}: {exc})", file=str(path), line=number,
@@ -164,11 +161,27 @@ def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
     return int(row[0])
 
 
-def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON ({exc.msg})", file=str(path), line=number) from exc
+def _header(path: Path, header: dict[str, Any]) -> int | None:
+    """The vector dimension the export's first line declares, after checking it is our format and version."""
+    def bad(message: str, field: str) -> InputError:
+        return InputError(message, file=str(path), line=1, field=field)
+
+    if header.get("format") != FORMAT:
+        raise bad(f"not a {FORMAT} export (header {printable(repr(header))[:200]})", "format")
+    version, dim = header.get("version", 0), header.get("dim")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise bad(f"must be an integer, got {type(version).__name__}", "version")
+    if version > VERSION:
+        raise bad(f"export version {version} is newer than this promem_fast reads ({VERSION})", "version")
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM):
+        raise bad(f"must be null or an integer from 1 to {MAX_DIM}", "dim")
+    return dim
+
+
+def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    value = decode_line(raw, str(path), number)
+    if isinstance(value, InputError):
+        raise value
     if not isinstance(value, dict):
         raise InputError("not a JSON object", file=str(path), line=number)
     return value
