@@ -21,7 +21,6 @@ from __future__ import annotations
 import sqlite3
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -160,13 +159,9 @@ def transaction(db: sqlite3.Connection, lock: threading.Lock | threading.RLock) 
             raise
 
 
-def checkpoint(db: sqlite3.Connection, attempts: int = 20) -> bool:
+def checkpoint(db: sqlite3.Connection) -> bool:
     """Copy the WAL into the file and truncate it to zero bytes, so that pages a delete replaced are gone
-    from the ``-wal`` file too. Readers in the middle of a read hold the WAL; it is tried again briefly.
-    Returns whether the WAL was truncated."""
-    for attempt in range(attempts):
-        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy == 0:
-            return True
-        time.sleep(0.05 * (attempt + 1))
-    return False
+    from the ``-wal`` file too. SQLite waits (up to the busy timeout) for readers in the middle of a read
+    to move to the newest snapshot. Returns whether the WAL was truncated."""
+    busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return int(busy) == 0
