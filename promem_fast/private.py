@@ -73,4 +73,7 @@ def shred(path: str | Path) -> None:
         return
     except OSError as exc:
         log.info("%s not overwritten before removal: %s", path, exc)
-    Path(path).unlink(missing_ok=True)
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError as exc:  # e.g. a read-only medium: the caller's data is gone from the store regardless
+        log.warning("%s could not be removed: %s", path, exc)

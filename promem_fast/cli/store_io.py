@@ -54,7 +54,7 @@ def open_store(args: argparse.Namespace, config: Any, *, embedder: Any = None) -
     from promem_fast.store import MemoryStore
 
     return MemoryStore(args.db, config, embedder=embedder, update_judge=getattr(args, "update_judge", None) or "llm",
-                       key_file=args.key_file)
+                       profile=getattr(args, "profile", None), key_file=args.key_file)
 
 
 def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError]]:

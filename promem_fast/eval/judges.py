@@ -38,7 +38,7 @@ from promem_fast.types import MemoryGraph, Session
 from . import metrics
 from .datasets import LOCOMO_CATEGORIES
 from .prompts import LME_TEMPLATE_OF_TYPE, eval_schema, render_eval
-from .qa import Answer
+from promem_fast.store.qa import Answer
 from .records import GoldMemory, Question
 
 log = logging.getLogger(__name__)

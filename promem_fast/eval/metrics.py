@@ -32,7 +32,7 @@ LOCOMO_ABSTAIN_PHRASES: tuple[str, ...] = ("no information available", "not ment
 @lru_cache(maxsize=1)
 def _stemmer() -> Callable[[str], str]:
     """NLTK's Porter stemmer (needs no downloaded data), imported on first use: ``nltk`` is an extra."""
-    from ..backends._deps import require
+    from ..deps import require
 
     stem = require("nltk.stem", "eval", "nltk").PorterStemmer().stem
     return lru_cache(maxsize=1 << 16)(stem)

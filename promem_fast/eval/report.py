@@ -310,7 +310,7 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
 
 def plot_variants(kind: str, results: Sequence[dict[str, Any]], path: Path) -> Path:
     """A grouped bar chart of the headline scores per variant, next to the extraction tokens per session."""
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     require("matplotlib", "eval", "matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -50,7 +50,7 @@ from .judges import (
     update_labels,
     update_program,
 )
-from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
+from promem_fast.store.qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 from .records import Benchmark, GoldMemory, Question
 from .report import write_report
 from .variants import KINDS, VARIANTS, PathLike, result_path, stage_key, variant_config

@@ -51,7 +51,8 @@ class Service:
         self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge,
                                    key_file=key_file)
         self._writer.write_guard = _still_wanted
-        self.store = MemoryStore(self.path, config, embedder=self._embedder, key_file=key_file)
+        self.store = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge,
+                                 key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.metrics = Metrics(self.queue.depth, self._engine_counts)
@@ -146,13 +147,16 @@ class Service:
         when a running session finishes); 404 only when there was neither memory nor work to remove."""
         if node is not None:
             self.memory(tenant, user, node)
-            return int(self.store.delete(tenant=tenant, user=user, node=node))
+            # what the removed memory had replaced is judged again on the worker's engine
+            return int(self.store.delete(tenant=tenant, user=user, node=node, engine=self.gate))
         cancelled = self.queue.cancel(tenant, user, session)
         stored = self.store._user_pk(tenant, user) is not None and (
             session is None or session in self.store.sessions(user, tenant=tenant))
         if not stored and not cancelled:
             raise NotFound("session" if session is not None else "user")
-        return int(self.store.delete(tenant=tenant, user=user, session=session)) if stored else 0
+        if not stored:
+            return 0
+        return int(self.store.delete(tenant=tenant, user=user, session=session, engine=self.gate))
 
     def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]

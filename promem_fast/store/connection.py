@@ -18,6 +18,7 @@ created 0600 before SQLite opens it; SQLite gives its ``-wal`` and ``-shm`` file
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 import threading
@@ -28,6 +29,8 @@ from typing import Any, Literal
 
 from promem_fast.errors import PromemError
 from promem_fast.private import narrow, touch_private
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 60_000
 """How long a connection waits for another connection's write lock before giving up."""
@@ -44,7 +47,7 @@ def _driver(key_file: Path | None) -> Any:
     """``sqlite3``, or SQLCipher's drop-in module when the store is encrypted."""
     if key_file is None:
         return sqlite3
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     return require("sqlcipher3.dbapi2", "encrypt", "sqlcipher3")
 
@@ -159,9 +162,13 @@ def transaction(db: sqlite3.Connection, lock: threading.Lock | threading.RLock) 
             raise
 
 
-def checkpoint(db: sqlite3.Connection) -> bool:
-    """Copy the WAL into the file and truncate it to zero bytes, so that pages a delete replaced are gone
-    from the ``-wal`` file too. SQLite waits (up to the busy timeout) for readers in the middle of a read
-    to move to the newest snapshot. Returns whether the WAL was truncated."""
+def checkpoint(db: sqlite3.Connection, path: Path) -> bool:
+    """Copy the WAL into the file and truncate it to zero bytes, so that pages a delete replaced (which still
+    hold the deleted text; secure delete has zeroed them in the file) are gone from the ``-wal`` file too.
+    SQLite waits, up to the busy timeout, for readers to move to the newest snapshot; a WAL still held then
+    is truncated by a later checkpoint. Returns whether it was truncated now."""
     busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        log.warning("%s: the WAL could not be truncated now (readers busy); deleted pages stay in %s-wal until "
+                    "the next checkpoint", path, path.name)
     return int(busy) == 0

@@ -7,16 +7,18 @@ protocol keeps them from importing the class, so the store's modules form no imp
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from promem_fast.types import MemoryGraph
+    from .qa import RetrievalIndex
 
     from .records import Hit
     from .vectors import VectorIndex
@@ -27,6 +29,8 @@ class StoreView(Protocol):
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
+    read_only: bool
+    write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None
     _db: sqlite3.Connection
 
     @property
@@ -34,9 +38,12 @@ class StoreView(Protocol):
 
     def engine(self) -> Engine: ...
 
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
     def index(self, user_pk: int) -> VectorIndex: ...
 
-    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False) -> list[Hit]: ...
+    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
+                      scope: tuple[str, tuple[Any, ...]] | None = None) -> list[Hit]: ...
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False) -> RetrievalIndex: ...
