@@ -137,8 +137,8 @@ class JobQueue:
         cutoff = time.time() - self.retention_s
         with self._transaction() as conn:
             old = [job for (job,) in conn.execute(
-                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running', 'cancelled')) = 0 "
-                "AND MAX(finished) < ?", (cutoff,))]
+                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running', 'cancelled')) "
+                "= 0 AND MAX(finished) < ?", (cutoff,))]
             conn.executemany("DELETE FROM serve_queue WHERE job = ?", [(job,) for job in old])
             conn.executemany("DELETE FROM serve_jobs WHERE id = ?", [(job,) for job in old])
         self._next_expiry = time.monotonic() + min(EXPIRY_EVERY_S, self.retention_s / 2)

@@ -100,8 +100,8 @@ class Service:
             try:
                 if isinstance(record, dict) and record["user"] != user:
                     sid = record.get("session_id")
-                    raise InputError("must match the user of the route", session_id=None if sid is None else printable(str(sid)),
-                                     field="user")
+                    raise InputError("must match the user of the route",
+                                     session_id=None if sid is None else printable(str(sid)), field="user")
                 session_from_dict(record, max_turn_chars=max_chars)
             except InputError as exc:
                 where = f"sessions[{index}]" + (f".{exc.field}" if exc.field else "")
