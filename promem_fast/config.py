@@ -3,9 +3,11 @@
 Defaults are the paper's where it gives one (tau_comp = 0.6, QA top-k = 20, causal and temporal relations);
 the topic cut's theta range is ours. Every field is documented here, loadable from a
 YAML or TOML file and overridable from the command line with ``--set section.field=value``.
-Two named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
-MiniLM, the LLM as NLI judge) and ``gpu`` (Llama-3.1-8B-Instruct on vLLM, roberta-large-mnli on ONNX
-Runtime CUDA in fp16, Qwen3-Embedding, FAISS on the GPU). ``scripted`` runs the control flow with
+Named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
+MiniLM, the LLM as NLI judge), ``gpu`` (the paper's Table 3 setting: Llama-3.1-8B-Instruct on vLLM for every
+role, roberta-large-mnli on ONNX Runtime CUDA in fp16, Qwen3-Embedding, FAISS on the GPU, LLMLingua-2
+compression and LightMem's segmenter) and ``paper`` (Table 1: the gpu profile with the draft and probes on an
+OpenAI-compatible model, the judge on GPT-4o and Qwen3-Embedding-8B). ``scripted`` runs the control flow with
 deterministic stand-ins and no model at all.
 """
 
@@ -240,7 +242,7 @@ class EngineConfig:
     # ----------------------------------------------------------------------------------- profiles
     @classmethod
     def profile(cls, name: str) -> EngineConfig:
-        """A named preset: ``cpu`` (the default), ``gpu`` or ``scripted``."""
+        """A named preset (:data:`PROFILES`): ``cpu`` (the default), ``gpu``, ``paper`` or ``scripted``."""
         if name == "cpu":
             return cls()
         if name == "gpu":
@@ -255,8 +257,11 @@ class EngineConfig:
                                                      "answer it\nQuery: "),
                 similarity=SimilarityConfig(backend="auto", device="cuda"),
                 pipeline=PipelineConfig(segmenter="auto"),
+                compression=CompressionConfig(enabled=True, model=LLMLINGUA2),
                 max_in_flight=512,
             )
+        if name == "paper":
+            return _paper(cls.profile("gpu"))
         if name == "scripted":
             return cls(
                 llm=LLMConfig(backend="scripted", context_length=8192),
@@ -265,7 +270,7 @@ class EngineConfig:
                 similarity=SimilarityConfig(backend="numpy"),
                 progress=False,
             )
-        raise ConfigError(f"unknown profile {name!r}; choose one of: cpu, gpu, scripted")
+        raise ConfigError(f"unknown profile {name!r}; choose one of: {', '.join(PROFILES)}")
 
     # ----------------------------------------------------------------------------------- loading
     @classmethod
@@ -375,6 +380,29 @@ class EngineConfig:
                 raise ConfigError(message)
         self.__dict__["_validated"] = state
         return self
+
+
+PROFILES: tuple[str, ...] = ("cpu", "gpu", "paper", "scripted")
+"""The named presets of :meth:`EngineConfig.profile`."""
+
+LLMLINGUA2 = "models/llmlingua-2-xlm-roberta-large-meetingbank"
+"""The LLMLingua-2 model of the gpu and paper profiles (``promem models fetch`` puts it there)."""
+
+
+def _paper(gpu: EngineConfig) -> EngineConfig:
+    """The paper's Table 1 setting (§4.1) on top of the gpu profile (Table 3's all-8B setting): the draft and
+    the relation probes on an OpenAI-compatible model (GPT-4o-mini in the paper; set ``roles.draft.base_url``
+    and ``roles.probe.base_url``, or another ``model``), the judge on GPT-4o (``roles.judge.base_url``),
+    Qwen3-Embedding-8B for the completeness check and QA retrieval (tau_comp = 0.6 was set for it), the rest
+    on local Llama-3.1-8B with LLMLingua-2 compression and LightMem's segmenter (the paper does not say which
+    model answered the questions: here the local one). Nothing is contacted until a ``base_url`` is set."""
+    api = LLMConfig(backend="openai", model="gpt-4o-mini", max_concurrency=32)
+    return dataclasses.replace(
+        gpu,
+        roles={"draft": api, "probe": dataclasses.replace(api), "judge": dataclasses.replace(api, model="gpt-4o")},
+        embedder=dataclasses.replace(gpu.embedder, model="Qwen/Qwen3-Embedding-8B", batch_size=64),
+        pipeline=dataclasses.replace(gpu.pipeline, segmenter="lightmem", tau_comp=0.6),
+    )
 
 
 def _without_run_only(value: Any) -> Any:

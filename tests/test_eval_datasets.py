@@ -210,7 +210,7 @@ def locomo():
 def test_locomo_counts_and_sessions(locomo):
     assert locomo.counts() == {"users": 2, "sessions": 6, "memory_points": 4, "questions": 6}
     conv = locomo.users[0]
-    assert conv.user_id == "conv-1" and conv.name == "Ann & Ben"
+    assert conv.user_id == "conv-1" and conv.name == "Ann and Ben"
     # session_3 has a date but no dialogue: not a session
     assert [s.session_id for s in conv.sessions] == [
         "conv-1:session_1:Ann", "conv-1:session_1:Ben", "conv-1:session_2:Ann", "conv-1:session_2:Ben"]

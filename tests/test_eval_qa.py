@@ -17,7 +17,8 @@ from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.eval.judges import (
     accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, halumem_qa_judge,
-    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, update_program,
+    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, memory_lines,
+    update_program,
 )
 from promem_fast.eval.prompts import EVAL_TEMPLATES, QA_NOT_FOUND, eval_schema
 from promem_fast.store.qa import (
@@ -291,8 +292,9 @@ def test_each_update_point_is_judged_once_against_the_session_memories_and_keeps
     engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
     g = graph("s", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon in May.",
                     "Maya's sister Ana visits monthly."])
-    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, g, ctx)])
-    # the beagle is no update: only points 2 and 3 go to the judge, each once, with the session's memories
+    found = [memory_lines(g)] * 2  # what the store's search returned for each of the two update points
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, found, ctx)])
+    # the beagle is no update: only points 2 and 3 go to the judge, each once, with the memories found for them
     assert sorted(f["point"] for f in shown) == sorted(VERDICT_OF)
     assert [(lab["index"], lab["memory_update_type"]) for lab in labels] == [(2, "Correct"), (3, "Omission")]
     assert labels[0]["judge_reply"] == {"verdict": "Correct"} and labels[0]["error"] is None
@@ -303,11 +305,11 @@ def test_each_update_point_is_judged_once_against_the_session_memories_and_keeps
     assert "Earlier information:\n1. Maya lives in Porto.\n" in prompt and "2. Maya moved to Lisbon in May." in prompt
 
 
-def test_a_session_with_no_memories_omits_every_update_without_asking() -> None:
+def test_an_update_point_with_nothing_retrieved_is_omitted_without_asking() -> None:
     config = scripted_config()
     llm = Recording(ScriptedLLM(config.llm), "generate")
     engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
-    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, None, ctx)])
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, [[], []], ctx)])
     assert [(lab["memory_update_type"], lab["rule"]) for lab in labels] == [("Omission", "no memories")] * 2
     assert llm.calls == []
 

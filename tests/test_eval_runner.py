@@ -22,7 +22,8 @@ from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.judges import UPDATE_ROUTINGS
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.report import load_results
-from promem_fast.eval.runner import extraction_cost, route_points, run_eval
+from promem_fast.eval.runner import extraction_cost, run_eval
+from promem_fast.eval.updates import route_points
 from promem_fast.eval.variants import VARIANTS, variant_config
 from promem_fast.io import load_sessions, read_graphs
 
@@ -139,7 +140,9 @@ def test_update_points_reach_the_update_judge_only_unless_both_is_asked(tmp_path
     # without memories HaluMem has nothing to show the update judge: the point goes to the integrity judge
     bench = load_benchmark("halumem", HALUMEM, 1)
     points = [p for p in bench.memory_points if p.session_id == "u-ada:0"]
-    assert any(p.is_update for p in points) and route_points(points, None, "official") == (points, [])
+    assert any(p.is_update for p in points) and route_points(points, False, "official") == (points, [])
+    updates = [p for p in points if p.is_update]
+    assert route_points(points, True, "official") == ([p for p in points if not p.is_update], updates)
     with pytest.raises(Exception, match="unknown update routing"):
         evaluate("halumem", HALUMEM, tmp_path, limit=1, update_routing="integrity")
 

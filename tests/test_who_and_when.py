@@ -185,9 +185,9 @@ def test_lightmems_combined_cut_is_used_on_the_gpu_profile_when_the_compressor_i
 
     gpu = EngineConfig.profile("gpu")
     assert EngineConfig().pipeline.segmenter == "similarity" and gpu.pipeline.segmenter == "auto"
-    assert not uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
-    gpu.compression.model = "models/llmlingua-2"
     assert uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
+    gpu.compression.model = None
+    assert not uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
 
 
 def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:

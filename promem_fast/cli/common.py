@@ -9,7 +9,7 @@ from typing import Any
 
 def config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML / TOML / JSON config file")
-    parser.add_argument("--profile", choices=["cpu", "gpu", "scripted"],
+    parser.add_argument("--profile", choices=["cpu", "gpu", "paper", "scripted"],
                         help="preset applied before --config and --set (default: cpu)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override one config field, e.g. --set pipeline.tau_comp=0.5 (repeatable)")
