@@ -6,9 +6,10 @@ store's files are private."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,27 @@ def test_store_files_of_the_service_are_private(served: tuple[Server, str]) -> N
     assert modes == {"memory.db": 0o600, "memory.db-wal": 0o600, "memory.db-shm": 0o600}
 
 
+def started(tmp_path: Path, *extra: str, **options: Any) -> tuple[Server, str]:
+    """A fresh server on its own store, and a key of tenant acme."""
+    key = new_key(tmp_path / "memory.db", "acme")
+    return Server(tmp_path / "memory.db", "--rate", "0", *extra, **options), key
+
+
+def until(done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def queue_depth(server: Server) -> int:
+    """Sessions accepted and not finished, cancelled ones the engine is still running included."""
+    return int(httpx.get(server.url + "/healthz").json()["queue_depth"])
+
+
 def test_the_access_log_holds_no_key(tmp_path: Path) -> None:
-    path, log = tmp_path / "memory.db", tmp_path / "access.log"
-    key = new_key(path, "acme")
+    log = tmp_path / "access.log"
+    server, key = started(tmp_path, log=log, verbose=True)
     secret = key.split("_", 2)[2]
-    server = Server(path, "--rate", "0", log=log, verbose=True)
     try:
         with server.client(key) as http:
             statuses = [http.get(route).status_code for route in
@@ -142,45 +159,33 @@ def test_the_access_log_holds_no_key(tmp_path: Path) -> None:
 
 
 def test_deleting_a_user_while_its_job_runs_sticks_and_purges_the_job(tmp_path: Path) -> None:
-    path = tmp_path / "memory.db"
-    key = new_key(path, "acme")
-    server = Server(path, "--rate", "0", "--max-in-flight", "4")
+    server, key = started(tmp_path, "--max-in-flight", "4")
     try:
         with server.client(key) as http:
             sessions = [make_session(f"z{i}", "Zed", TURNS * 3).to_dict() for i in range(150)]
             job = http.post("/v1/users/Zed/sessions", json={"sessions": sessions}).json()["job_id"]
-            deadline = time.monotonic() + 60
-            while http.get(f"/v1/jobs/{job}").json()["done"] == 0 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            until(lambda: http.get(f"/v1/jobs/{job}").json()["done"] > 0, 60)
             reply = http.delete("/v1/users/Zed")
             assert reply.status_code == 200, reply.text
-            deadline = time.monotonic() + 180
-            while httpx.get(server.url + "/healthz").json()["queue_depth"] and time.monotonic() < deadline:
-                time.sleep(0.05)  # the sessions the engine was running when the user was deleted finish
-            assert httpx.get(server.url + "/healthz").json()["queue_depth"] == 0
+            until(lambda: queue_depth(server) == 0, 180)  # the sessions running at the delete finish
+            assert queue_depth(server) == 0
             assert http.get("/v1/users").json()["users"] == []  # nothing came back
             assert http.get("/v1/users/Zed/sessions").status_code == 404
             assert http.get(f"/v1/jobs/{job}").status_code == 404  # its user name and session ids are gone
     finally:
         server.stop()
-    import sqlite3
-
-    with sqlite3.connect(path) as raw:  # nothing of the user is left in the job tables either
+    with sqlite3.connect(tmp_path / "memory.db") as raw:  # nothing of the user is left in the job tables either
         assert raw.execute("SELECT COUNT(*) FROM serve_jobs").fetchone()[0] == 0
         assert raw.execute("SELECT COUNT(*) FROM serve_queue").fetchone()[0] == 0
 
 
 def test_finished_jobs_expire_after_the_retention_period(tmp_path: Path) -> None:
-    path = tmp_path / "memory.db"
-    key = new_key(path, "acme")
-    server = Server(path, "--rate", "0", "--job-retention", "1")
+    server, key = started(tmp_path, "--job-retention", "1")
     try:
         with server.client(key) as http:
             job = http.post("/v1/users/Maya/sessions", json={"sessions": [session("r1")]}).json()["job_id"]
             assert wait_job(http, job)["done"] == 1
-            deadline = time.monotonic() + 30
-            while http.get(f"/v1/jobs/{job}").status_code == 200 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            until(lambda: http.get(f"/v1/jobs/{job}").status_code == 404, 30)
             assert http.get(f"/v1/jobs/{job}").status_code == 404
             assert http.get("/v1/users/Maya/sessions").json()["sessions"] == ["r1"]  # the memory stays
     finally:
