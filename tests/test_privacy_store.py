@@ -251,3 +251,16 @@ def test_import_refuses_path_like_names(key: str, value: str, tmp_path: Path) ->
 def test_keys_list_on_a_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["keys", "list", "--db", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"promem: {tmp_path}: is a folder, not a store file"
+
+
+def test_the_service_tables_are_encrypted_with_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("sqlcipher3", reason="the 'encrypt' extra (sqlcipher3) is not installed")
+    key, path = key_file(tmp_path / "store.key"), tmp_path / "secret.db"
+    assert main(["keys", "create", "--db", str(path), "--tenant", "acme", "--key-file", str(key)]) == 0
+    created = capsys.readouterr().out.strip()
+    assert main(["keys", "list", "--db", str(path), "--key-file", str(key)]) == 0
+    assert json.loads(capsys.readouterr().out)["tenant"] == "acme"
+    data = b"".join(p.read_bytes() for p in files_of(path))
+    assert b"serve_keys" not in data and b"acme" not in data and created.split("_")[1].encode() not in data
+    assert main(["keys", "list", "--db", str(path)]) == 2  # without the key: one line, no traceback
+    assert "--key-file" in capsys.readouterr().err
