@@ -75,7 +75,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
                       job_retention_s=args.job_retention)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
-    server = uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    url = f"http://{args.host}:{args.port}"
+    print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
+          flush=True)
+    # info: uvicorn's start-up line and one access line per request (method, path, status; never a key)
+    server = uvicorn.Config(app, host=args.host, port=args.port, log_level="debug" if args.verbose >= 2 else "info")
     redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")  # after Config, which sets up uvicorn's logging
     uvicorn.Server(server).run()
     return 0
@@ -91,8 +95,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(ring.create(args.tenant, args.name))
             return 0
         if args.keys_command == "list":
+            from promem_fast.shapes import iso_instant
+
             for row in ring.list():
-                print(json.dumps(row))
+                times = {"created": iso_instant(row["created"]), "revoked": iso_instant(row["revoked"])}
+                print(json.dumps({**row, **times}))
             return 0
         revoked = ring.revoke(args.key_id)
     if not revoked:

@@ -33,6 +33,14 @@ STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job W
 """Whether a finished session may still be stored: its claimed row is still running (a delete of its user or
 session cancelled it). Run inside the store's write transaction, so a delete is before it or after the write."""
 
+
+
+def still_wanted(conn: sqlite3.Connection, tenant: str, graph: Any) -> bool:
+    """The store writer's guard (``MemoryStore.write_guard``): a graph is stored only while its claimed queue
+    row is still running; see :data:`STILL_WANTED`."""
+    return conn.execute(STILL_WANTED, (tenant, graph.user, graph.session_id)).fetchone() is not None
+
+
 _DRAINED = "DELETE FROM serve_jobs WHERE user = '' AND id NOT IN (SELECT job FROM serve_queue)"
 """Removes the blanked jobs of a deleted user once the engine has finished their last cancelled session."""
 

@@ -29,6 +29,7 @@ class StoreView(Protocol):
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
+    update_lookahead: int
     read_only: bool
     write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None
     _db: sqlite3.Connection
