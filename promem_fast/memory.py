@@ -69,13 +69,16 @@ class Memory:
     ``config``) that extracts sessions, judges updates and answers; a context manager."""
 
     def __init__(self, path: str | Path, *, profile: str = "cpu", config: EngineConfig | None = None,
-                 tenant: str = "default", update_judge: UpdateJudge = "llm") -> None:
+                 tenant: str = "default", update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None) -> None:
+        """``key_file``: the store is encrypted with that key (see the README's data lifecycle section)."""
         from promem_fast.store import MemoryStore
 
         self.config = (config or EngineConfig.profile(profile)).validate()
         self.tenant = tenant
         self._profile = None if config is not None else profile
-        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile)
+        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile,
+                                              key_file=key_file)
         self._engine: Engine | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
