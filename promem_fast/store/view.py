@@ -17,8 +17,8 @@ import numpy as np
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from .qa import RetrievalIndex
 
+    from .qa import RetrievalIndex
     from .records import Hit
     from .vectors import VectorIndex
 
