@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
-    ("engine", "calibration"),
+    ("engine", "driver", "calibration"),
     ("store", "memory"),
     ("eval", "distributed"),
     ("serve", "client"),
