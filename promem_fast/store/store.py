@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.summary import RunSummary
-    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
+
+    from .qa import RetrievalIndex
 
 log = logging.getLogger(__name__)
 
