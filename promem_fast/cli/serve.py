@@ -20,6 +20,9 @@ def register(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=20.0, help="requests per second per API key (0: no limit)")
     p.add_argument("--burst", type=int, default=40, help="requests a key may send at once before --rate applies")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.add_argument("--engine-nice", type=int, default=10, metavar="N",
+                   help="CPU priority the engine process lowers itself by, so requests go first on busy cores "
+                        "(0: the server's own priority; default 10)")
     judge_arg(p)
     config_args(p)
     p.set_defaults(func=cmd_serve)
@@ -63,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve")
     config = build_config(args)
     config.progress = False
-    service = Service(args.db, config, update_judge=args.update_judge)
+    service = Service(args.db, config, update_judge=args.update_judge, engine_nice=args.engine_nice)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0

@@ -14,7 +14,7 @@ from typing import Any
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import db
-from promem_fast.serve.engine_process import EngineProcess
+from promem_fast.serve.engine_process import ENGINE_NICE, EngineProcess
 from promem_fast.serve.jobs import JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
@@ -30,7 +30,8 @@ class NotFound(LookupError):
 class Service:
     """The memory service over one store file."""
 
-    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm") -> None:
+    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
+                 engine_nice: int = ENGINE_NICE) -> None:
         from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
@@ -45,7 +46,7 @@ class Service:
         self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
-        self.worker = EngineProcess(self.path, config, update_judge)
+        self.worker = EngineProcess(self.path, config, update_judge, nice=engine_nice)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 
