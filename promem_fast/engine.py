@@ -16,7 +16,6 @@ max_reorder`` held in all, see :mod:`promem_fast.driver.continuous`).
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -94,7 +93,8 @@ class Engine:
         if total is None and hasattr(sessions, "__len__"):
             total = len(sessions)  # type: ignore[arg-type]
         bar = self._progress(total)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        backend_before, load_before = sum(self.summary.backend_seconds.values()), self.services.load_seconds
         try:
             for session, outcome in self.run(programs()):
                 if isinstance(outcome, BaseException):
@@ -114,8 +114,12 @@ class Engine:
                     bar.update(1)
                 yield outcome
         finally:
-            self.summary.wall_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.summary.wall_seconds += elapsed
             self.summary.load_seconds = self.services.load_seconds
+            self.summary.engine_seconds += self._engine_share(
+                elapsed, time.thread_time() - cpu_started,
+                sum(self.summary.backend_seconds.values()) - backend_before, self.services.load_seconds - load_before)
             if bar is not None:
                 bar.close()
 
@@ -139,11 +143,17 @@ class Engine:
 
     # ------------------------------------------------------------------------------------ internals
     def _progress(self, total: int | None) -> Any:
-        if not self.config.progress or not sys.stderr.isatty():
-            return None
-        from tqdm import tqdm
+        from promem_fast.progress import progress
 
-        return tqdm(total=total, unit="session", desc="extract", dynamic_ncols=True)
+        return progress(self.config.progress, total)
+
+    def _engine_share(self, wall: float, driver_cpu: float, backend: float, loads: float) -> float:
+        """The engine's own seconds in a run. The round driver calls every backend on its own thread, so its
+        share is what the backend calls and model loads left of the wall; the continuous driver's backends
+        run on lane threads whose seconds overlap, so its share is the driver thread's CPU time."""
+        if self.config.driver == "round":
+            return max(0.0, wall - backend - loads)
+        return min(wall, max(0.0, driver_cpu))
 
 
 def _dated_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:

@@ -192,8 +192,9 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, nice: int, c
     def handle(ident: int, method: str, args: tuple[Any, ...]) -> None:
         try:
             if method == "answer":
-                tenant, user, questions = args
-                value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant))  # type: ignore[arg-type]
+                tenant, user, questions, when = args
+                value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant,  # type: ignore[arg-type]
+                                                **when))
             elif method == "delete":
                 tenant, user, session, node = args
                 value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,

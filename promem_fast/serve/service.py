@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.config import EngineConfig
+from promem_fast import shapes
 from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import db
 from promem_fast.serve.engine_process import ENGINE_NICE, EngineProcess
@@ -97,7 +98,7 @@ class Service:
         found = self.queue.status(tenant, job_id)
         if found is None:
             raise NotFound("job")
-        return found
+        return shapes.job(found)
 
     def users(self, tenant: str) -> list[str]:
         return list(self.store.users(tenant=tenant))
@@ -109,16 +110,18 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [_plain(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant, history=history)]
+        return [hit.memory() for hit in self.store.hits(self._user(tenant, user), tenant=tenant, history=history)]
+
+    def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
+        name = self._user(tenant, user)
+        graph = self.store.history_graph(node_id, tenant=tenant)
+        if not any(m["id"] == node_id and m["user_id"] == name for m in graph["nodes"]):
+            raise NotFound("memory")
+        return graph
 
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        """One memory with its versions; only found among the tenant's user's own nodes."""
-        name = self._user(tenant, user)
-        chain = [_plain(h) for h in self.store.history(node_id, tenant=tenant)]
-        for item in chain:
-            if item["id"] == node_id and item["user"] == name:
-                return {**item, "history": chain}
-        raise NotFound("memory")
+        return next(m for m in self.history(tenant, user, node_id)["nodes"] if m["id"] == node_id)
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
@@ -133,12 +136,16 @@ class Service:
         # what the removed memory had replaced is judged again, in the engine process
         return int(self.worker.call("delete", tenant, user, session, node))
 
-    def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
-        return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
+    def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
+               **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+        return [hit.memory() for hit in hits]
 
-    def answer(self, tenant: str, user: str, questions: list[str]) -> list[dict[str, Any]]:
+    def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
-        return list(self.worker.call("answer", tenant, name, questions))
+        (reply,) = self.worker.call("answer", tenant, name, [question], when)
+        return shapes.answer(reply)
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
@@ -146,7 +153,3 @@ class Service:
     def export(self, tenant: str, path: Path) -> int:
         return int(self.store.export(path, tenant=tenant))
 
-
-def _plain(item: Any) -> dict[str, Any]:
-    """A store result as JSON-able data (hits have ``to_dict``, the rest already are dicts)."""
-    return item.to_dict() if hasattr(item, "to_dict") else dict(item)
