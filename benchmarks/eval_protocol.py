@@ -77,7 +77,7 @@ def retrieval(out: Path) -> Path:
 
     config = EngineConfig.profile("scripted")
     config.embedder = EmbedderConfig()
-    result = run_retrieval("halumem", DEV, config, out_dir=out)
+    result = run_retrieval("halumem", DEV, config, out_dir=out, time_aware=True)
     result["note"] = "scripted extraction (stand-in memories), all-MiniLM-L6-v2 retrieval: a retrieval-stack figure"
     path = HERE / "results" / "retrieval-halumem-dev.json"
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "provenance"} |
