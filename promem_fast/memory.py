@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promem_fast import shapes
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
 
@@ -62,10 +63,6 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
     from promem_fast.store.store import MemoryStore, UpdateJudge
     from promem_fast.types import Session
-
-DEFAULT_K = 10
-"""Memories ``search`` returns unless asked otherwise (the same default on every surface)."""
-
 
 class Memory:
     """``Memory(path, profile="cpu")``: a memory store at ``path`` with the engine of ``profile`` (or
@@ -116,7 +113,7 @@ class Memory:
         return {"user_id": user_id, "session_id": sid, "added": True,
                 "results": self.store.session_events(user_id, sid, tenant=self.tenant)}
 
-    def search(self, query: str, *, user_id: str, k: int = DEFAULT_K, as_of: str | None = None,
+    def search(self, query: str, *, user_id: str, k: int = shapes.DEFAULT_K, as_of: str | None = None,
                since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
         """The ``k`` memories closest to ``query``, best first: those current at ``as_of`` (default: now,
         the latest of each), said between ``since`` and ``until`` when given."""
@@ -129,8 +126,7 @@ class Memory:
         now), each shown with its day (``2024-03-02 (Saturday)``)."""
         (reply,) = self.store.answer(user_id, [question], engine=self.engine, tenant=self.tenant, as_of=as_of,
                                      since=since, until=until)
-        return {"question": question, "answer": reply["prediction"], "as_of": reply["as_of"],
-                "error": reply["error"], "memories": reply["memories"]}
+        return shapes.answer(reply)  # the shape every surface gives
 
     def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``)."""

@@ -24,6 +24,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc): the server's engine process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (exited, waiting for its parent to read its status)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def new_key(path: Path, tenant: str) -> str:
     conn = db.connect(path)
     try:

@@ -152,11 +152,11 @@ def test_promem_eval_locomo_retrieval_writes_the_table(tmp_path: Path, capsys: A
     assert "--k takes positive integers" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "halumem-dev").is_dir(),
-                    reason="the HaluMem development user (/work/shared/data/halumem-dev) is not here")
 def test_halumem_dev_user_gives_a_session_level_figure(tmp_path: Path) -> None:
-    from conftest import HALUMEM
+    from conftest import HALUMEM, skip_without_sample
     from promem_fast.eval.retrieval import run_retrieval
+
+    skip_without_sample()
 
     config = scripted_config()
     result = run_retrieval("halumem", HALUMEM, config, out_dir=tmp_path, sessions=2, ks=(1, 20),

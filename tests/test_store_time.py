@@ -245,3 +245,24 @@ def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the
     with open_store(tmp_path / "m.db") as store, engine() as eng:
         store.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)  # another user's session
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
+
+
+def test_asking_ahead_for_several_sessions_gives_the_links_of_one_at_a_time_in_fewer_rounds(
+        tmp_path: Path) -> None:
+    jobs, homes = ["nurse", "surgeon", "porter"], ["Boston", "Denver"]
+    days = [graph(f"d{day}", "Tom", [f"Tom works at the Mercy hospital as a {jobs[day % 3]} on night shifts.",
+                                     f"Tom lives in a small flat in {homes[day % 2]} near the old harbour.",
+                                     f"Tom keeps {day + 1} plants on his balcony."],
+                  timestamp=f"2024-02-{day + 1:02d}T09:00:00") for day in range(12)]
+    found, calls = [], []
+    for lookahead in (1, 8):
+        config = scripted_config()
+        llm = ScriptedLLM(config.llm)
+        with MemoryStore(tmp_path / f"{lookahead}.db", config, update_lookahead=lookahead) as store, \
+                Engine(config, llm=llm) as eng:
+            store.add(days, engine=eng)
+            found.append(state(store))
+        calls.append(len(llm.calls))
+    assert found[0] == found[1]
+    assert sum(1 for row in found[0] if row[3] is not None) >= 20  # jobs, homes and plant counts replaced
+    assert calls[0] == 11 and calls[1] <= 3  # one judge run per session after the first, against a few

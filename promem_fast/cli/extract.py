@@ -43,9 +43,11 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     if args.ray is not None:
+        from promem_fast.cli.store_io import ingest_into
         from promem_fast.distributed.cli import run
 
-        return run(args, config)
+        status = run(args, config)  # with --db, the driver then adds every shard's graphs, as ingest DIR does
+        return ingest_into(args, config, args.output) if status == 0 and args.db is not None else status
     source = Path(args.input)
     check_input(source)
     files = RunFiles(Path(args.output))

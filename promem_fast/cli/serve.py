@@ -65,7 +65,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    url = f"http://{args.host}:{args.port}"
+    print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
+          flush=True)
+    # info: uvicorn's start-up line and one access line per request (method, path, status; never a key)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="debug" if args.verbose >= 2 else "info")
     return 0
 
 
@@ -79,8 +83,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(ring.create(args.tenant, args.name))
             return 0
         if args.keys_command == "list":
+            from promem_fast.shapes import iso_instant
+
             for row in ring.list():
-                print(json.dumps(row))
+                times = {"created": iso_instant(row["created"]), "revoked": iso_instant(row["revoked"])}
+                print(json.dumps({**row, **times}))
             return 0
         revoked = ring.revoke(args.key_id)
     if not revoked:

@@ -27,8 +27,8 @@ def store_args(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("ingest", help="add a graphs JSONL (promem extract's output) to a memory store")
-    p.add_argument("graphs", type=Path, help="JSONL of graphs, one session per line")
+    p = sub.add_parser("ingest", help="add graphs (promem extract's output file or --ray folder) to a memory store")
+    p.add_argument("graphs", type=Path, help="JSONL of graphs, one session per line, or a --ray output folder")
     store_args(p)
     p.add_argument("--update-judge", choices=["llm", "nli", "off"], default="llm",
                    help="how a new entry is found to update an older one (default: llm)")
@@ -73,27 +73,49 @@ def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError
                                          line=number, session_id=sid, field=field)
 
 
+def graph_files(path: Path) -> list[Path]:
+    """The graphs files a path stands for: itself, or for a directory (``promem extract --ray`` output) every
+    shard's ``NAME.jsonl`` in it, by name, leaving out the ``NAME.rejects.jsonl`` files."""
+    from promem_fast.errors import InputError
+
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.glob("*.jsonl") if p.is_file() and not p.name.endswith(".rejects.jsonl"))
+    if not found:
+        raise InputError("directory holds no graphs files (NAME.jsonl)", file=str(path))
+    return found
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    return ingest_into(args, build_config(args), args.graphs)
+
+
+def ingest_into(args: argparse.Namespace, config: Any, source: Path) -> int:
+    """Add a graphs file, or every shard of a directory, to ``args.db``; a bad line is named and skipped."""
     from promem_fast.cli.outputs import check_input
     from promem_fast.errors import InputError
 
-    check_input(args.graphs)
-    config = build_config(args)
+    paths = graph_files(Path(source))
+    for path in paths:
+        check_input(path)
+    tenant = getattr(args, "tenant", "default")  # extract --ray --db has no --tenant
     added = bad = 0
     with open_store(args, config) as store:
-        for number, item in read_graph_lines(args.graphs):
-            if isinstance(item, InputError):
-                log.warning("skipped: %s", item)
-                bad += 1
-                continue
-            try:
-                added += store.add([item], tenant=args.tenant)
-            except InputError as exc:
-                exc.file, exc.line = str(args.graphs), number
-                log.warning("skipped: %s", exc)
-                bad += 1
-        users = len(store.users(tenant=args.tenant))
-    print(f"added {added} sessions to {args.db} (tenant {args.tenant}, {users} users)"
+        for path in paths:
+            for number, item in read_graph_lines(path):
+                if isinstance(item, InputError):
+                    log.warning("skipped: %s", item)
+                    bad += 1
+                    continue
+                try:
+                    added += store.add([item], tenant=tenant)
+                except InputError as exc:
+                    exc.file, exc.line = str(path), number
+                    log.warning("skipped: %s", exc)
+                    bad += 1
+        users = len(store.users(tenant=tenant))
+    files = f" from {len(paths)} files" if len(paths) > 1 else ""
+    print(f"added {added} sessions{files} to {args.db} (tenant {tenant}, {users} users)"
           + (f"; skipped {bad} bad lines (see the log)" if bad else ""))
     return 0
 

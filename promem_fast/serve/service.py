@@ -1,4 +1,4 @@
-"""Everything one ``promem serve`` process holds: the store, the queue, the keys, the engine and its worker.
+"""Everything one ``promem serve`` holds: the store, the queue, the keys, and the engine process with its worker.
 
 The HTTP routes (:mod:`.app`) and the MCP tools (:mod:`.mcp_tools`) both call this class with a tenant that
 came from a key (or, for MCP over stdio, from the operator), so scoping lives in one place: every method
@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.config import EngineConfig
-from promem_fast.errors import InputError
+from promem_fast import shapes
+from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import db
+from promem_fast.serve.engine_process import EngineProcess
 from promem_fast.serve.jobs import JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
-from promem_fast.serve.worker import EngineGate, Worker
 from promem_fast.store.store import UpdateJudge
-from promem_fast.types import MemoryGraph
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class Service:
     """The memory service over one store file."""
 
     def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm") -> None:
-        from promem_fast.engine import Engine
+        from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
         self.path = Path(path)
@@ -40,15 +40,15 @@ class Service:
         self._conns = [db.connect(self.path), db.connect(self.path)]  # each owner serialises its own
         self.keys = KeyRing(self._conns[0])
         self.queue = JobQueue(self._conns[1])
-        self.engine = Engine(config)
-        self._embedder = self.engine.services.embedder
-        self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
-        self.store = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
+        self._services = Services(config)
+        """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
+        process, which loads its own copy of the embedder for the graphs it stores."""
+        self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
-        self.metrics = Metrics(self.queue.depth, self._engine_counts)
-        self.worker = Worker(self.engine, self.queue, self.metrics, self._write)
-        self.gate = EngineGate(self.worker)
+        self.worker = EngineProcess(self.path, config, update_judge)
+        """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
+        self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -57,20 +57,9 @@ class Service:
     def close(self) -> None:
         self.worker.stop()
         self.store.close()
-        self._writer.close()
-        self.engine.close()
+        self._services.close()
         for conn in self._conns:
             conn.close()
-
-    def _engine_counts(self) -> tuple[int, dict[str, int]]:
-        summary = self.engine.summary
-        return summary.rounds, dict(summary.backend_calls)
-
-    def _write(self, tenant: str, graphs: list[MemoryGraph]) -> None:
-        """Store finished sessions. The store skips a session it already has, so one run again after a crash
-        between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
-        the worker's own engine (this is called on the worker's thread, between its rounds)."""
-        self._writer.add(graphs, tenant=tenant, engine=self.engine)
 
     # ------------------------------------------------------------------------------ verbs
     def submit(self, tenant: str, user: str, sessions: list[Any]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -95,13 +84,20 @@ class Service:
                                  "error": exc.message})
                 continue
             good.append(record)
-        return (self.queue.submit(tenant, user, good) if good else None), rejected
+        if not good:
+            return None, rejected
+        job = self.queue.submit(tenant, user, good)
+        try:
+            self.worker.wake()
+        except PromemError:  # not running: the job waits in the queue for the next start
+            log.warning("sessions queued while the engine process is down")
+        return job, rejected
 
     def job(self, tenant: str, job_id: str) -> dict[str, Any]:
         found = self.queue.status(tenant, job_id)
         if found is None:
             raise NotFound("job")
-        return found
+        return shapes.job(found)
 
     def users(self, tenant: str) -> list[str]:
         return list(self.store.users(tenant=tenant))
@@ -113,16 +109,18 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [_plain(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant, history=history)]
+        return [hit.memory() for hit in self.store.hits(self._user(tenant, user), tenant=tenant, history=history)]
+
+    def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
+        name = self._user(tenant, user)
+        graph = self.store.history_graph(node_id, tenant=tenant)
+        if not any(m["id"] == node_id and m["user_id"] == name for m in graph["nodes"]):
+            raise NotFound("memory")
+        return graph
 
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        """One memory with its versions; only found among the tenant's user's own nodes."""
-        name = self._user(tenant, user)
-        chain = [_plain(h) for h in self.store.history(node_id, tenant=tenant)]
-        for item in chain:
-            if item["id"] == node_id and item["user"] == name:
-                return {**item, "history": chain}
-        raise NotFound("memory")
+        return next(m for m in self.history(tenant, user, node_id)["nodes"] if m["id"] == node_id)
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
@@ -134,15 +132,19 @@ class Service:
             raise NotFound("session")
         else:
             self._user(tenant, user)
-        # what the removed memory had replaced is judged again on the worker's engine
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node, engine=self.gate))
+        # what the removed memory had replaced is judged again, in the engine process
+        return int(self.worker.call("delete", tenant, user, session, node))
 
-    def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
-        return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
+    def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
+               **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+        return [hit.memory() for hit in hits]
 
-    def answer(self, tenant: str, user: str, questions: list[str]) -> list[dict[str, Any]]:
+    def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
-        return list(self.store.answer(name, questions, engine=self.gate, tenant=tenant))
+        (reply,) = self.worker.call("answer", tenant, name, [question], when)
+        return shapes.answer(reply)
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
@@ -150,7 +152,3 @@ class Service:
     def export(self, tenant: str, path: Path) -> int:
         return int(self.store.export(path, tenant=tenant))
 
-
-def _plain(item: Any) -> dict[str, Any]:
-    """A store result as JSON-able data (hits have ``to_dict``, the rest already are dicts)."""
-    return item.to_dict() if hasattr(item, "to_dict") else dict(item)

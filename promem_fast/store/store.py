@@ -51,14 +51,17 @@ class MemoryStore:
 
     ``config`` chooses the embedder (and the models of update judging and answering when no engine is
     passed); ``embedder`` overrides the configured one. ``index``: ``faiss`` / ``numpy`` / ``auto``.
-    ``update_judge``: how a new entry is found to update an older one (``llm`` asks the chat model,
-    ``nli`` takes a contradiction by the NLI model, ``off`` keeps every entry current).
+    ``update_judge``: who says whether a new entry adds, updates or repeats an older one (``llm`` the chat
+    model, ``nli`` the NLI model, ``off`` nobody: all stay current); ``update_lookahead``: pending sessions of
+    a user judged per engine run (default by chat backend, :func:`.ordering.lookahead`).
     """
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
                  read_only: bool = False, index: IndexKind = "auto", update_judge: UpdateJudge = "llm",
-                 update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None) -> None:
+                 update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None,
+                 update_lookahead: int | None = None) -> None:
         from .identity import adopt
+        from .ordering import lookahead
 
         self.path = Path(path)
         self.config = (config or EngineConfig()).validate()
@@ -67,6 +70,7 @@ class MemoryStore:
         self.update_judge = update_judge
         self.update_neighbours = update_neighbours
         self.update_min_cosine = update_min_cosine
+        self.update_lookahead = max(1, update_lookahead or lookahead(self.config.llm.backend))
         self._db = connect(self.path, read_only=read_only)
         self._embedder = embedder
         self._engine: Engine | None = None
@@ -190,12 +194,6 @@ class MemoryStore:
         finally:  # a graph refused halfway leaves the ones before it stored: they are judged all the same
             if not self.read_only:
                 settle(self, pending_users(self._db), engine)
-
-    def settle(self, *, engine: Engine | None = None) -> int:
-        """Judge every session still pending (a run killed between storing and judging); returns how many."""
-        from .ordering import pending_users, settle
-
-        return settle(self, pending_users(self._db), engine)
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""

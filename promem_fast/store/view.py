@@ -28,6 +28,7 @@ class StoreView(Protocol):
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
+    update_lookahead: int
     read_only: bool
     _db: sqlite3.Connection
 
