@@ -148,7 +148,8 @@ def _retrieval(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--k takes integers separated by commas, got {args.k!r}") from None
     result = run_retrieval(args.kind, args.data, build_config(args), out_dir=args.out_dir, limit=args.limit,
-                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware)
+                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware,
+                           users=args.users, tau_path=args.tau)
     print(render(result))
     print(f"retrieval: {args.out_dir / f'retrieval-{args.kind}.json'}")
     return 0

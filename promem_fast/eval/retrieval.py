@@ -44,6 +44,7 @@ from .datasets import load_benchmark
 from .provenance import provenance
 from promem_fast.store.qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
 from .records import Benchmark, Question
+from .split import apply_tau, select_users
 from .variants import KINDS, PathLike
 
 RECALL_KS: tuple[int, ...] = (1, 5, 10, 20)
@@ -176,16 +177,20 @@ def _as_of(store: MemoryStore, graphs: dict[str, MemoryGraph]) -> Callable[[Ques
 
 def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_dir: PathLike = "eval-out",
                   limit: int | None = None, sessions: int | None = None, graphs_path: PathLike | None = None,
-                  ks: Sequence[int] = RECALL_KS, time_aware: bool = False, llm: Any = None) -> dict[str, Any]:
+                  ks: Sequence[int] = RECALL_KS, time_aware: bool = False, llm: Any = None,
+                  users: str | None = None, tau_path: PathLike | None = None) -> dict[str, Any]:
     """Extract (or reuse) the graphs of ``kind``'s benchmark, store them, and measure evidence recall@k;
-    writes ``OUT/retrieval-<kind>.json`` and ``OUT/retrieval-<kind>.md``."""
+    writes ``OUT/retrieval-<kind>.json`` and ``OUT/retrieval-<kind>.md``. ``users`` and ``tau_path`` as
+    for :func:`~.runner.run_eval`."""
     from .runner import extract_graphs
 
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
     if not ks or any(k < 1 for k in ks):
         raise ConfigError("--k takes positive integers, e.g. 1,5,10,20")
-    bench = load_benchmark(kind, data_path, limit, sessions=sessions)
+    bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
+    if tau_path is not None:
+        config, _ = apply_tau(config, tau_path, bench)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"full-r{config.compression.rate:g}" if config.compression.enabled else "full"  # as run_eval names it
