@@ -20,8 +20,8 @@ from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from .qa import RetrievalIndex
 
+    from .qa import RetrievalIndex
     from .view import StoreView
 
 
