@@ -144,7 +144,8 @@ class Memory:
         """Remove one memory, one session, or (neither given) the whole user."""
         if memory_id is not None and session_id is not None:
             raise InputError("give memory_id or session_id, not both", field="memory_id")
-        engine = self.engine if self.store.update_judge != "off" else None
+        narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
+        engine = self.engine if narrow and self.store.update_judge != "off" else None
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 

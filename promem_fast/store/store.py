@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.summary import RunSummary
-    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
+
+    from .qa import RetrievalIndex
 
 log = logging.getLogger(__name__)
 
@@ -326,13 +327,13 @@ class MemoryStore:
                 found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
-                        history: bool = False) -> RetrievalIndex:
+                        history: bool = False, as_of: str | None = None) -> RetrievalIndex:
         """The QA units of these sessions (of any user of ``tenant``) with their stored vectors: what
         evaluation's answer program retrieves from, for :meth:`answer` and ``promem eval`` alike. Sessions
-        the store does not hold are left out (the answer program reports them missing)."""
+        the store does not hold are left out (the answer program reports them missing). ``as_of``: as :meth:`search`."""
         from .answering import retrieval_index
 
-        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history)
+        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history, as_of=as_of)
 
     def _dim(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.types import MemoryGraph
-    from .qa import RetrievalIndex
 
+    from .qa import RetrievalIndex
     from .records import Hit
     from .vectors import VectorIndex
 
