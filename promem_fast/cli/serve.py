@@ -24,6 +24,9 @@ def register(sub: Any) -> None:
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument("--job-retention", type=float, default=DEFAULT_RETENTION_S, metavar="SECONDS",
                    help="keep a finished job's record (user, session ids, errors) this long (default: 7 days)")
+    p.add_argument("--engine-nice", type=int, default=10, metavar="N",
+                   help="CPU priority the engine process lowers itself by, so requests go first on busy cores "
+                        "(0: the server's own priority; default 10)")
     key_arg(p)
     judge_arg(p)
     config_args(p)
@@ -73,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = build_config(args)
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
-                      job_retention_s=args.job_retention)
+                      job_retention_s=args.job_retention, engine_nice=args.engine_nice)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
     print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",

@@ -19,7 +19,7 @@ from promem_fast.errors import InputError, PromemError
 from promem_fast.jsonl import printable
 from promem_fast.private import shred
 from promem_fast.serve import db
-from promem_fast.serve.engine_process import EngineProcess
+from promem_fast.serve.engine_process import ENGINE_NICE, EngineProcess
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
@@ -36,7 +36,8 @@ class Service:
     """The memory service over one store file."""
 
     def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
-                 key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S) -> None:
+                 key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S,
+                 engine_nice: int = ENGINE_NICE) -> None:
         from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
@@ -52,7 +53,8 @@ class Service:
                                  key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
-        self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file, job_retention_s=job_retention_s)
+        self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
+                                    job_retention_s=job_retention_s, nice=engine_nice)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 
