@@ -55,7 +55,9 @@ def probe(tree: Path, load: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", default=None, help="git ref measured as 'before' (default: merge-base with main)")
+    parser.add_argument("--before", default=None,
+                        help="git ref measured as 'before' (default: merge-base with main; once main has merged "
+                             "this work, name the commit before that merge)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--load", type=int, default=160)
     args = parser.parse_args()

@@ -36,9 +36,9 @@ LINKS: dict[str, set[tuple[Any, ...]]] = {}
 def add(graphs: list[Any], lookahead: int, name: str) -> None:
     config = EngineConfig.profile("scripted")
     llm = ScriptedLLM(config.llm)
-    with tempfile.TemporaryDirectory() as folder:
-        with MemoryStore(Path(folder) / "m.db", config, update_lookahead=lookahead) as store, \
-                Engine(config, llm=llm) as engine:
+    with tempfile.TemporaryDirectory() as folder, \
+            MemoryStore(Path(folder) / "m.db", config, update_lookahead=lookahead) as store, \
+            Engine(config, llm=llm) as engine:
             store.add(graphs, engine=engine)
             LINKS[name] = {(h.session_id, h.text, h.superseded_by is not None, tuple(h.sessions))
                            for h in store.hits(graphs[0].user, history=True)}

@@ -138,6 +138,33 @@ def import_pytest_benchmark(path: Path, command: str, name: str | None = None) -
     return written
 
 
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Numeric and string leaves of nested dicts as ``a.b.c`` keys (lists and the machine left out)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            if key not in ("machine", "machine_info", "runs", "figures"):
+                out.update(_leaves(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value} if isinstance(value, (int, float, str)) and not isinstance(value, bool) else {}
+
+
+def adopt(path: Path, command: str) -> None:
+    """Make a tool's own JSON output a result file in place: its content stays, its numeric leaves become
+    ``figures`` (``before.load_p99_ms``), and the date and commit are those of the commit that added the
+    file (the measured code is that commit's parent or its own tree)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    added = _git("log", "--diff-filter=A", "--format=%H %aI", "-1", "--", str(path.relative_to(ROOT)))
+    commit, _, date = (added or "").partition(" ")
+    data.update({"name": path.stem, "date": date or None, "commit": commit or None, "dirty": False,
+                 "command": command, "projection": bool(data.get("projection", False)),
+                 "figures": _leaves(data), "machine": data.get("machine") or data.get("machine_info") or {}})
+    data.setdefault("tables", {})
+    data.setdefault("note", "a tool's own output, adopted as a result file: its figures are its numeric fields")
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    log.info("adopted %s (%d figures)", path, len(data["figures"]))
+
+
 # ---------------------------------------------------------------- rendering and checking
 
 class FigureError(LookupError):
@@ -276,9 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("json", type=Path)
     imp.add_argument("--command", required=True, help="the command that produced the JSON, as a user would rerun it")
     imp.add_argument("--name", help="one result file of this name instead of one per suite")
+    ado = sub.add_parser("adopt", help="make a tool's own JSON output a result file in place")
+    ado.add_argument("json", type=Path)
+    ado.add_argument("--command", required=True, help="the command that wrote it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sys.path.insert(0, str(HERE))
+    if args.action == "adopt":
+        adopt(args.json.resolve(), args.command)
+        return 0
     if args.action == "import-pytest":
         import_pytest_benchmark(args.json, args.command, args.name)
         return 0

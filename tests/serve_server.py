@@ -58,12 +58,13 @@ def new_key(path: Path, tenant: str) -> str:
 class Server:
     """``promem serve --profile scripted`` in a child process."""
 
-    def __init__(self, path: Path, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, path: Path, *extra: str, log: Path | None = None, verbose: bool = False) -> None:
         self.path = path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log or path.with_suffix(f".{self.port}.log")
-        cmd = [sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port", str(self.port),
+        cmd = [sys.executable, "-m", "promem_fast.cli", *(["-v"] if verbose else []), "serve", "--db", str(path),
+               "--port", str(self.port),
                "--profile", "scripted", *extra]
         with open(self.log, "ab") as sink:
             self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=sink)

@@ -85,8 +85,8 @@ def _add_benchmark(actions: Any, kind: str) -> None:
                         "writes OUT/retrieval-<kind>.json and .md)")
     p.add_argument("--k", default="1,5,10,20", metavar="K,K,…", help="with --retrieval: the k of recall@k")
     p.add_argument("--time-aware", action="store_true",
-                   help="with --retrieval: also rank as of each question's date (reported as not measured while "
-                        "the store has no time-aware search)")
+                   help="with --retrieval: also measure with each question seeing only the memories that held at "
+                        "its time (the store's as_of)")
     if kind == "halumem":
         p.add_argument("--update-points", choices=_ROUTINGS, default="official",
                        help="official (default, as HaluMem's own evaluation): a gold point with is_update and "
@@ -129,6 +129,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
           f"{counts['questions']} questions, {counts['graphs']} graphs")
     print(headline(args.kind, result))
     _print_warnings(result["aggregates"])
+    failed = (result["cost"]["extraction"] or {}).get("failed_steps") or {}
+    if failed:
+        print("failed extraction steps: " + "  ".join(f"{stage} {n}" for stage, n in failed.items())
+              + " (see each graph's stats.failures and the report)")
     if counts["failed_answers"] or counts["failed_eval_steps"]:
         print(f"failed answers {counts['failed_answers']}, failed evaluation steps {counts['failed_eval_steps']} "
               f"(see eval_failures in the result)")
@@ -148,7 +152,8 @@ def _retrieval(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--k takes integers separated by commas, got {args.k!r}") from None
     result = run_retrieval(args.kind, args.data, build_config(args), out_dir=args.out_dir, limit=args.limit,
-                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware)
+                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware,
+                           users=args.users, tau_path=args.tau)
     print(render(result))
     print(f"retrieval: {args.out_dir / f'retrieval-{args.kind}.json'}")
     return 0

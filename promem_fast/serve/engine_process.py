@@ -30,9 +30,11 @@ from promem_fast.errors import PromemError
 log = logging.getLogger(__name__)
 
 ENGINE_NICE = 10
-"""Scheduling priority the engine process lowers itself by: on a machine with fewer free cores than busy
-threads, the kernel then runs a request's few milliseconds of work first, and extraction, which is
-throughput work, takes the rest (it loses nothing when the cores are otherwise idle)."""
+"""Scheduling priority the engine process lowers itself by (``promem serve --engine-nice``): on a machine
+with fewer free cores than busy threads, the kernel then runs a request's few milliseconds of work first,
+and extraction, which is throughput work, takes the rest. It loses nothing when the cores are otherwise
+idle, but on a machine shared with other busy programs the engine gets less of them (measured here:
+sessions/s down about a third at a load average of 14 on 2 cores)."""
 
 CALL_TIMEOUT_S = 300.0
 """How long a request waits for the engine process to answer (questions take a few engine steps)."""
@@ -41,8 +43,10 @@ CALL_TIMEOUT_S = 300.0
 class EngineProcess:
     """Parent side: starts the child, forwards calls to it, and knows whether it is up."""
 
-    def __init__(self, path: str | Path, config: EngineConfig, update_judge: str) -> None:
-        self._args = (str(path), config, update_judge)
+    def __init__(self, path: str | Path, config: EngineConfig, update_judge: str, *,
+                 key_file: str | Path | None = None, job_retention_s: float | None = None,
+                 nice: int = ENGINE_NICE) -> None:
+        self._args = (str(path), config, update_judge, key_file, job_retention_s, nice)
         self._proc: Any = None
         self._conn: Any = None
         self._send_lock = threading.Lock()
@@ -154,16 +158,18 @@ class SerializedEmbedder:
             closer()
 
 
-def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -> None:
+def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: str | Path | None,
+                retention_s: float | None, nice: int, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        os.nice(ENGINE_NICE)
-    except OSError:  # not permitted here: run at the server's priority
-        log.info("could not lower the engine process's priority")
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the server's priority
+            log.info("could not lower the engine process's priority")
     from promem_fast.engine import Engine
     from promem_fast.serve import db
-    from promem_fast.serve.jobs import JobQueue
+    from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted
     from promem_fast.serve.metrics import Metrics
     from promem_fast.serve.worker import EngineGate, Worker
     from promem_fast.services import Services
@@ -171,9 +177,10 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, conn: Any) -
 
     embedder = SerializedEmbedder(Services(config).embedder)
     engine = Engine(config, embedder=embedder)
-    writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
-    reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge)
-    jobs = JobQueue(db.connect(path))
+    writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
+    writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
+    reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
+    jobs = JobQueue(db.connect(path, key_file=key_file), retention_s=retention_s or DEFAULT_RETENTION_S)
     metrics = Metrics(jobs.depth, lambda: (engine.summary.rounds, dict(engine.summary.backend_calls)))
     holder: list[EngineGate] = []
     worker = Worker(engine, jobs, metrics,

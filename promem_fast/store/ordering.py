@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from promem_fast.errors import InputError
 
 from . import rows
+from .connection import integrity_errors
 from .timeline import iso_time, session_key
 from .update import Outcome, candidate_pairs, decide, judge_pairs
 
@@ -63,13 +64,15 @@ def write_pending(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], 
     stored = 0
     for graph, block in zip(graphs, vectors, strict=True):
         with store._write() as db:
+            if store.write_guard is not None and not store.write_guard(db, tenant, graph):
+                continue  # cancelled (its user or session was deleted while it was extracted)
             user_pk = rows.ensure_user(db, tenant, graph.user)
             if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                           (user_pk, graph.session_id)).fetchone():
                 continue
             try:
                 rows.insert_session(db, user_pk, rows.graph_record(graph), block, judged=False)
-            except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
+            except integrity_errors() as exc:  # e.g. two nodes with one id: the session is not stored
                 raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
                                  field="nodes") from exc
             reopen_from(db, user_pk, session_key(iso_time(graph.timestamp), graph.session_id), inclusive=False)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from promem_fast.backends.base import TIE_TOLERANCE
+from promem_fast.private import private_dir
 
 from .ann import ApproximateIndex
 
@@ -155,9 +156,9 @@ class VectorIndex:
 
     def save(self, path: Path, store_id: str) -> None:
         """Write the index to ``path`` (atomically: a reader sees the old file or the new one), readable by
-        the owner only (0600, in a 0700 folder): it holds every vector of the user. An HNSW graph is saved
-        with its vectors, so the next process does not build it again."""
-        path.parent.mkdir(mode=0o700, exist_ok=True)
+        the owner only: it holds every vector of the user. An HNSW graph is saved with its vectors, so the
+        next process does not build it again."""
+        private_dir(path.parent)  # mkstemp makes the file 0600; the folder is the owner's alone too
         handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
         arrays = {"graph": self._approx.serialize()} if self._approx is not None else {"vectors": self.vectors()}
         try:
