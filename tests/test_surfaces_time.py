@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from serve_server import Server, new_key
-from test_store_time import BOSTON, DENVER, S1, S2, S3, engine, open_store
+from test_page import browser  # noqa: F401 (the fixture: Debian's Chromium through Playwright)
+from test_store_time import BIKE, BOSTON, CELLO, DENVER, FINTECH, S1, S2, S3, engine, open_store
 
 QUESTION = "Where is Tom's home?"
 
@@ -85,3 +87,19 @@ def test_mcp_tools_take_the_same_time_arguments() -> None:
     assert tools["search"]["k"]["default"] == 10
     assert set(tools["add"]) == {"user_id", "messages", "date"}
     assert set(tools["delete"]) == {"user_id", "memory_id", "session_id"}
+
+
+def test_the_page_lists_what_holds_now_and_the_rest_on_request(tom: tuple[Server, str], browser: Any) -> None:
+    server, key = tom
+    with server.client(key) as http:
+        nodes = http.get("/v1/users/Tom/graph").json()["nodes"]
+    merged = [n for n in nodes if n["merged_into"] is not None]
+    assert [(n["session_id"], n["text"]) for n in merged] == [("s3", FINTECH)]  # said again, joined s2's
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    page.goto(f"{server.url}/#key={key}&user=Tom")
+    page.wait_for_function("document.body.dataset.nodes === '9'")  # 4 + 3 + 2 memories said
+    shown = sorted(page.locator("#results li .text").all_inner_texts())
+    assert shown == sorted([DENVER, FINTECH, CELLO, BIKE])  # Boston, the nurse job, the vehicles: replaced
+    page.check("#old")
+    page.wait_for_function("document.body.dataset.listed === '9'")
+    page.close()
