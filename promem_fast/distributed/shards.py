@@ -90,7 +90,7 @@ def count_sessions(paths: list[Path]) -> int:
     total = 0
     for path in paths:
         if path.suffix in PARQUET_SUFFIXES:
-            from promem_fast.backends._deps import require
+            from promem_fast.deps import require
 
             total += require("pyarrow.parquet", "ray", "pyarrow").ParquetFile(path).metadata.num_rows
             continue
