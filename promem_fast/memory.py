@@ -69,13 +69,16 @@ class Memory:
     ``config``) that extracts sessions, judges updates and answers; a context manager."""
 
     def __init__(self, path: str | Path, *, profile: str = "cpu", config: EngineConfig | None = None,
-                 tenant: str = "default", update_judge: UpdateJudge = "llm") -> None:
+                 tenant: str = "default", update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None) -> None:
+        """``key_file``: the store is encrypted with that key (see the README's data lifecycle section)."""
         from promem_fast.store import MemoryStore
 
         self.config = (config or EngineConfig.profile(profile)).validate()
         self.tenant = tenant
         self._profile = None if config is not None else profile
-        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile)
+        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile,
+                                              key_file=key_file)
         self._engine: Engine | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -141,7 +144,8 @@ class Memory:
         """Remove one memory, one session, or (neither given) the whole user."""
         if memory_id is not None and session_id is not None:
             raise InputError("give memory_id or session_id, not both", field="memory_id")
-        engine = self.engine if self.store.update_judge != "off" else None
+        narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
+        engine = self.engine if narrow and self.store.update_judge != "off" else None
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 

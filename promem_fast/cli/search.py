@@ -64,7 +64,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from promem_fast import shapes
 
-    with MemoryStore(args.db, build_config(args), read_only=True) as store:
+    with MemoryStore(args.db, build_config(args), read_only=True, key_file=args.key_file) as store:
         if unknown_user(store, args):
             return 1
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
@@ -90,7 +90,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from promem_fast import shapes
 
     config = build_config(args)
-    with MemoryStore(args.db, config, read_only=True) as store:
+    with MemoryStore(args.db, config, read_only=True, key_file=args.key_file) as store:
         if unknown_user(store, args):
             return 1
         with Engine(config, embedder=store.embedder) as engine:

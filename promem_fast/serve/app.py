@@ -8,7 +8,7 @@ whether another tenant has it or nobody does.
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.serve import schemas as api
+from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
@@ -24,16 +25,13 @@ require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from starlette.background import BackgroundTask
 
 STATIC = Path(__file__).resolve().parent / "static"
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 
-User = Annotated[str, PathParam(min_length=1, max_length=256, description="the user whose memory is meant")]
-NodeId = Annotated[int, PathParam(description="a memory's id")]
 
 
 _bearer = HTTPBearer(auto_error=False)
@@ -42,6 +40,8 @@ _bearer = HTTPBearer(auto_error=False)
 def caller(request: Request, bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
     """The key's caller (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``); declared as a bearer scheme so the
     OpenAPI page offers to authorize. 401 for a bad key, 429 past the key's rate."""
+    if key_in_url(request):
+        raise HTTPException(401, URL_KEY_REFUSED, headers=UNAUTHORIZED)
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
@@ -79,7 +79,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     app.state.service = service
     app.state.limiter = limiter
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller)])
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller), Depends(text_body)])
 
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
@@ -122,7 +122,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     @v1.delete("/users/{user_id}/sessions/{session_id}", response_model=api.Deleted,
                summary="Delete one session's memory")
-    def delete_session(session_id: str, user_id: User, who: Who) -> Any:
+    def delete_session(session_id: SessionId, user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id, session=session_id)}
 
     @v1.delete("/users/{user_id}", response_model=api.Deleted, summary="Delete all memory of a user")
@@ -144,15 +144,13 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     @v1.get("/export", summary="The tenant's whole memory as JSONL")
     def export(who: Who) -> Any:
-        with tempfile.NamedTemporaryFile(prefix="promem-export-", suffix=".jsonl", delete=False) as handle:
-            target = Path(handle.name)
-        try:
-            service.export(who.tenant, target)
-        except BaseException:  # no response will remove it
-            target.unlink(missing_ok=True)
-            raise
-        return FileResponse(target, media_type="application/x-ndjson", filename="promem-export.jsonl",
-                            background=BackgroundTask(target.unlink, missing_ok=True))
+        reader = service.export(who.tenant)  # already unlinked: nothing is left behind whatever the client does
+
+        def chunks() -> Iterator[bytes]:
+            with reader:
+                yield from iter(lambda: reader.read(1 << 16), b"")
+        return StreamingResponse(chunks(), media_type="application/x-ndjson",
+                                 headers={"Content-Disposition": 'attachment; filename="promem-export.jsonl"'})
 
     app.include_router(v1)
 
