@@ -121,7 +121,7 @@ def measure(vectors: np.ndarray, queries: np.ndarray, exact_queries: int, efs: l
 
 
 def _nodes(n: int) -> str:
-    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}K"
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n / 1000:g}K"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embed-budget", type=float, default=0.0,
                         help="seconds to spend embedding more real sentences first (default 0: use the cache)")
     parser.add_argument("--no-write", action="store_true", help="print only (tuning runs)")
+    parser.add_argument("--add", action="store_true",
+                        help="add these sizes to the existing result file instead of replacing it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     real, queries, facts = embedded(args.embed_budget)
@@ -143,7 +145,13 @@ def main(argv: list[str] | None = None) -> int:
                                            "sentences_available": facts["sentences_available"]}
     chosen = ann.EF_SEARCH
     efs = sorted({64, chosen, 2 * chosen})
-    rows = []
+    rows: list[list[str]] = []
+    previous = figures.RESULTS / "bench_index.json"
+    if args.add and previous.exists():
+        kept = figures.load_results().get("bench_index", {})
+        found = {**kept.get("figures", {}), **found}
+        rows = [row for row in kept.get("tables", {}).get("main", {}).get("rows", [])
+                if row[0] not in {_nodes(n) for n in args.sizes}]
     for n in args.sizes:
         vectors = vectors_of_size(real, n, COPY_COSINE, rng)
         got = measure(vectors, queries, EXACT_QUERIES.get(n, 150), efs)
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{got['exact_p50_ms']:.2f} / {got['exact_p99_ms']:.2f}",
                      f"{got[f'approx_ef{chosen}_p50_ms']:.2f} / {got[f'approx_ef{chosen}_p99_ms']:.2f}",
                      f"{os.getloadavg()[0]:.1f}"])
+        rows.sort(key=lambda row: float(row[0][:-1]) * (1e6 if row[0].endswith("M") else 1e3))
         table = {"columns": ["nodes", "of them real sentences", "fill s, exact / HNSW", f"recall@10 (ef {chosen})",
                              "exact p50 / p99 ms", "HNSW p50 / p99 ms", "load average"], "rows": rows}
         print(figures.table_text({"bench_index": {"tables": {"main": table}}}, "bench_index", "main"), flush=True)
