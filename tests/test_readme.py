@@ -27,6 +27,7 @@ from serve_server import free_port
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 NOT_RUN = {
     "make demo": "builds the environment the suite runs in (minutes of compiling llama.cpp)",
+    "python -m build": "builds and installs the wheel: `make wheel-check` (run by CI) does exactly this in a fresh venv",
     "--profile gpu": "needs a GPU with vLLM",
     "promem eval halumem     --data": "needs the benchmarks' data files",
     "--profile paper": "needs a GPU box, the paper's models and an OpenAI-compatible endpoint",
