@@ -32,7 +32,7 @@ from promem_fast.errors import ContextOverflow, PromemError, SessionFailed
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import (
-    Anchor, Attend, CleanEdges, Compress, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
+    Anchor, Attend, CleanEdges, Compress, Cut, Embed, Entail, Failure, Generate, Match, Program, ReplyError, Request,
 )
 from promem_fast.services import Services
 from promem_fast.summary import RunSummary
@@ -323,17 +323,22 @@ class Engine:
             stage.prompt_tokens += outcome.prompt_tokens
             stage.completion_tokens += outcome.completion_tokens
             run.raws[slot].append(outcome.text)
+            cut = outcome.finish_reason == "length"
+            stage.cut_replies += cut
             try:
                 value, repairs = parse_reply(outcome.text, req.schema)
                 if req.check is not None:
                     value, more = req.check(value)
                     repairs = repairs + more
             except ReplyError as exc:
+                if cut and req.cut_aware:  # nothing usable before the cut: the program asks with more room
+                    run.results[slot] = Cut(None)
+                    continue
                 self._settle_error(run, slot, req, exc, req.role)
                 continue
             if repairs:
                 run.ctx.stats.bump("repaired_replies")
-            run.results[slot] = value
+            run.results[slot] = Cut(value) if cut and req.cut_aware else value
 
     def _dispatch_entail(self, jobs: list[tuple[_Run, int]]) -> None:
         pairs = [(run.pending[slot].premise, run.pending[slot].hypothesis) for run, slot in jobs]

@@ -12,9 +12,9 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.backends._text import content_set
-from promem_fast.pipeline.common import TurnGroup, ask
+from promem_fast.pipeline.common import TurnGroup, ask_whole
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import numbered, relation_meaning, render, schema_for
+from promem_fast.prompts import numbered, relation_meaning, render, schema_for, part_before
 from promem_fast.requests import CleanEdges, Failure, Generate, Program
 from promem_fast.types import Edge, Event, MemoryEntry
 
@@ -48,8 +48,9 @@ def map_edges(relations: list[tuple[int, str, int]], events: list[Event], event_
 
 
 def evidence(view: DialogueView, groups: list[TurnGroup], focus: list[int], ctx: RunContext, budget: int) -> str:
-    """The dialogue for verification: all of it when it fits, else the turns nearest the two grounded
-    turns, added outwards until the budget is used (the statistics count each narrowed prompt)."""
+    """The dialogue for verification when the session block cannot hold it: all of it when it fits, else the
+    turns nearest the two grounded turns, added outwards until the budget is used (the statistics count
+    each narrowed prompt)."""
     texts = [view.turn(g) for g in groups]
     sizes = [ctx.text_tokens("verify_relation", t) + 1 for t in texts]
     if sum(sizes) <= budget:
@@ -81,11 +82,12 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     ctx.stats.bump("edges_cleaned_away", len(src) - len(edges))
     if not edges:
         return []
-    probes = yield [Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
-                             messages=render("probe", user=view.owner, source=nodes[s].text,
-                                             target=nodes[t].text, relation=r, meaning=relation_meaning(r)),
-                             item=f"edge {s} -{r}-> {t}")
-                    for s, r, t in edges]
+    probes = yield from ask_whole(ctx, [
+        Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
+                 messages=render("probe", view.block, user=view.owner, source=nodes[s].text, target=nodes[t].text,
+                                 relation=r, meaning=relation_meaning(r)),
+                 item=f"edge {s} -{r}-> {t}")
+        for s, r, t in edges])
     flat = numbered([n.text for n in nodes])
     asked: list[tuple[tuple[int, str, int], str]] = []
     for edge, result in zip(edges, probes):
@@ -93,9 +95,10 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
             ctx.fail(result)
             continue
         asked.append((edge, result["question"]))
-    answers = yield from ask([
+    answers = yield from ask_whole(ctx, [
         Generate(stage="rel", role="answer_flat", schema=schema_for("answer_flat"),
-                 max_tokens=cp.max_tokens["answer_flat"], messages=render("answer_flat", entries=flat, question=q),
+                 max_tokens=cp.max_tokens["answer_flat"],
+                 messages=render("answer_flat", view.block, user=view.owner, entries=flat, question=q),
                  item=q) for _, q in asked])
     open_questions: list[tuple[tuple[int, str, int], str]] = []
     for (edge, question), result in zip(asked, answers):
@@ -105,19 +108,23 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
             ctx.stats.bump("edges_implicit")
         else:
             open_questions.append((edge, question))
-    empty = render("verify_relation", user=view.owner, dialogue="", source="", target="", relation="", meaning="",
-                   question="")
+    label = "The dialogue near the two facts"
+    empty = render("verify_relation", view.block, user=view.owner, text=part_before(label, ""), source="",
+                   target="", relation="", meaning="", question="")
     budget = ctx.prompt_budget("verify_relation", empty)
     requests = []
     for (s, r, t), question in open_questions:
-        dialogue = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
-                            budget - ctx.text_tokens("verify_relation", nodes[s].text + nodes[t].text + question))
+        shown = ""
+        if not view.shows_dialogue:
+            room = budget - ctx.text_tokens("verify_relation", nodes[s].text + nodes[t].text + question)
+            near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx, room)
+            shown = part_before(label, near)
         requests.append(Generate(stage="rel", role="verify_relation", schema=schema_for("verify_relation"),
                                  max_tokens=cp.max_tokens["verify_relation"], item=question,
-                                 messages=render("verify_relation", user=view.owner, dialogue=dialogue,
+                                 messages=render("verify_relation", view.block, user=view.owner, text=shown,
                                                  source=nodes[s].text, target=nodes[t].text, relation=r,
                                                  meaning=relation_meaning(r), question=question)))
-    verdicts = yield from ask(requests)
+    verdicts = yield from ask_whole(ctx, requests)
     out: list[Edge] = []
     for ((s, r, t), question), result in zip(open_questions, verdicts):
         if isinstance(result, Failure):
