@@ -184,35 +184,37 @@ TEMPLATES: dict[str, RoleTemplate] = {
     ),
     "probe": RoleTemplate(
         task=(
-            "Task: two memory entries of {user} may be linked by a relation. Write one specific question "
-            "whose answer is exactly that link, so someone can check whether the link is known."
+            "Task: pairs of memory entries of {user} may be linked by a relation. For each numbered link "
+            "below, write one specific question whose answer is exactly that link, so someone can check "
+            "whether the link is known."
         ),
         item=(
-            "Entry A: {source}\nEntry B: {target}\nProposed relation: {relation} (A is the source, B the target: "
-            "{meaning}).\n\n"
-            'Reply with a JSON object whose "question" holds the question.'
+            "Links:\n{links}\n\n"
+            'Reply with a JSON object whose "questions" list holds, for each link, {{"link": its number, '
+            '"question": the question}}.'
         ),
     ),
     "answer_flat": RoleTemplate(
         task=(
-            "Task: decide whether a question can be answered from a list of memory entries alone (not from "
-            "the dialogue), without guessing. It is answerable only when the entries state the answer, not "
-            "when they merely mention the same things."
+            "Task: decide for each question whether it can be answered from the list of memory entries "
+            "alone (not from the dialogue), without guessing. A question is answerable only when the entries "
+            "state the answer, not when they merely mention the same things."
         ),
         item=(
-            "Memory entries:\n{entries}\n\nQuestion: {question}\n\n"
-            'Reply as {{"answerable": true or false, "answer": short answer or null}}.'
+            "Memory entries:\n{entries}\n\nQuestions:\n{questions}\n\n"
+            'Reply with a JSON object whose "answers" list holds, for each question, {{"question": its number, '
+            '"answerable": true or false, "answer": short answer or null}}.'
         ),
     ),
     "verify_relation": RoleTemplate(
         task=(
-            "Task: check against the dialogue whether a proposed link between two facts about {user} is "
+            "Task: check against the dialogue whether each proposed link between two facts about {user} is "
             "actually supported by what was said."
         ),
         item=(
-            "{text}Fact A: {source}\nFact B: {target}\nProposed link: {relation} (A is the "
-            "source, B the target: {meaning}).\nQuestion about the link: {question}\n\n"
-            'Reply as {{"supported": true or false}}.'
+            "{text}Links:\n{links}\n\n"
+            'Reply with a JSON object whose "links" list holds, for each link, {{"link": its number, '
+            '"supported": true or false}}.'
         ),
     ),
 }
@@ -251,6 +253,13 @@ def relation_meaning(relation: str) -> str:
     return RELATION_MEANINGS.get(relation, "source and target are linked this way")
 
 
+def link_line(number: int, source: str, target: str, relation: str, question: str | None = None) -> str:
+    """One numbered link of the probe and verification prompts (the verification adds its question)."""
+    line = (f"{number}. Entry A: {source} | Entry B: {target} | Proposed relation: {relation} (A is the source, "
+            f"B the target: {relation_meaning(relation)})")
+    return line + (f" | Question about the link: {question}" if question is not None else "")
+
+
 def relation_menu(types: Sequence[str]) -> str:
     """The allowed relation types, one a line with their direction."""
     return "\n".join(f"- {t}: {relation_meaning(t)}" for t in types)
@@ -264,10 +273,20 @@ def _string_list(key: str, max_items: int) -> dict[str, Any]:
     }
 
 
+PER_ITEM: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "probe": ("questions", "link", {"question": {"type": "string", "minLength": 3}}),
+    "answer_flat": ("answers", "question", {"answerable": {"type": "boolean"},
+                                            "answer": {"type": ["string", "null"]}}),
+    "verify_relation": ("links", "link", {"supported": {"type": "boolean"}}),
+}
+"""The relation-checking roles, which answer several numbered items in one reply: the reply's list key, the
+item number's key, and what each item carries."""
+
+
 def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
-               relation_types: Sequence[str] = (), turns: Sequence[str] = ()) -> dict[str, Any]:
+               relation_types: Sequence[str] = (), turns: Sequence[str] = (), n_items: int = 1) -> dict[str, Any]:
     """The JSON schema of ``role``'s answer; relation schemas bound event numbers to ``n_events``, detail
-    schemas the turn labels to ``turns``."""
+    schemas the turn labels to ``turns``, the relation-checking ones their answers to ``n_items`` items."""
     if role == "detail":
         turn: dict[str, Any] = {"type": "string", "enum": list(turns)} if turns else {"type": "string"}
         return {
@@ -310,14 +329,13 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
     if role == "nli":
         return {"type": "object", "properties": {"label": {"type": "string",
                 "enum": ["entailment", "neutral", "contradiction"]}}, "required": ["label"]}
-    if role == "probe":
-        return {"type": "object", "properties": {"question": {"type": "string", "minLength": 3}},
-                "required": ["question"]}
-    if role == "answer_flat":
-        return {"type": "object", "properties": {"answerable": {"type": "boolean"},
-                "answer": {"type": ["string", "null"]}}, "required": ["answerable"]}
-    if role == "verify_relation":
-        return {"type": "object", "properties": {"supported": {"type": "boolean"}}, "required": ["supported"]}
+    if role in PER_ITEM:
+        key, index, fields = PER_ITEM[role]
+        number = {"type": "integer", "enum": list(range(max(n_items, 1)))}
+        return {"type": "object", "properties": {key: {
+            "type": "array", "minItems": n_items, "maxItems": max(n_items, 1),
+            "items": {"type": "object", "properties": {index: number, **fields}, "required": [index, *fields][:2]},
+        }}, "required": [key]}
     raise KeyError(f"no schema for role {role!r}")
 
 

@@ -24,7 +24,7 @@ from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.scripted import EVAL_RULES
-from promem_fast.prompts import BLOCK, DIALOGUE, PREAMBLE, TEMPLATES
+from promem_fast.prompts import BLOCK, DIALOGUE, PER_ITEM, PREAMBLE, TEMPLATES
 from promem_fast.store.prompts import STORE_RULES, STORE_TEMPLATES
 
 Rule = Callable[[dict[str, str]], Any]
@@ -95,6 +95,23 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
     return None
 
 
+_LINK = re.compile(r"^(?P<n>\d+)\. Entry A: (?P<source>.*?) \| Entry B: (?P<target>.*?) \| Proposed relation: "
+                   r"(?P<relation>\S+) \((?P<meaning>.*?)\)(?: \| Question about the link: (?P<question>.*))?$", re.M)
+_NUMBERED = re.compile(r"^(?P<n>\d+)\. (?P<question>.*)$", re.M)
+
+
+def each_item(role: str, fields: dict[str, str], rule: Rule) -> dict[str, Any]:
+    """A reply to a prompt of numbered items (links, questions): ``rule`` answers each item from the fields
+    that item's line gives, with the prompt's other fields."""
+    key, index, _ = PER_ITEM[role]
+    found = _NUMBERED.finditer(fields["questions"]) if role == "answer_flat" else _LINK.finditer(fields["links"])
+    answers = []
+    for m in found:
+        item = {k: v for k, v in m.groupdict().items() if v is not None and k != "n"}
+        answers.append({index: int(m.group("n")), **rule({**fields, **item})})
+    return {key: answers}
+
+
 def shown_text(fields: dict[str, str]) -> str:
     """The dialogue a prompt shows: the part in its item when it has one, else the block's dialogue."""
     text = fields.get("text", "").strip("\n")
@@ -148,7 +165,10 @@ class ScriptedLLM:
                 reply: Any = {}
             else:
                 role, fields = parsed
-                reply = self.rules[role](fields) if role in self.rules else {}
+                if role in PER_ITEM and role in self.rules:
+                    reply = each_item(role, fields, self.rules[role])
+                else:
+                    reply = self.rules[role](fields) if role in self.rules else {}
             reply = within_schema(reply, request.schema)
             text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
             n = approx_tokens(text)
