@@ -1,7 +1,7 @@
 """NLI on the CPU: ONNX Runtime vs torch for the same exported model, pairs/s at batch 1, 16 and 64.
 
 Run: ``python -m pytest benchmarks/bench_nli.py --benchmark-only -s -q``.
-The model is the tiny random RoBERTa classifier of :func:`promem_fast.tiny_nli.build_tiny_nli`, exported with
+The model is the tiny random RoBERTa classifier of :func:`promem_fast.testing.tiny_nli.build_tiny_nli`, exported with
 :func:`promem_fast.models.export_nli_onnx` into a temporary folder, so both backends run the same weights
 (their probabilities are checked to agree). Pairs have the shape of hallucination checks with
 ``pipeline.premise = "speaker"``: a HaluMem user message as premise and one of its sentences as hypothesis
@@ -32,7 +32,7 @@ from promem_fast.backends.nli_onnx import OnnxNLI  # noqa: E402
 from promem_fast.backends.nli_torch import TorchNLI  # noqa: E402
 from promem_fast.config import NLIConfig  # noqa: E402
 from promem_fast.models import export_nli_onnx  # noqa: E402
-from promem_fast.tiny_nli import build_tiny_nli  # noqa: E402
+from promem_fast.testing.tiny_nli import build_tiny_nli  # noqa: E402
 
 PAIRS = {1: 48, 16: 192, 64: 256}
 """Pairs per call at each batch size (enough batches that per-call set-up does not dominate)."""

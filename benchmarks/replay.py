@@ -19,7 +19,7 @@ import numpy as np
 from promem_fast.backends.base import (
     Completion, Embedder, GenerationRequest, LLMBackend, Message, NLIBackend, NLIResult,
 )
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.prompts import TEMPLATES
 
 log = logging.getLogger("throughput")

@@ -31,7 +31,7 @@ from report import machine_info  # noqa: E402
 from workload import DEFAULT_HALUMEM, load_halumem_sessions  # noqa: E402
 
 from promem_fast.backends.base import Completion, GenerationRequest, Message  # noqa: E402
-from promem_fast.backends.llm_scripted import ScriptedLLM, approx_tokens, parse_rendered  # noqa: E402
+from promem_fast.testing.llm_scripted import ScriptedLLM, approx_tokens, parse_rendered  # noqa: E402
 from promem_fast.config import EngineConfig  # noqa: E402
 from promem_fast.engine import Engine  # noqa: E402
 

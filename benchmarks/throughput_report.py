@@ -15,7 +15,7 @@ from workload import dialogue_text
 
 from promem_fast import Engine
 from promem_fast.backends.base import LLMBackend
-from promem_fast.backends.llm_scripted import approx_tokens
+from promem_fast.testing.llm_scripted import approx_tokens
 from promem_fast.types import Session
 
 

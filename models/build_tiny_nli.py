@@ -2,7 +2,7 @@
 
     python models/build_tiny_nli.py models/tiny-nli [--onnx models/tiny-nli-onnx]
 
-A thin command line over :func:`promem_fast.tiny_nli.build_tiny_nli` (and, with ``--onnx``,
+A thin command line over :func:`promem_fast.testing.tiny_nli.build_tiny_nli` (and, with ``--onnx``,
 :func:`promem_fast.models.export_nli_onnx`). Its predictions are meaningless; its shapes are real.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 try:
     from promem_fast.models import export_nli_onnx
-    from promem_fast.tiny_nli import build_tiny_nli
+    from promem_fast.testing.tiny_nli import build_tiny_nli
 except ModuleNotFoundError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from promem_fast.models import export_nli_onnx
-    from promem_fast.tiny_nli import build_tiny_nli
+    from promem_fast.testing.tiny_nli import build_tiny_nli
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.types import Session
 

@@ -3,24 +3,28 @@
 Defaults are the paper's where it gives one (tau_comp = 0.6, QA top-k = 20, causal and temporal relations);
 the topic cut's theta range is ours. Every field is documented here, loadable from a
 YAML or TOML file and overridable from the command line with ``--set section.field=value``.
-Two named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
-MiniLM, the LLM as NLI judge) and ``gpu`` (Llama-3.1-8B-Instruct on vLLM, roberta-large-mnli on ONNX
-Runtime CUDA in fp16, Qwen3-Embedding, FAISS on the GPU). ``scripted`` runs the control flow with
+Named profiles set every backend at once: ``cpu`` (the embedded default: SmolLM2 GGUF on llama.cpp,
+MiniLM, the LLM as NLI judge), ``gpu`` (the paper's Table 3 setting: Llama-3.1-8B-Instruct on vLLM for every
+role, roberta-large-mnli on ONNX Runtime CUDA in fp16, Qwen3-Embedding, FAISS on the GPU, LLMLingua-2
+compression and LightMem's segmenter) and ``paper`` (Table 1: the gpu profile with the draft and probes on an
+OpenAI-compatible model, the judge on GPT-4o and Qwen3-Embedding-8B). ``scripted`` runs the control flow with
 deterministic stand-ins and no model at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import tomllib
-import types
-import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from promem_fast.config_merge import merge, nondefault
 from promem_fast.errors import ConfigError
+from promem_fast.version import __version__
 
 LLMBackendName = Literal["scripted", "llamacpp", "transformers", "vllm", "openai"]
 NLIBackendName = Literal["llm", "onnx", "torch", "lexical"]
@@ -37,6 +41,15 @@ Role = Literal[
     "verify_relation", "qa", "judge",
 ]
 ROLES: tuple[str, ...] = get_args(Role)
+
+RUN_ONLY_FIELDS: frozenset[str] = frozenset({
+    "max_in_flight", "max_batch_size", "max_failed_batches", "on_error", "record_timings", "fsync", "progress",
+    "qa_top_k", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
+})
+"""Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
+the same for any, as the determinism tests show), error policy, progress, threads, client timeouts and
+retries, evaluation-only settings. ``record_timings`` adds the seconds to each record and is fingerprinted
+on its own. Anything else, a model, a threshold, a prompt budget, a seed, a device, changes the result."""
 
 
 @dataclass
@@ -236,7 +249,7 @@ class EngineConfig:
     # ----------------------------------------------------------------------------------- profiles
     @classmethod
     def profile(cls, name: str) -> EngineConfig:
-        """A named preset: ``cpu`` (the default), ``gpu`` or ``scripted``."""
+        """A named preset (:data:`PROFILES`): ``cpu`` (the default), ``gpu``, ``paper`` or ``scripted``."""
         if name == "cpu":
             return cls()
         if name == "gpu":
@@ -251,8 +264,11 @@ class EngineConfig:
                                                      "answer it\nQuery: "),
                 similarity=SimilarityConfig(backend="auto", device="cuda"),
                 pipeline=PipelineConfig(segmenter="auto"),
+                compression=CompressionConfig(enabled=True, model=LLMLINGUA2),
                 max_in_flight=512,
             )
+        if name == "paper":
+            return _paper(cls.profile("gpu"))
         if name == "scripted":
             return cls(
                 llm=LLMConfig(backend="scripted", context_length=8192),
@@ -261,7 +277,7 @@ class EngineConfig:
                 similarity=SimilarityConfig(backend="numpy"),
                 progress=False,
             )
-        raise ConfigError(f"unknown profile {name!r}; choose one of: cpu, gpu, scripted")
+        raise ConfigError(f"unknown profile {name!r}; choose one of: {', '.join(PROFILES)}")
 
     # ----------------------------------------------------------------------------------- loading
     @classmethod
@@ -269,7 +285,7 @@ class EngineConfig:
         """Build from nested dicts; a ``profile`` key picks the preset the rest is applied on."""
         data = dict(data)
         base = cls.profile(data.pop("profile")) if "profile" in data else cls()
-        return _merge(base, data, source)
+        return merge(base, data, source, ROLES)
 
     @classmethod
     def load(cls, path: str | Path) -> EngineConfig:
@@ -304,17 +320,57 @@ class EngineConfig:
             for part in parents:
                 node = node.setdefault(part, {})
             node[leaf] = yaml.safe_load(raw)
-        return _merge(self, tree, "--set")
+        return merge(self, tree, "--set", ROLES)
+
+    @classmethod
+    def resolve(cls, *, profile: str | None = None, file: str | Path | None = None, overrides: Sequence[str] = (),
+                run: Mapping[str, Any] | None = None) -> EngineConfig:
+        """The configuration of one run, assembled in one order and validated once, at the end.
+
+        The ``profile`` preset (``cpu`` when none); a config ``file`` on it (a file alone is read as written,
+        with a profile its fields that differ from the defaults go on the preset, so the profile stays in
+        force); the ``overrides`` (``section.field=value``); then ``run``, the options a command sets by its
+        own flags as nested values (``{"max_in_flight": 8, "compression": {"rate": 0.5}}``). Every step is
+        type-checked, so a bad value names its source and field.
+        """
+        config = cls.profile(profile or "cpu")
+        if file is not None:
+            loaded = cls.load(file)
+            config = loaded if profile is None else cls.from_dict(
+                {"profile": profile, **nondefault(dataclasses.asdict(loaded), dataclasses.asdict(cls()))})
+        config = config.with_overrides(list(overrides))
+        if run:
+            config = merge(config, dict(run), "command line", ROLES)
+        return config.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def result_settings(self) -> dict[str, Any]:
+        """Every field that can change what a run writes (all but :data:`RUN_ONLY_FIELDS`), as JSON values."""
+        return json.loads(json.dumps(_without_run_only(dataclasses.asdict(self))))
+
+    def fingerprint(self) -> str:
+        """A hash of what makes two runs write the same records: :meth:`result_settings`, ``record_timings``
+        and the package version. Both resume paths go by it: a single-node ``--resume`` keeps its parts in
+        ``OUT.manifest.json`` to name each difference, a Ray run keeps it in each shard's manifest."""
+        parts = {"settings": self.result_settings(), "timings": self.record_timings, "version": __version__}
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     def llm_for(self, role: str) -> LLMConfig:
         """The model configuration that serves ``role``."""
         return self.roles.get(role, self.llm)
 
     def validate(self) -> EngineConfig:
-        """Check ranges the type system cannot; raises :class:`ConfigError` naming the field."""
+        """Check ranges the type system cannot; raises :class:`ConfigError` naming the field.
+
+        The engine, the store and the Ray driver each call it on the config they are handed (a caller may
+        have built or changed it by hand); one already checked and not changed since is not checked again,
+        so a config from :meth:`resolve` is validated once however many of them it passes through.
+        """
+        state = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+        if self.__dict__.get("_validated") == state:
+            return self
         p = self.pipeline
         checks = [
             (0.0 <= p.tau_comp <= 1.0, "pipeline.tau_comp must lie in [0, 1]"),
@@ -330,80 +386,37 @@ class EngineConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self.__dict__["_validated"] = state
         return self
 
 
-def _merge(obj: Any, data: dict[str, Any], source: str, prefix: str = "") -> Any:
-    """A copy of dataclass ``obj`` with ``data`` applied, type-checked field by field."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping")
-    hints = typing.get_type_hints(type(obj))
-    changes: dict[str, Any] = {}
-    names = {f.name for f in dataclasses.fields(obj)}
-    for key, value in data.items():
-        name = key.replace("-", "_")
-        where = f"{prefix}{name}"
-        if name not in names:
-            raise ConfigError(f"{source}: unknown config field {where!r}")
-        current = getattr(obj, name)
-        hint = hints[name]
-        if dataclasses.is_dataclass(current):
-            changes[name] = _merge(current, value, source, where + ".")
-        elif name == "roles":
-            if not isinstance(value, dict):
-                raise ConfigError(f"{source}: {where} must map role names to llm sections")
-            roles = dict(current)
-            for role, section in value.items():
-                if role not in ROLES:
-                    raise ConfigError(f"{source}: unknown role {role!r} in {where}; roles: {', '.join(ROLES)}")
-                roles[role] = _merge(roles.get(role, obj.llm), section, source, f"{where}.{role}.")
-            changes[name] = roles
-        else:
-            changes[name] = _coerce(value, hint, where, source)
-    return dataclasses.replace(obj, **changes)
+PROFILES: tuple[str, ...] = ("cpu", "gpu", "paper", "scripted")
+"""The named presets of :meth:`EngineConfig.profile`."""
+
+LLMLINGUA2 = "models/llmlingua-2-xlm-roberta-large-meetingbank"
+"""The LLMLingua-2 model of the gpu and paper profiles (``promem models fetch`` puts it there)."""
 
 
-def _coerce(value: Any, hint: Any, where: str, source: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{source}: {where} = {value!r}; choose one of: {', '.join(map(str, args))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where, source)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{source}: {where} has a bad value {value!r}")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{source}: {where} must be a list")
-        return tuple(value)
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {where} must be a mapping")
-        return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{source}: {where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{source}: {where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{source}: {where} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{source}: {where} must be a string, got {value!r}")
-        return value
+def _paper(gpu: EngineConfig) -> EngineConfig:
+    """The paper's Table 1 setting (§4.1) on top of the gpu profile (Table 3's all-8B setting): the draft and
+    the relation probes on an OpenAI-compatible model (GPT-4o-mini in the paper; set ``roles.draft.base_url``
+    and ``roles.probe.base_url``, or another ``model``), the judge on GPT-4o (``roles.judge.base_url``),
+    Qwen3-Embedding-8B for the completeness check and QA retrieval (tau_comp = 0.6 was set for it), the rest
+    on local Llama-3.1-8B with LLMLingua-2 compression and LightMem's segmenter (the paper does not say which
+    model answered the questions: here the local one). Nothing is contacted until a ``base_url`` is set."""
+    api = LLMConfig(backend="openai", model="gpt-4o-mini", max_concurrency=32)
+    return dataclasses.replace(
+        gpu,
+        roles={"draft": api, "probe": dataclasses.replace(api), "judge": dataclasses.replace(api, model="gpt-4o")},
+        embedder=dataclasses.replace(gpu.embedder, model="Qwen/Qwen3-Embedding-8B", batch_size=64),
+        pipeline=dataclasses.replace(gpu.pipeline, segmenter="lightmem", tau_comp=0.6),
+    )
+
+
+def _without_run_only(value: Any) -> Any:
+    """``value`` (a config as nested dicts) without :data:`RUN_ONLY_FIELDS`, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_run_only(v) for k, v in value.items() if k not in RUN_ONLY_FIELDS}
+    if isinstance(value, (list, tuple)):
+        return [_without_run_only(v) for v in value]
     return value

@@ -2,9 +2,9 @@
 
 A resumed run appends to the graphs an earlier run wrote. That is only sound when both runs read the same
 input with the same settings and the same code; otherwise the file silently holds two different runs.
-The manifest records, before the first graph is written, a hash of every input line, the effective
-configuration (less the fields that cannot change a result), the package version and whether timings are
-recorded. ``--resume`` compares it with the run about to start and refuses with one line naming each
+The manifest records, before the first graph is written, a hash of every input line and the parts of the
+configuration's fingerprint (:meth:`~promem_fast.config.EngineConfig.fingerprint`: the settings that can
+change a result, whether timings are recorded, the package version) in the clear. ``--resume`` compares it with the run about to start and refuses with one line naming each
 difference; :func:`kept_prefix` then checks that every kept graph belongs to the expected session, in order.
 """
 
@@ -17,35 +17,20 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promem_fast.errors import InputError
+from promem_fast.version import __version__
+
+if TYPE_CHECKING:
+    from promem_fast.config import EngineConfig
 
 FORMAT = 1
 """Bumped when the manifest's own layout changes."""
 
-RUN_ONLY_FIELDS: frozenset[str] = frozenset({
-    "max_in_flight", "max_batch_size", "max_failed_batches", "on_error", "record_timings", "fsync", "progress",
-    "qa_top_k", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
-})
-"""Config fields that change how a run goes but not what it writes: window and batch sizes (output is the
-same for any, as the determinism tests show), error policy, progress, threads, client timeouts and retries,
-evaluation-only settings. ``record_timings`` is recorded on its own (``timings``). Anything else, a model,
-a threshold, a prompt budget, a seed, a device, makes a resume refuse."""
-
-
 def manifest_path(out: Path) -> Path:
     """``OUT.manifest.json`` beside ``OUT.jsonl``."""
     return out.with_name(out.name.removesuffix(".jsonl") + ".manifest.json")
-
-
-def _result_fields(value: Any) -> Any:
-    """``value`` (a config as nested dicts) without :data:`RUN_ONLY_FIELDS`, at any depth."""
-    if isinstance(value, dict):
-        return {k: _result_fields(v) for k, v in value.items() if k not in RUN_ONLY_FIELDS}
-    if isinstance(value, (list, tuple)):
-        return [_result_fields(v) for v in value]
-    return value
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -80,12 +65,12 @@ class Manifest:
     format: int = FORMAT
 
     @classmethod
-    def of_run(cls, input_path: str | Path, config: Any) -> Manifest:
-        from promem_fast import __version__
-
+    def of_run(cls, input_path: str | Path, config: EngineConfig) -> Manifest:
+        """The manifest of a run of ``config`` over ``input_path``: equal manifests have equal config
+        fingerprints, and the parts are kept apart so that :meth:`differences` can name each one."""
         lines, whole = line_hashes(input_path)
-        return cls(version=__version__, config=_jsonable(_result_fields(dataclasses.asdict(config))),
-                   timings=bool(config.record_timings), input_sha256=whole, input_lines=lines)
+        return cls(version=__version__, config=config.result_settings(), timings=config.record_timings,
+                   input_sha256=whole, input_lines=lines)
 
     @classmethod
     def read(cls, path: Path) -> Manifest:
@@ -131,11 +116,6 @@ class Manifest:
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "version": str, "config": dict, "timings": bool, "input_sha256": str, "input_lines": list, "format": int}
 """What each field must hold, so an edited manifest is refused here instead of crashing the comparison."""
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists), so a config compares equal to its manifest."""
-    return json.loads(json.dumps(value))
 
 
 def _input_difference(then: list[str], now: list[str]) -> str:

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.errors import ConfigError, PromemError
 
 if sys.version_info >= (3, 11):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from promem_fast.backends.base import Message
+from promem_fast.types import Message
 
 PREAMBLE = (
     "You help build a long-term memory of what a person shared in conversations. "

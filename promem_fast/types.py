@@ -5,11 +5,15 @@ Plain dataclasses with ``to_dict`` / ``from_dict`` so the JSONL formats stay exp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
+
+Message = Mapping[str, str]
+"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}`` (what a prompt renders to
+and every chat backend takes)."""
 
 Origin = Literal["draft", "recovered", "revised"]
 """How an entry came to be: in the initial draft, recovered from a missed event (CC), or rewritten by the

@@ -1,8 +1,15 @@
-"""Shared fixtures: the scripted configuration, hand-written sessions and the real HaluMem sample."""
+"""Shared fixtures: the scripted configuration, hand-written sessions and the real HaluMem sample.
+
+The real sample (``../shared/data/halumem-dev`` beside the repository, or the file ``PROMEM_HALUMEM_SAMPLE``
+names; its licence forbids shipping it) is optional: a test that needs it is skipped when it is absent, with
+:data:`SAMPLE_ABSENT` in its reason, and the summary line at the end of the run counts those skips. Tests of
+the machinery use :func:`tomas_sessions`, a user written for these tests in HaluMem's schema.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +19,14 @@ from promem_fast.config import EngineConfig
 from promem_fast.types import Session, Turn
 
 ROOT = Path(__file__).resolve().parent.parent
-HALUMEM = ROOT.parent / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl"
+HALUMEM = Path(os.environ.get("PROMEM_HALUMEM_SAMPLE")
+               or ROOT.parent / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl")
+"""The real HaluMem user (29 sessions); ``PROMEM_HALUMEM_SAMPLE=/nonexistent`` runs the suite as a clone
+without it would."""
+TOMAS = ROOT / "tests" / "fixtures" / "halumem_tomas.jsonl"
+"""A user written for these tests in HaluMem's schema: 12 sessions of 3 turns with 20 gold memory points (5 of
+them updates) and 3 questions."""
+SAMPLE_ABSENT = "the real HaluMem sample is absent"
 
 
 class Recording:
@@ -65,9 +79,26 @@ def maya() -> Session:
     ])
 
 
+def skip_without_sample() -> None:
+    """Skip the calling test when the real HaluMem sample is absent (the reason names where it was looked for)."""
+    if not HALUMEM.is_file():
+        pytest.skip(f"{SAMPLE_ABSENT} ({HALUMEM}; set PROMEM_HALUMEM_SAMPLE to its path)")
+
+
 def halumem_sessions(limit: int | None = None) -> list[Session]:
-    """The sessions of the real HaluMem user, converted with the plain rules of its README."""
-    record = json.loads(HALUMEM.read_text(encoding="utf-8").splitlines()[0])
+    """The sessions of the real HaluMem user (skips the test when the sample is absent)."""
+    skip_without_sample()
+    return _sessions(HALUMEM, limit)
+
+
+def tomas_sessions(limit: int | None = None) -> list[Session]:
+    """The sessions of the hand-written HaluMem-schema user :data:`TOMAS` (always present)."""
+    return _sessions(TOMAS, limit)
+
+
+def _sessions(path: Path, limit: int | None) -> list[Session]:
+    """A HaluMem file's first user's sessions, converted with the plain rules of its README."""
+    record = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     name = record["persona_info"].split("Name:", 1)[1].split(";", 1)[0].strip()
     out = []
     for index, session in enumerate(record["sessions"][:limit]):
@@ -81,3 +112,12 @@ def halumem_sessions(limit: int | None = None) -> list[Session]:
 def write_jsonl(path: Path, sessions: list[Session]) -> Path:
     path.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in sessions), encoding="utf-8")
     return path
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say how many tests were skipped for want of the real HaluMem sample, so a clone without it knows."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and SAMPLE_ABSENT in str(r.longrepr[2])]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} tests skipped because {SAMPLE_ABSENT} ({HALUMEM}); "
+                                    "they run where it is present")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 
 REPLY_FAULTS = ("prose", "fence", "truncated", "non_json", "empty", "wrong_types", "other_language",
                 "out_of_range")

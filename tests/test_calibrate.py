@@ -52,7 +52,7 @@ def test_calibrate_tau_on_a_missing_file_says_so_in_one_line(tmp_path: Path,
 
 def test_a_session_whose_draft_failed_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     from conftest import make_session, scripted_config
-    from promem_fast.backends.llm_scripted import ScriptedLLM
+    from promem_fast.testing.llm_scripted import ScriptedLLM
     from promem_fast.calibration import candidates_program
     from promem_fast.engine import Engine
 

@@ -22,14 +22,14 @@ from promem_fast.backends.base import Compressor, GenerationRequest
 from promem_fast.backends.compress_llmlingua import (
     LLMLingua2Compressor, attention_windows, chunk_bounds, join_units, protected_units, select_units, split_units,
 )
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM, shown_text
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM, shown_text
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.config import CompressionConfig, EngineConfig
 from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.pipeline.segment import coarse_boundaries, combine_boundaries
-from promem_fast.backends.llm_scripted import parse_rendered
+from promem_fast.testing.llm_scripted import parse_rendered
 from promem_fast.types import MemoryGraph, Session
 
 

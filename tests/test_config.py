@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scripted_config
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
 from promem_fast.config import EngineConfig, LLMConfig
 from promem_fast.engine import Engine
@@ -60,6 +60,41 @@ def test_range_checks() -> None:
         EngineConfig().with_overrides(["pipeline.tau_comp=1.5"]).validate()
     with pytest.raises(ConfigError, match="unknown profile"):
         EngineConfig.profile("tpu")
+
+
+def test_resolve_applies_profile_file_overrides_then_flags_in_that_order(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("pipeline:\n  tau_comp: 0.5\n  relations: false\nmax_in_flight: 7\n")
+    c = EngineConfig.resolve(profile="scripted", file=path, overrides=["pipeline.tau_comp=0.4"],
+                             run={"max_in_flight": 3, "compression": {"enabled": True, "rate": 0.5}})
+    assert (c.llm.backend, c.nli.backend, c.embedder.backend) == ("scripted", "lexical", "hashing")  # the profile
+    assert c.pipeline.relations is False  # the file, on the profile
+    assert c.pipeline.tau_comp == 0.4  # --set over the file
+    assert c.max_in_flight == 3 and (c.compression.enabled, c.compression.rate) == (True, 0.5)  # flags last
+    alone = EngineConfig.resolve(file=path)
+    assert alone.llm.backend == "llamacpp" and alone.max_in_flight == 7 and alone.pipeline.tau_comp == 0.5
+
+
+@pytest.mark.parametrize(("run", "message"), [
+    ({"max_in_flight": 0}, "max_in_flight must be >= 1"),
+    ({"on_error": "maybe"}, "command line: on_error = 'maybe'; choose one of"),
+    ({"compression": {"rate": 1.5}}, "compression.rate must lie in"),
+])
+def test_resolve_refuses_a_bad_flag_naming_it(run: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig.resolve(profile="scripted", run=run)
+
+
+def test_a_validated_config_changed_afterwards_is_checked_again() -> None:
+    """The engine, the store and the Ray driver skip the checks of a config already validated, but only while
+    it is unchanged: a field set by hand after :meth:`EngineConfig.resolve` is still caught."""
+    c = EngineConfig.resolve(profile="scripted")
+    assert c.validate() is c
+    c.pipeline.tau_comp = 1.5
+    with pytest.raises(ConfigError, match="tau_comp"):
+        c.validate()
+    with pytest.raises(ConfigError, match="tau_comp"):
+        Engine(c)
 
 
 def test_gpu_profile_sets_every_backend() -> None:

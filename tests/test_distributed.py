@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, halumem_sessions, scripted_config, write_jsonl
+from conftest import ROOT, halumem_sessions, scripted_config, tomas_sessions, write_jsonl
 from promem_fast import Engine, EngineConfig
 from promem_fast.cli import main
-from promem_fast.distributed import driver, extract
+from promem_fast.distributed import extract
 from promem_fast.errors import InputError, MissingDependency, PromemError
 from promem_fast.io import session_from_dict
 from promem_fast.types import Session
@@ -132,7 +132,7 @@ def test_rerun_redoes_only_missing_or_torn_shards(cluster: str, tmp_path: Path,
         extract(inputs, out, config=other, actors=1, shard_sessions=5)
     with pytest.raises(PromemError, match="another cut"):
         extract(inputs, out, config=config(), actors=1, shard_sessions=7)
-    monkeypatch.setattr(driver, "__version__", "0.0.1")  # shards of another version are not mixed in either
+    monkeypatch.setattr("promem_fast.config.__version__", "0.0.1")  # shards of another version are not mixed in
     with pytest.raises(PromemError, match="other settings"):
         extract(inputs, out, config=config(), actors=1, shard_sessions=5)
 
@@ -240,13 +240,13 @@ def test_a_killed_driver_is_rerun_with_the_same_command(cluster: str, tmp_path: 
 
 def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does where the extra is not installed
-    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    path = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(2))
     with pytest.raises(MissingDependency, match=r"promem-fast\[ray\]"):
         extract(path, tmp_path / "out", config=config())
 
 
 def test_a_store_is_refused_with_ray_rather_than_left_unfed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    path = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(2))
     argv = ["extract", str(path), "-o", str(tmp_path / "out"), "--ray", "--db", str(tmp_path / "m.db"), *SCRIPTED]
     assert main(argv) == 2
     assert "--db is not supported with --ray" in capsys.readouterr().err
@@ -254,7 +254,7 @@ def test_a_store_is_refused_with_ray_rather_than_left_unfed(tmp_path: Path, caps
 
 
 def test_a_pool_the_cluster_cannot_hold_is_refused(cluster: str, tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl", halumem_sessions(2))
+    path = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(2))
     with pytest.raises(PromemError, match="3 actors x 1 CPUs each need 3 CPUs; the Ray cluster has 2"):
         extract(path, tmp_path / "out", config=config(), actors=3)
     on_vllm = config()

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from conftest import Recording, halumem_sessions, make_session, scripted_config
+from conftest import Recording, make_session, scripted_config, tomas_sessions
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
 from promem_fast.errors import BackendUnavailable
 from promem_fast.requests import Failure, Generate
@@ -19,7 +19,7 @@ from promem_fast.types import Session
 
 
 def sessions(n: int, distinct: int = 3) -> list[Session]:
-    base = halumem_sessions(distinct)
+    base = tomas_sessions(distinct)
     out = []
     for i in range(n):
         s = base[i % len(base)]
@@ -46,15 +46,24 @@ def test_output_is_identical_whatever_the_batch_size_or_window() -> None:
 
 
 def test_backend_calls_grow_with_pipeline_steps_not_sessions() -> None:
-    _, one, b1 = extract(1, distinct=1)
-    _, hundred, b100 = extract(100, distinct=1, max_in_flight=100)
-    # the same number of rounds and of generate calls for 1 and 100 sessions...
-    assert hundred.summary.rounds == one.summary.rounds
-    assert len(b100["llm"].batches) == len(b1["llm"].batches)
-    assert len(b100["embedder"].batches) == len(b1["embedder"].batches)
-    # ...but 100 times the requests in them
-    assert sum(b100["llm"].batches) == 100 * sum(b1["llm"].batches)
-    assert max(b100["llm"].batches) > 50
+    """Twelve different sessions (not copies of one, which would take the same path by construction) run
+    together take as many rounds and generate calls as the longest of them alone, and those calls carry
+    every session's requests."""
+    alone = []
+    for session in tomas_sessions():
+        llm = Recording(ScriptedLLM(scripted_config().llm), "generate")
+        engine = Engine(scripted_config(), llm=llm)
+        engine.extract([session])
+        alone.append((engine.summary.rounds, len(llm.batches), sum(llm.batches)))
+    assert len(set(alone)) > 1  # the sessions do take different paths
+    cfg = scripted_config()
+    cfg.max_in_flight = 12
+    llm = Recording(ScriptedLLM(cfg.llm), "generate")
+    together = Engine(cfg, llm=llm)
+    together.extract(tomas_sessions())
+    assert together.summary.rounds == max(rounds for rounds, _, _ in alone)
+    assert len(llm.batches) == max(calls for _, calls, _ in alone)
+    assert sum(llm.batches) == sum(requests for _, _, requests in alone)
 
 
 def test_window_bounds_sessions_in_flight() -> None:

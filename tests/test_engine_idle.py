@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from conftest import halumem_sessions, scripted_config
+from conftest import tomas_sessions, scripted_config
 from promem_fast.context import RunContext
 from promem_fast.engine import IDLE, Engine
 from promem_fast.pipeline import session_program
 
 
 def test_sessions_in_flight_finish_while_the_source_has_nothing_new() -> None:
-    first, second = halumem_sessions(2)
+    first, second = tomas_sessions(2)
     engine = Engine(scripted_config())
     finished: list[str] = []
     idles = 0
@@ -35,7 +35,7 @@ def test_sessions_in_flight_finish_while_the_source_has_nothing_new() -> None:
 
 
 def test_a_source_of_only_idle_then_programs_runs_them() -> None:
-    session = halumem_sessions(1)[0]
+    session = tomas_sessions(1)[0]
     make: Callable[[RunContext], Any] = lambda ctx: session_program(session, ctx)  # noqa: E731
     engine = Engine(scripted_config())
     items: list[Any] = [IDLE, IDLE, ("a", make), IDLE, ("b", make)]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, scripted_config
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.cli import main
 from promem_fast.errors import InputError
 from promem_fast.eval.aggregate import aggregate, load_labels, render

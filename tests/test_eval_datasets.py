@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import HALUMEM
+from conftest import HALUMEM, TOMAS, skip_without_sample
 
 from promem_fast.errors import ConfigError, InputError
 from promem_fast.eval import (
@@ -159,8 +159,26 @@ def test_halumem_name_falls_back_to_uuid(tmp_path):
     assert user.name == "u-x" and user.sessions[0].user == "u-x"
 
 
-@pytest.mark.skipif(not HALUMEM.exists(), reason="HaluMem development sample not present")
+def test_the_hand_written_halumem_user():
+    """The tests' own HaluMem-schema user (tests/fixtures/halumem_tomas.jsonl), counted by hand."""
+    bench = load_halumem(TOMAS)
+    assert bench.counts() == {"users": 1, "sessions": 12, "memory_points": 20, "questions": 3}
+    user = bench.users[0]
+    assert user.name == "Tomas Berg" and user.sessions[2].session_id == "u-tomas:2"
+    assert user.sessions[2].timestamp == "Mar 02, 2025, 09:00:00"
+    assert [len(s.turn_groups()) for s in user.sessions] == [3] * 12
+    assert sorted(p.content for p in user.memory_points if p.is_update) == [
+        "Tomas Berg cycles to work instead of running.", "Tomas Berg lives in Oslo.",
+        "Tomas Berg stopped running after a left knee injury.",
+        "Tomas Berg was promoted to ward manager at Ulleval hospital.",
+        "Tomas Berg works as a charge nurse at Ulleval hospital."]
+    job = next(q for q in bench.questions if q.question == "What is Tomas's job now?")
+    assert job.answer == "Ward manager at Ulleval hospital" and job.question_time == "Jul 06, 2025, 09:20:00"
+    assert len(job.session_ids) == 12 and job.evidence_session_ids == ("u-tomas:11",)
+
+
 def test_real_halumem_sample():
+    skip_without_sample()
     bench = load_halumem(HALUMEM)
     assert bench.counts() == {"users": 1, "sessions": 29, "memory_points": 297, "questions": 67}
     user = bench.users[0]
@@ -192,7 +210,7 @@ def locomo():
 def test_locomo_counts_and_sessions(locomo):
     assert locomo.counts() == {"users": 2, "sessions": 6, "memory_points": 4, "questions": 6}
     conv = locomo.users[0]
-    assert conv.user_id == "conv-1" and conv.name == "Ann & Ben"
+    assert conv.user_id == "conv-1" and conv.name == "Ann and Ben"
     # session_3 has a date but no dialogue: not a session
     assert [s.session_id for s in conv.sessions] == [
         "conv-1:session_1:Ann", "conv-1:session_1:Ben", "conv-1:session_2:Ann", "conv-1:session_2:Ben"]

@@ -12,15 +12,16 @@ import pytest
 
 from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest, Message
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.eval.judges import (
     accuracy_program, aggregate_halumem, aggregate_locomo, aggregate_longmemeval, halumem_qa_judge,
-    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, update_program,
+    integrity_program, locomo_qa_judge, longmemeval_qa_judge, longmemeval_template, memory_lines,
+    update_program,
 )
 from promem_fast.eval.prompts import EVAL_TEMPLATES, QA_NOT_FOUND, eval_schema
-from promem_fast.eval.qa import (
+from promem_fast.store.qa import (
     Answer, RetrievalIndex, Unit, answer_questions, build_index, memory_units, top_k, turn_units, with_stats,
 )
 from promem_fast.eval.records import GoldMemory, Question
@@ -274,14 +275,27 @@ UPDATES = [point("Maya adopted a beagle named Biscuit.", index=1),
                  replaces=["Maya's sister Ana visits monthly."])]
 
 
-def test_the_update_judge_grades_each_update_point_against_the_session_memories() -> None:
+VERDICT_OF = {"Maya moved from Porto to Lisbon.": "Correct",
+              "Maya's sister Ana now visits weekly instead of monthly.": "Omission"}
+"""The update judge's verdicts, chosen here: what the labels say must then be the judge's word, point by point."""
+
+
+def test_each_update_point_is_judged_once_against_the_session_memories_and_keeps_its_verdict() -> None:
     config = scripted_config()
-    llm = Recording(ScriptedLLM(config.llm), "generate")
+    shown: list[dict[str, str]] = []
+
+    def judge(fields: dict[str, str]) -> dict[str, str]:
+        shown.append(fields)
+        return {"verdict": VERDICT_OF[fields["point"]]}
+
+    llm = Recording(ScriptedLLM(config.llm, rules={"judge_update": judge}), "generate")
     engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
     g = graph("s", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon in May.",
                     "Maya's sister Ana visits monthly."])
-    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, g, ctx)])
-    # the move to Lisbon is kept; the visits are still monthly in memory, so the new value was missed
+    found = [memory_lines(g)] * 2  # what the store's search returned for each of the two update points
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, found, ctx)])
+    # the beagle is no update: only points 2 and 3 go to the judge, each once, with the memories found for them
+    assert sorted(f["point"] for f in shown) == sorted(VERDICT_OF)
     assert [(lab["index"], lab["memory_update_type"]) for lab in labels] == [(2, "Correct"), (3, "Omission")]
     assert labels[0]["judge_reply"] == {"verdict": "Correct"} and labels[0]["error"] is None
     assert labels[0]["original_memories"] == ["Maya lives in Porto."] and labels[0]["memories_shown"] == 3
@@ -291,11 +305,11 @@ def test_the_update_judge_grades_each_update_point_against_the_session_memories(
     assert "Earlier information:\n1. Maya lives in Porto.\n" in prompt and "2. Maya moved to Lisbon in May." in prompt
 
 
-def test_a_session_with_no_memories_omits_every_update_without_asking() -> None:
+def test_an_update_point_with_nothing_retrieved_is_omitted_without_asking() -> None:
     config = scripted_config()
     llm = Recording(ScriptedLLM(config.llm), "generate")
     engine = Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
-    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, None, ctx)])
+    (labels,) = run_programs(engine, [lambda ctx: update_program(SESSION, UPDATES, [[], []], ctx)])
     assert [(lab["memory_update_type"], lab["rule"]) for lab in labels] == [("Omission", "no memories")] * 2
     assert llm.calls == []
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.cli import main
 from promem_fast.cli import eval as eval_cli
 from promem_fast.eval import metrics
@@ -22,7 +22,8 @@ from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.judges import UPDATE_ROUTINGS
 from promem_fast.eval.prompts import EVAL_TEMPLATES
 from promem_fast.eval.report import load_results
-from promem_fast.eval.runner import extraction_cost, route_points, run_eval
+from promem_fast.eval.runner import extraction_cost, run_eval
+from promem_fast.eval.updates import route_points
 from promem_fast.eval.variants import VARIANTS, variant_config
 from promem_fast.io import load_sessions, read_graphs
 
@@ -139,7 +140,9 @@ def test_update_points_reach_the_update_judge_only_unless_both_is_asked(tmp_path
     # without memories HaluMem has nothing to show the update judge: the point goes to the integrity judge
     bench = load_benchmark("halumem", HALUMEM, 1)
     points = [p for p in bench.memory_points if p.session_id == "u-ada:0"]
-    assert any(p.is_update for p in points) and route_points(points, None, "official") == (points, [])
+    assert any(p.is_update for p in points) and route_points(points, False, "official") == (points, [])
+    updates = [p for p in points if p.is_update]
+    assert route_points(points, True, "official") == ([p for p in points if not p.is_update], updates)
     with pytest.raises(Exception, match="unknown update routing"):
         evaluate("halumem", HALUMEM, tmp_path, limit=1, update_routing="integrity")
 
@@ -313,20 +316,32 @@ def test_promem_eval_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert f"report: {tmp_path / 'report-halumem.md'}" in capsys.readouterr().out
 
 
-def test_promem_eval_judges_memory_updates(tmp_path: Path) -> None:
-    """Ada's first session updates her job from baker to pastry chef; the scripted judge finds the new job in
-    the extracted memories."""
-    assert main(["eval", "halumem", "--data", str(HALUMEM), "--limit", "1", "--profile", "scripted",
-                 "--no-progress", "-o", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "result-halumem-full.json").read_text())
+def test_eval_sends_an_update_point_to_the_update_judge_and_reports_its_verdict(tmp_path: Path) -> None:
+    """Ada's first session updates her job from baker to pastry chef. The update judge (scripted here to say
+    Hallucination, so that nothing the stand-ins share decides it) is shown that session's extracted
+    memories, the earlier value and the updated fact; its verdict is what the labels, the aggregate and the
+    report say."""
+    config = scripted_config()
+    shown: list[dict[str, str]] = []
+
+    def judge(fields: dict[str, str]) -> dict[str, str]:
+        shown.append(fields)
+        return {"verdict": "Hallucination"}
+
+    result = evaluate("halumem", HALUMEM, tmp_path, limit=1, llm=ScriptedLLM(config.llm, rules={"judge_update": judge}))
+    (fields,) = shown
+    assert fields["point"] == "Ada Byron's job title updated from baker to pastry chef."
+    assert "Ada Byron works as a baker" in fields["previous"]
+    (first, *_) = read_graphs(tmp_path / "graphs-halumem-full.jsonl")
+    assert first.session_id == "u-ada:0" and first.nodes
+    assert all(node.text in fields["memories"] for node in first.nodes)
     (label,) = result["labels"]["update"]
-    assert label["memory_content"] == "Ada Byron's job title updated from baker to pastry chef."
-    assert label["original_memories"] == ["Ada Byron works as a baker"]
-    assert label["memory_update_type"] == "Correct" and label["judge_reply"] == {"verdict": "Correct"}
+    assert label["memory_content"] == fields["point"] and label["original_memories"] == ["Ada Byron works as a baker"]
+    assert label["memory_update_type"] == "Hallucination" and label["judge_reply"] == {"verdict": "Hallucination"}
     update = result["aggregates"]["extraction"]["update"]
-    assert update == metrics.halumem_update(result["labels"]["update"]) and update["correct"] == 1.0
+    assert (update["correct"], update["hallucination"], update["omission"]) == (0.0, 1.0, 0.0)
     (row,) = table((tmp_path / "report-halumem.md").read_text(), "Extraction in detail")
-    assert row[-4:] == ["1/1", "100.00", "0.00", "0.00"]
+    assert row[-4:] == ["1/1", "0.00", "100.00", "0.00"]
 
 
 def test_a_session_limit_is_recorded_and_reported(tmp_path: Path) -> None:

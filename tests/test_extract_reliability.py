@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, halumem_sessions, write_jsonl
+from conftest import ROOT, tomas_sessions, write_jsonl
 from promem_fast.cli import main
 
 SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
@@ -20,7 +20,7 @@ SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
 
 @pytest.fixture(scope="module")
 def six(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", halumem_sessions(6))
+    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", tomas_sessions(6))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_on_error_stop_writes_every_session_before_the_bad_line(
     source = with_bad_line(six, tmp_path, at, b'{"session_id": "bad", "user": "Ann", "turns": []}')
     out = tmp_path / "out.jsonl"
     assert main(["extract", str(source), "-o", str(out), "--on-error", "stop", *SCRIPTED]) == 2
-    assert ids(out) == [s.session_id for s in halumem_sessions(at - 1)]
+    assert ids(out) == [s.session_id for s in tomas_sessions(at - 1)]
     (reject,) = [json.loads(x) for x in (tmp_path / "out.rejects.jsonl").read_text().splitlines()]
     assert (reject["line"], reject["session_id"], reject["field"]) == (at, "bad", "turns")
     assert f"in.jsonl:{at}" in one_error_line(capsys)

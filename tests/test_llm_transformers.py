@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -148,21 +147,6 @@ def test_context_overflow(backend: TransformersLLM) -> None:
         backend.generate([_request("short"), _request("word " * 300)])
     with pytest.raises(ContextOverflow):
         backend.generate([_request("short", max_tokens=300)])
-
-
-def test_throughput_batch_1_vs_8(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Reports generated tokens per second (not a pass/fail threshold beyond batching not being slower)."""
-    requests = [_request(f"{PROMPTS[i % 4]} ({i})", max_tokens=32) for i in range(8)]
-    rates = {}
-    for size in (1, 8):
-        backend = _backend(model_dir, batch_size=size, ignore_eos=True)
-        backend.generate(requests[:1])
-        start = time.perf_counter()
-        outs = backend.generate(requests)
-        rates[size] = sum(o.completion_tokens for o in outs) / (time.perf_counter() - start)
-    with capsys.disabled():
-        print(f"\ntiny Llama on CPU: {rates[1]:.0f} tokens/s at batch 1, {rates[8]:.0f} tokens/s at batch 8")
-    assert rates[8] > rates[1]
 
 
 def test_a_counted_prompt_is_not_rendered_again(model_dir: Path) -> None:

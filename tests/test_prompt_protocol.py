@@ -13,8 +13,8 @@ from typing import Any
 
 from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
 from promem_fast.pipeline.views import DialogueView, resolve_dates
 from promem_fast.prompts import example_of, render, session_block

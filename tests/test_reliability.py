@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import halumem_sessions, make_session, scripted_config
+from conftest import tomas_sessions, make_session, scripted_config
 from faulty import RAISE_FAULTS, REPLY_FAULTS, FaultyLLM, corrupt
 from promem_fast.backends.base import NLIResult
-from promem_fast.backends.llm_scripted import ScriptedLLM
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.engine import Engine
 from promem_fast.errors import InputError, SessionFailed
 from promem_fast.io import session_from_dict
@@ -29,7 +29,7 @@ from promem_fast.requests import ReplyError
 
 @pytest.fixture(scope="module")
 def sample() -> list:  # type: ignore[type-arg]
-    return halumem_sessions(8)
+    return tomas_sessions()
 
 
 def clean_lines(sessions: list) -> list[str]:  # type: ignore[type-arg]
@@ -93,7 +93,7 @@ def test_each_malformed_reply_is_repaired_or_rejected(kind: str) -> None:
 def test_a_turn_longer_than_the_context_is_windowed_not_cut() -> None:
     import re
 
-    from promem_fast.backends.llm_scripted import ScriptedLLM
+    from promem_fast.testing.llm_scripted import ScriptedLLM
 
     cfg = scripted_config()
     cfg.llm.context_length = 1700

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import halumem_sessions, write_jsonl
+from conftest import tomas_sessions, write_jsonl
 from promem_fast.cli import main
 from promem_fast.config import EngineConfig
-from promem_fast.errors import InputError
+from promem_fast.distributed.driver import shard_fingerprint
+from promem_fast.distributed.shards import is_complete, plan, write_shard
+from promem_fast.errors import InputError, PromemError
 from promem_fast.manifest import Manifest, kept_prefix
 
 SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
@@ -19,7 +21,7 @@ SCRIPTED = ["--profile", "scripted", "--no-progress", "--no-timings"]
 
 @pytest.fixture(scope="module")
 def six(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", halumem_sessions(6))
+    return write_jsonl(tmp_path_factory.mktemp("in") / "six.jsonl", tomas_sessions(6))
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_a_resume_of_the_same_run_finishes_it_byte_identically(
 
 
 @pytest.mark.parametrize("case,change,expected", [
-    ("another input", lambda src, tmp: write_jsonl(tmp / "other.jsonl", halumem_sessions(12)[6:]),
+    ("another input", lambda src, tmp: write_jsonl(tmp / "other.jsonl", tomas_sessions(12)[6:]),
      "the input is a different file"),
     ("a subset", lambda src, tmp: _write(tmp / "sub.jsonl", b"".join(src.read_bytes().splitlines(True)[:4])),
      "the input has 4 lines, the run being resumed read 6"),
@@ -138,6 +140,35 @@ def test_the_manifest_ignores_only_fields_that_cannot_change_results(six: Path) 
         setattr(other.pipeline, field, value)
         (difference,) = Manifest.of_run(six, base).differences(Manifest.of_run(six, other))
         assert f"pipeline.{field}" in difference
+
+
+@pytest.mark.parametrize(("change", "changes_result"), [
+    ("pipeline.tau_comp=0.5", True), ("llm.seed=1", True), ("nli.threshold=0.2", True), ("embedder.dim=128", True),
+    ("pipeline.max_tokens={draft: 512}", True), ("record_timings=true", True), ("llm.model=other.gguf", True),
+    ("max_in_flight=3", False), ("max_batch_size=5", False), ("on_error=stop", False), ("fsync=true", False),
+    ("llm.timeout_s=1.0", False), ("llm.max_retries=0", False), ("qa_top_k=5", False), ("progress=true", False),
+    ("max_failed_batches=9", False),
+])
+def test_single_node_and_ray_resume_agree_on_what_changes_a_result(tmp_path: Path, change: str,
+                                                                   changes_result: bool) -> None:
+    """One fingerprint for both resume paths: a setting that a single-node ``--resume`` refuses, a Ray rerun
+    refuses too (it does not take the finished shard as this run's), and one it accepts, both accept."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"session_id": "s1", "user": "Ana", "turns": [{"role": "user", "text": "I live in Oslo."}]}\n')
+    before = EngineConfig.profile("scripted")
+    before.record_timings = False
+    after = before.with_overrides([change])
+    assert (after.fingerprint() != before.fingerprint()) is changes_result
+    assert bool(Manifest.of_run(source, before).differences(Manifest.of_run(source, after))) is changes_result
+    out = tmp_path / "shards"
+    out.mkdir()
+    (shard,) = plan([source], 10)
+    write_shard(out, shard, "", "", {"config": shard_fingerprint(before, parquet=False)}, parquet=False, fsync=False)
+    if changes_result:
+        with pytest.raises(PromemError, match="other settings"):
+            is_complete(out, shard, shard_fingerprint(after, parquet=False))
+    else:
+        assert is_complete(out, shard, shard_fingerprint(after, parquet=False))
 
 
 def test_kept_graphs_must_follow_the_input_order(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import halumem_sessions, scripted_config
+from conftest import tomas_sessions, scripted_config
 from promem_fast.engine import Engine
 from serve_server import Server, new_key, wait_job
 
@@ -29,8 +29,8 @@ SESSIONS = 20
 
 
 def client_sessions(client: int, count: int) -> list[dict[str, Any]]:
-    """``count`` real HaluMem sessions renamed for one client's own user."""
-    base = halumem_sessions()
+    """``count`` HaluMem-schema sessions renamed for one client's own user."""
+    base = tomas_sessions()
     return [dict(base[j % len(base)].to_dict(), session_id=f"c{client}-s{j}", user=f"user{client}")
             for j in range(count)]
 
@@ -184,10 +184,10 @@ def test_a_stop_mid_job_leaves_the_rest_for_the_next_start(tmp_path: Path) -> No
         deadline = time.monotonic() + 60
         while http.get(f"/v1/jobs/{job}").json()["done"] == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-    started = time.monotonic()
     server.stop()  # SIGTERM: the worker leaves the engine's loop without finishing the sessions in flight
-    # uvicorn shuts down, then exits by the signal it caught
-    assert server.proc.returncode in (0, -signal.SIGTERM) and time.monotonic() - started < 15
+    # uvicorn shuts down, then exits by the signal it caught (one that does not within stop()'s wait is killed,
+    # and its return code says SIGKILL)
+    assert server.proc.returncode in (0, -signal.SIGTERM)
     server = Server(path, "--rate", "0")
     try:
         with server.client(key) as http:

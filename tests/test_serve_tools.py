@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, halumem_sessions
+from conftest import ROOT, tomas_sessions
+from test_serve import chromium, needs_chromium
 from promem_fast.cli import main
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
@@ -43,27 +44,36 @@ def test_keys_are_created_listed_revoked_and_stored_only_as_digests(
     assert main(["keys", "create", "--db", str(path), "--tenant", "bad tenant!"]) == 2
 
 
-def test_view_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def write_view(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """Two sessions extracted and the second one's graph written as a page: (its record, the page)."""
     sessions = tmp_path / "in.jsonl"
-    sessions.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in halumem_sessions(2)), encoding="utf-8")
+    sessions.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in tomas_sessions(2)), encoding="utf-8")
     graphs = tmp_path / "graphs.jsonl"
     assert main(["extract", str(sessions), "-o", str(graphs), *SCRIPTED]) == 0
     chosen = json.loads(graphs.read_text(encoding="utf-8").splitlines()[1])
     page = tmp_path / "graph.html"
     assert main(["view", str(graphs), "--session", chosen["session_id"], "-o", str(page)]) == 0
+    return chosen, page
+
+
+def test_view_writes_one_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chosen, page = write_view(tmp_path)
     html = page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing is fetched: no CDN
     assert "cytoscape" in html and chosen["nodes"][0]["text"] in html
-    assert main(["view", str(graphs), "--session", "nope", "-o", str(page)]) == 2
+    assert main(["view", str(tmp_path / "graphs.jsonl"), "--session", "nope", "-o", str(page)]) == 2
     assert "no session 'nope'" in capsys.readouterr().err
 
-    from test_serve import CHROMIUM, chromium
 
-    if CHROMIUM is not None:  # the file opens from disk and draws every node with its anchored details
-        word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
-        dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
-        assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
-        assert 'data-results="0"' not in dom and "<li>" in dom
+@needs_chromium
+def test_the_written_page_draws_every_node_in_chromium(tmp_path: Path) -> None:
+    """The file opens from disk and draws every node with its anchored details (skipped, and said so, where
+    Chromium is missing)."""
+    chosen, page = write_view(tmp_path)
+    word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
+    dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
+    assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
+    assert 'data-results="0"' not in dom and "<li>" in dom
 
 
 def tool_result(result: Any) -> Any:
@@ -80,7 +90,7 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     params = StdioServerParameters(command=sys.executable, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                    args=["-m", "promem_fast.cli", "mcp", "--db", str(tmp_path / "m.db"),
                                          "--tenant", "acme", *SCRIPTED])
-    session = halumem_sessions(1)[0]
+    session = tomas_sessions(1)[0]
     user = session.user
 
     async def talk() -> None:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import make_session, scripted_config
-from promem_fast.backends.embed_hashing import HashingEmbedder
-from promem_fast.backends.llm_scripted import ScriptedLLM
+from promem_fast.testing.embed_hashing import HashingEmbedder
+from promem_fast.testing.llm_scripted import ScriptedLLM
 from promem_fast.engine import Engine
 from promem_fast.pipeline.anchor import anchor_details
 from promem_fast.pipeline.completeness import Candidate, check_completeness

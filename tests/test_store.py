@@ -17,7 +17,7 @@ from conftest import scripted_config
 from promem_fast.errors import InputError
 from promem_fast.store import MemoryStore, StoreError
 from promem_fast.store.schema import SCHEMA_VERSION
-from store_helpers import graph
+from store_helpers import TopicEmbedder, graph
 
 
 def open_store(path: Path, **kwargs: object) -> MemoryStore:
@@ -86,7 +86,7 @@ HOBBIES = ["Maya paints watercolor landscapes on weekends.", "Maya collects vint
 def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path: Path) -> None:
     graphs = [graph(sid, "Maya", [text, hobby], timestamp=ts)
               for (sid, ts, text), hobby in zip(JOBS, HOBBIES, strict=True)]
-    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "m.db", embedder=TopicEmbedder()) as store:
         store.add(graphs[:1])
         store.add(graphs[1:])  # the chain crosses a stored session and one of the same batch
         current = [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
@@ -107,24 +107,27 @@ def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path:
         assert JOBS[1][2] in [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
 
 
-def test_an_older_session_added_later_does_not_supersede_newer_memory(tmp_path: Path) -> None:
+def test_an_older_session_added_later_takes_its_place_in_time(tmp_path: Path) -> None:
     newer = graph(JOBS[1][0], "Maya", [JOBS[1][2]], timestamp=JOBS[1][1])
     older = graph(JOBS[0][0], "Maya", [JOBS[0][2]], timestamp=JOBS[0][1])
-    with open_store(tmp_path / "m.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "m.db", embedder=TopicEmbedder()) as store:
         store.add([newer])
         store.add([older])
-        assert all(h["superseded_by"] is None for h in store.get_all("Maya", history=True))
+        # the older job never replaces the newer one; the newer replaces it, as if they had come in order
+        assert [h.text for h in store.search("Maya", "where does Maya work?", k=5)] == [JOBS[1][2]]
+        (old,) = [h for h in store.get_all("Maya", history=True) if h["text"] == JOBS[0][2]]
+        assert old["valid_until"] == "2024-06-10T09:00:00"
 
 
 def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
     graphs = [graph(sid, "Maya", [text], timestamp=ts) for sid, ts, text in JOBS]
-    with open_store(tmp_path / "a.db", update_min_cosine=0.3) as store:
+    with open_store(tmp_path / "a.db", embedder=TopicEmbedder()) as store:
         store.add([MAYA_1, MAYA_2])
         store.add(graphs)
         store.add([graph("x1", "Ben", ["Ben plays chess."])], tenant="acme")
         assert store.export(tmp_path / "a.jsonl") == 6
         assert store.export(tmp_path / "acme.jsonl", tenant="acme") == 1
-    with open_store(tmp_path / "b.db") as copy:
+    with open_store(tmp_path / "b.db", embedder=TopicEmbedder()) as copy:
         assert copy.import_(tmp_path / "a.jsonl") == 6
         assert copy.import_(tmp_path / "a.jsonl") == 0
         copy.export(tmp_path / "b.jsonl")
@@ -235,15 +238,32 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
         assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
 
 
-def test_a_store_refuses_an_embedder_of_another_dimension(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store:
+def test_a_store_searches_with_the_embedder_that_filled_it_and_refuses_another(tmp_path: Path) -> None:
+    from promem_fast.testing.embed_hashing import HashingEmbedder
+    from promem_fast.config import EngineConfig
+
+    with MemoryStore(tmp_path / "m.db", scripted_config(), profile="scripted") as store:
         store.add([MAYA_1])
+    # opened with the defaults (a sentence-transformers model): the recorded embedder is used, none loaded
+    with MemoryStore(tmp_path / "m.db", EngineConfig(), read_only=True) as store:
+        assert store.search("Maya", "Lisbon job", k=1)[0].text == "Maya moved to Lisbon for a job at Nordvik."
+        assert isinstance(store.embedder, HashingEmbedder) and store.embedder.dim == 256
+    # handed another embedder (an engine's): one line naming both, before anything is embedded
     other = scripted_config()
     other.embedder.dim = 64
+    with pytest.raises(StoreError) as refused:
+        MemoryStore(tmp_path / "m.db", other, embedder=HashingEmbedder(other.embedder))
+    assert str(refused.value) == (f"{tmp_path / 'm.db'}: filled by embedder hashing (256 dims); this one is "
+                                  "hashing (64 dims): use --profile scripted with this store, or another store")
+    # a store from before embedders were recorded still refuses vectors of another dimension
+    raw = sqlite3.connect(tmp_path / "m.db")
+    raw.execute("DELETE FROM meta WHERE key = 'embedder'")
+    raw.commit()
+    raw.close()
     with MemoryStore(tmp_path / "m.db", other) as store:
-        with pytest.raises(StoreError, match="256-dimensional vectors but this embedder gives 64"):
+        with pytest.raises(StoreError, match="filled by an embedder of 256 dims; this embedder gives 64 dims"):
             store.search("Maya", "Lisbon")
-        with pytest.raises(StoreError, match="256-dimensional"):
+        with pytest.raises(StoreError, match="256 dims"):
             store.add([MAYA_2])
 
 

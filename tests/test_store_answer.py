@@ -10,11 +10,11 @@ import pytest
 
 from conftest import Recording, make_session, scripted_config
 from promem_fast.backends.base import NLIResult
-from promem_fast.backends.embed_hashing import HashingEmbedder
+from promem_fast.testing.embed_hashing import HashingEmbedder
 from promem_fast.engine import Engine
-from promem_fast.eval.qa import memory_units
+from promem_fast.store.qa import memory_units
 from promem_fast.store import MemoryStore, answering
-from store_helpers import graph
+from store_helpers import TopicEmbedder, graph
 
 
 def test_store_units_and_vectors_are_the_graphs_qa_units(tmp_path: Path) -> None:
@@ -36,11 +36,13 @@ def test_answer_reads_current_memory_and_dates_it(tmp_path: Path) -> None:
     jobs = [graph("j1", "Maya", ["Maya works as a nurse at Mercy hospital in Boston."], timestamp="2024-01-10"),
             graph("j2", "Maya", ["Maya works as a teacher at Lincoln school in Boston."], timestamp="2024-06-10")]
     config = scripted_config()
-    with MemoryStore(tmp_path / "m.db", config, update_min_cosine=0.3) as store, Engine(config) as engine:
+    topic = TopicEmbedder()
+    with MemoryStore(tmp_path / "m.db", config, embedder=topic) as store, Engine(config, embedder=topic) as engine:
         store.add(jobs)
         (reply,) = store.answer("Maya", ["Where does Maya work as a teacher or nurse?"], engine=engine)
-    assert reply["prediction"] == "Maya works as a teacher at Lincoln school in Boston."
-    assert [(r["session_id"], r["date"]) for r in reply["retrieved"]] == [("j2", "2024-06-10")]
+    # the answerer is shown the current job only, dated with its weekday (what it answers is the stand-in's)
+    assert [(r["session_id"], r["date"], r["text"]) for r in reply["retrieved"]] == [
+        ("j2", "2024-06-10 (Monday)", "Maya works as a teacher at Lincoln school in Boston.")]
 
 
 def test_ingest_extracts_only_what_the_store_lacks(tmp_path: Path) -> None:
@@ -96,8 +98,9 @@ def test_the_nli_judge_supersedes_on_contradiction_in_one_batched_call(tmp_path:
     facts = [("nurse", "a cat"), ("teacher", "a dog")]
     jobs = [graph(f"j{i}", "Maya", [f"Maya works as a {job} in Boston.", f"Maya owns {pet} in Boston."],
                   timestamp=f"2024-0{i + 1}-10") for i, (job, pet) in enumerate(facts)]
-    with MemoryStore(tmp_path / "m.db", config, update_judge="nli", update_min_cosine=0.3) as store, \
-            Engine(config, nli=nli) as engine:
+    topic = TopicEmbedder()
+    with MemoryStore(tmp_path / "m.db", config, update_judge="nli", embedder=topic) as store, \
+            Engine(config, nli=nli, embedder=topic) as engine:
         store.add(jobs[:1], engine=engine)
         store.add(jobs[1:], engine=engine)
         old = {h["text"]: h["superseded_by"] for h in store.get_all("Maya", history=True)}

@@ -1,5 +1,5 @@
 """The store from the command line: ``extract --db`` then ``search``, ``ask``, ``export --db``, ``import`` and
-``ingest`` on the real HaluMem sample with the scripted backends; user errors are one line and status 2."""
+``ingest`` of a HaluMem-schema user with the scripted backends; user errors are one line and status 2."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import halumem_sessions, write_jsonl
+from conftest import tomas_sessions, write_jsonl
 from promem_fast.cli import main
 from promem_fast.store import MemoryStore
 
@@ -17,7 +17,7 @@ SCRIPTED = ["--profile", "scripted", "--no-progress"]
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sessions = halumem_sessions(6)
+    sessions = tomas_sessions(6)
     user = sessions[0].user
     source = write_jsonl(tmp_path / "in.jsonl", sessions)
     db, graphs = tmp_path / "memory.db", tmp_path / "graphs.jsonl"
@@ -69,7 +69,7 @@ def test_user_errors_are_one_line_and_status_2(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -> None:
-    sessions = halumem_sessions(4)
+    sessions = tomas_sessions(4)
     source = write_jsonl(tmp_path / "in.jsonl", sessions)
     graphs, db = tmp_path / "graphs.jsonl", tmp_path / "memory.db"
     assert main(["extract", str(source), "-o", str(graphs), *SCRIPTED]) == 0  # a run without the store

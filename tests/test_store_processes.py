@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, halumem_sessions, scripted_config, write_jsonl
+from conftest import ROOT, tomas_sessions, scripted_config, write_jsonl
 from promem_fast.store import MemoryStore
 from store_helpers import NODES_PER_SESSION, worker_graph
 
@@ -79,7 +79,7 @@ def test_kill_9_inside_a_session_leaves_no_torn_session_and_ingest_resumes(tmp_p
 
 
 def test_extract_into_a_store_killed_then_resumed_stores_every_session_once(tmp_path: Path) -> None:
-    sessions = halumem_sessions(12)
+    sessions = tomas_sessions(12)
     source = write_jsonl(tmp_path / "in.jsonl", sessions)
     out, db = tmp_path / "graphs.jsonl", tmp_path / "memory.db"
     cmd = [sys.executable, "-m", "promem_fast.cli", "extract", str(source), "-o", str(out), "--db", str(db),

@@ -1,6 +1,13 @@
-"""The package's shape, read from its source: no import circles between ``promem_fast`` modules and no module
-longer than a reader can hold, so that each new feature (the store, the service, Ray) has one obvious place
-to go and a module can be read, tested and replaced on its own (issue 17).
+"""The package's shape, read from its source: a layer contract between its packages, no import circles
+between modules or packages, and no module longer than a reader can hold, so that each new feature (the
+store, the service, Ray) has one obvious place to go and a module can be read, tested and replaced on its
+own (issues 17 and 25).
+
+The contract (:data:`LAYERS`, DESIGN.md's order): foundations -> backends -> requests and services ->
+pipeline -> engine -> store -> eval and distributed -> serve -> cli, with the test stand-ins
+(``promem_fast.testing``) above them all. A package may import its own layer and those below it, never one
+above; so the product never imports ``promem_fast.testing``. The backend registry names the stand-ins by a
+``module:Class`` string (loaded only when the ``scripted`` profile picks them): a string is no import.
 
 Imports are found with :mod:`ast`, without importing anything. An import inside a function counts as much
 as one at the top: it runs later, but it still ties the two modules together, and a circle closed by one
@@ -19,6 +26,21 @@ PACKAGE = Path(__file__).resolve().parent.parent / "promem_fast"
 
 MAX_LINES = 450
 """Past this, a module has usually grown a second concern that deserves a module of its own."""
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("types", "errors", "version", "deps", "config", "config_merge", "prompts", "native", "jsonl", "io", "models",
+     "manifest", "summary", "isolation"),
+    ("backends",),
+    ("requests", "services", "parsing", "context"),
+    ("pipeline",),
+    ("engine", "calibration"),
+    ("store", "memory"),
+    ("eval", "distributed"),
+    ("serve", "client"),
+    ("cli",),
+    ("testing",),
+)
+"""The layers, lowest first; each name is a module or subpackage directly under ``promem_fast``."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +191,66 @@ def long_files(package: Path) -> dict[str, int]:
     return {name: n for name, n in sorted(counts.items()) if n > MAX_LINES}
 
 
+def unit_of(module: str) -> str | None:
+    """The contract's unit of a dotted module: ``promem_fast.store.qa`` -> ``store``; ``None`` for the
+    package's face (``promem_fast`` itself, which only hands names on) and for modules of another package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer_of(unit: str) -> int | None:
+    """The unit's layer (0 = foundations), ``None`` for one missing from :data:`LAYERS`."""
+    return next((number for number, names in enumerate(LAYERS) if unit in names), None)
+
+
+def package_edges(edges: list[Import]) -> list[Import]:
+    """The module imports that cross from one unit (:func:`unit_of`) to another, named by unit."""
+    out = []
+    for edge in edges:
+        source, target = unit_of(edge.source), unit_of(edge.target)
+        if source and target and source != target:
+            out.append(Import(source, target, edge.line, edge.deferred))
+    return out
+
+
+def against_the_layers(edges: list[Import]) -> list[str]:
+    """Every import from a unit to one on a higher layer, with the module and line that makes it (units with
+    no layer are left to :func:`test_every_package_and_top_module_has_a_layer`)."""
+    wrong = []
+    for edge in edges:
+        source, target = unit_of(edge.source), unit_of(edge.target)
+        low, high = (layer_of(source) if source else None), (layer_of(target) if target else None)
+        if low is not None and high is not None and high > low:
+            wrong.append(str(edge))
+    return sorted(wrong)
+
+
+def two_way(edges: list[Import]) -> list[tuple[str, str]]:
+    """The pairs of units that import each other (the shortest circles, the way a reader counts them)."""
+    pairs = {(e.source, e.target) for e in edges}
+    return sorted((a, b) for a, b in pairs if a < b and (b, a) in pairs)
+
+
 # ---------------------------------------------------------------------------------------------- the package
+def test_every_package_and_top_module_has_a_layer() -> None:
+    units = {unit_of(name) for name in module_files(PACKAGE)} - {None}
+    missing = sorted(u for u in units if not any(u in names for names in LAYERS))  # type: ignore[operator]
+    assert not missing, f"promem_fast units with no layer in LAYERS: {missing}"
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    wrong = against_the_layers(imports(PACKAGE))
+    assert not wrong, "imports against the layer contract:\n" + "\n".join(wrong)
+
+
+def test_no_import_circles_between_packages() -> None:
+    edges = package_edges(imports(PACKAGE))
+    found = circles(edges)
+    named = [sorted({e.source for e in circle}) for circle in found]
+    assert not found, (f"packages that reach each other: {named}; of them importing each other directly: "
+                       + ", ".join(f"{a} <-> {b}" for a, b in two_way(edges)))
+
+
 def test_no_import_circles_between_modules() -> None:
     found = circles(imports(PACKAGE))
     assert not found, "import circles:\n" + "\n\n".join("\n".join(map(str, circle)) for circle in found)
@@ -234,3 +315,16 @@ def test_long_files_counts_lines_per_module(tmp_path: Path) -> None:
     package = _write(tmp_path, {"pkg/__init__.py": "", "pkg/sub/long.py": "x = 1\n" * (MAX_LINES + 1),
                                 "pkg/short.py": "x = 1\n" * MAX_LINES})
     assert long_files(package) == {"sub/long.py": MAX_LINES + 1}
+
+
+def test_the_layer_checker_names_an_upward_import_and_a_package_circle() -> None:
+    """``backends`` (layer 1) importing ``store`` (layer 5) is against the contract, and with the store's
+    own import of ``backends`` it closes a package circle, as the scripted model did from ``backends/``."""
+    edges = [Import("promem_fast.backends.llm_scripted", "promem_fast.store.prompts", 7, False),
+             Import("promem_fast.store.store", "promem_fast.backends.base", 3, False),
+             Import("promem_fast.store.store", "promem_fast.store.rows", 4, False)]
+    assert against_the_layers(edges) == [
+        "promem_fast.backends.llm_scripted line 7 imports promem_fast.store.prompts"]
+    assert [sorted({e.source for e in c}) for c in circles(package_edges(edges))] == [["backends", "store"]]
+    assert two_way(package_edges(edges)) == [("backends", "store")]
+    assert unit_of("promem_fast") is None and unit_of("promem_fast.store.qa") == "store"

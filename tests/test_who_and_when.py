@@ -9,8 +9,8 @@ from typing import Any
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.backends.llm_scripted import ScriptedLLM, parse_rendered
-from promem_fast.backends.nli_lexical import LexicalNLI
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
+from promem_fast.testing.nli_lexical import LexicalNLI
 from promem_fast.config import EngineConfig
 from promem_fast.engine import Engine
 from promem_fast.pipeline.events import uses_lightmem
@@ -73,21 +73,27 @@ def test_relations_default_to_the_papers_two_with_their_direction_in_every_promp
         assert "for/with" not in prompt
 
 
-def test_facts_resolve_the_owner_and_relative_dates_and_keep_the_day() -> None:
+FLYING = {"draft": lambda f: {"facts": ["Maya Chen is flying to Oslo for a conference."]},
+          "event": lambda f: {"events": []}}
+"""A model that states one fact, whatever the prompt: what the nodes' dates are is then the product's doing."""
+
+
+def test_every_node_carries_the_session_day_through_json_and_node_link_data() -> None:
     for mode in ("promem", "one-off"):
-        graph = Engine(scripted_config(mode=mode)).extract([session()])[0]
-        texts = [n.text for n in graph.nodes]
-        assert "Maya Chen is flying to Oslo on 2025-03-15 for a conference." in texts, mode
-        assert all(n.date == "2025-03-14" for n in graph.nodes), mode
+        graph = Engine(scripted_config(mode=mode), llm=ScriptedLLM(rules=FLYING)).extract([session()])[0]
+        assert [(n.text, n.date) for n in graph.nodes] == [
+            ("Maya Chen is flying to Oslo for a conference.", "2025-03-14")], mode
         again = MemoryGraph.from_json(graph.to_json())
-        assert [n.date for n in again.nodes] == [n.date for n in graph.nodes]
-        assert all(node["date"] == "2025-03-14" for node in graph.node_link_data()["nodes"])
+        assert [n.date for n in again.nodes] == ["2025-03-14"], mode
+        assert [node["date"] for node in graph.node_link_data()["nodes"]] == ["2025-03-14"], mode
 
 
-def test_without_a_session_date_relative_dates_stay_as_said() -> None:
-    graph = Engine(scripted_config(mode="one-off")).extract([session(stamp=None)])[0]
-    assert "Maya Chen is flying to Oslo tomorrow for a conference." in [n.text for n in graph.nodes]
-    assert all(n.date is None for n in graph.nodes)
+def test_without_a_session_date_the_prompts_say_so_and_no_node_gets_a_date() -> None:
+    llm = Seeing(rules=FLYING)
+    graph = Engine(scripted_config(mode="one-off"), llm=llm).extract([session(stamp=None)])[0]
+    (draft,) = llm.prompts["draft"]
+    assert "The session took place on unknown." in draft and "2025" not in draft
+    assert [(n.text, n.date) for n in graph.nodes] == [("Maya Chen is flying to Oslo for a conference.", None)]
 
 
 def test_the_scripted_model_finds_no_owner_facts_in_a_prompt_that_does_not_name_the_owner() -> None:
@@ -116,21 +122,51 @@ def test_the_nli_premise_says_who_spoke_and_the_lexical_checker_only_resolves_i_
     assert other.label == "neutral"  # "I" is Maya's: the speaker named, not any name
 
 
+CITIES = ["Oslo", "Rome", "Lima", "Kyoto", "Accra", "Quito", "Hanoi", "Perth", "Cairo", "Dublin", "Tunis", "Riga"]
+
+
+def trips(count: int) -> tuple[Session, dict[str, Any]]:
+    """A one-turn session naming ``count`` trips, and a draft rule that lists every trip the prompt's
+    continuation tail has not listed yet (the scripted model cuts a reply at the schema's cap, as a model
+    held to the schema does)."""
+    facts = [f"Ann visited {city} in {2001 + i}." for i, city in enumerate(CITIES[:count])]
+    said = " ".join(f"I visited {city} in {2001 + i}." for i, city in enumerate(CITIES[:count]))
+
+    def draft(fields: dict[str, str]) -> dict[str, list[str]]:
+        return {"facts": [fact for fact in facts if fact not in fields["more"]]}
+
+    one_turn = Session(session_id="trips", user="Ann", turns=(Turn(0, "user", said, DAY),), timestamp=DAY)
+    return one_turn, {"draft": draft}
+
+
+class Counting(ScriptedLLM):
+    """The scripted model, counting the draft requests it is sent."""
+
+    drafts = 0
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        self.drafts += sum(1 for r in requests if (parse_rendered(r.messages) or ("",))[0] == "draft")
+        return super().generate(requests)
+
+
 def test_a_list_that_fills_the_cap_is_asked_for_the_rest() -> None:
-    said = [(f"I visited the town of Place{i} in {2000 + i}.", "Nice.") for i in range(20)]
-    turns = tuple(Turn(turn_id=i, role=r, text=t, timestamp=DAY) for i, p in enumerate(said) for r, t in zip(("user", "assistant"), p))
-    many = Session(session_id="many", user="Ann", turns=turns, timestamp=DAY)
-    graph = Engine(scripted_config(mode="one-off", max_list_items=4)).extract([many])[0]
-    assert len(graph.nodes) == 10  # every other owner sentence, the scripted draft's rule, none cut at 4
-    assert graph.stats.counts["list_continuations"] >= 2
+    """10 trips with a cap of 4: replies of 4, 4 and 2, so two continuations and every trip kept, in order."""
+    one_turn, rules = trips(10)
+    llm = Counting(rules=rules)
+    graph = Engine(scripted_config(mode="one-off", max_list_items=4), llm=llm).extract([one_turn])[0]
+    assert [n.text for n in graph.nodes] == [f"Ann visited {c} in {2001 + i}." for i, c in enumerate(CITIES[:10])]
+    assert llm.drafts == 3 and graph.stats.counts["list_continuations"] == 2
     assert "lists_left_full" not in graph.stats.counts
 
 
 def test_a_list_still_full_after_the_bounded_continuations_is_counted_not_hidden() -> None:
-    said = " ".join(f"I visited the town of Place{i} in {2000 + i}." for i in range(40))
-    one_turn = Session(session_id="one", user="Ann", turns=(Turn(0, "user", said, DAY),), timestamp=DAY)
-    graph = Engine(scripted_config(mode="one-off", max_list_items=2)).extract([one_turn])[0]
-    assert len(graph.nodes) == 8  # 4 rounds of 2
+    """12 trips with a cap of 2: the first request and 3 continuations (the bound) give 8; the 4 left are
+    said to be left (``lists_left_full``), not silently lost."""
+    one_turn, rules = trips(12)
+    llm = Counting(rules=rules)
+    graph = Engine(scripted_config(mode="one-off", max_list_items=2), llm=llm).extract([one_turn])[0]
+    assert [n.text for n in graph.nodes] == [f"Ann visited {c} in {2001 + i}." for i, c in enumerate(CITIES[:8])]
+    assert llm.drafts == 4
     assert graph.stats.counts["lists_left_full"] == 1
 
 
@@ -151,9 +187,9 @@ def test_lightmems_combined_cut_is_used_on_the_gpu_profile_when_the_compressor_i
 
     gpu = EngineConfig.profile("gpu")
     assert EngineConfig().pipeline.segmenter == "similarity" and gpu.pipeline.segmenter == "auto"
-    assert not uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
-    gpu.compression.model = "models/llmlingua-2"
     assert uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
+    gpu.compression.model = None
+    assert not uses_lightmem(Ctx(gpu))  # type: ignore[arg-type]
 
 
 def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:

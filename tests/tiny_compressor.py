@@ -14,7 +14,7 @@ import string
 from pathlib import Path
 from typing import Any, Literal
 
-from promem_fast.tiny_nli import tiny_corpus
+from promem_fast.testing.tiny_nli import tiny_corpus
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ class BackendSpec:
 
 
 BACKENDS: tuple[BackendSpec, ...] = (
-    BackendSpec("llm", "scripted", "promem_fast.backends.llm_scripted:ScriptedLLM", None,
+    BackendSpec("llm", "scripted", "promem_fast.testing.llm_scripted:ScriptedLLM", None,
                 "deterministic rule-based replies for tests and dry runs of the control flow"),
     BackendSpec("llm", "llamacpp", "promem_fast.backends.llm_llamacpp:LlamaCppLLM", "cpu",
                 "any GGUF on llama.cpp, JSON-schema grammars; default SmolLM2-135M-Instruct"),
@@ -51,13 +51,13 @@ BACKENDS: tuple[BackendSpec, ...] = (
                 "exported sequence-classification NLI model on ONNX Runtime (CUDA EP fp16 / CPU EP)"),
     BackendSpec("nli", "torch", "promem_fast.backends.nli_torch:TorchNLI", "cpu",
                 "the same NLI model in plain torch"),
-    BackendSpec("nli", "lexical", "promem_fast.backends.nli_lexical:LexicalNLI", None,
+    BackendSpec("nli", "lexical", "promem_fast.testing.nli_lexical:LexicalNLI", None,
                 "deterministic content-word overlap checker (tests, dry runs)"),
     BackendSpec("embedder", "sentence-transformers", "promem_fast.backends.embed_st:SentenceTransformerEmbedder",
                 "cpu", "any sentence-transformers model; default the all-MiniLM-L6-v2 shipped on PyPI"),
     BackendSpec("embedder", "onnx", "promem_fast.backends.embed_onnx:OnnxEmbedder", "cpu",
                 "a sentence-transformers model exported to ONNX, mean pooling on ONNX Runtime"),
-    BackendSpec("embedder", "hashing", "promem_fast.backends.embed_hashing:HashingEmbedder", None,
+    BackendSpec("embedder", "hashing", "promem_fast.testing.embed_hashing:HashingEmbedder", None,
                 "deterministic hashed bag of words (tests, dry runs)"),
     BackendSpec("similarity", "numpy", "promem_fast.backends.sim_numpy:NumpySimilarity", None,
                 "one matrix product per (queries, keys) pair"),

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.errors import BackendError
 
 logger = logging.getLogger(__name__)

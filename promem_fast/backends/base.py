@@ -14,8 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-Message = Mapping[str, str]
-"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+from promem_fast.types import Message
 
 NLILabel = Literal["entailment", "neutral", "contradiction"]
 

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.config import CompressionConfig
 from promem_fast.errors import ConfigError
 from promem_fast.models import entry, offline_env, registry

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.backends.embed_st import DEFAULT_MODEL, length_order, unit_rows
 from promem_fast.config import EmbedderConfig
 from promem_fast.errors import ConfigError

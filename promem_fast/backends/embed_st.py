@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.config import EmbedderConfig
 from promem_fast.errors import ConfigError
 from promem_fast.models import offline_env, resolve

@@ -60,7 +60,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.backends._llamacpp_grammar import gbnf_for
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.backends._message_cache import MessageCache, chat_template_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig

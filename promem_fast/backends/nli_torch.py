@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.backends._nli_common import WindowedNLI
 from promem_fast.config import NLIConfig
 from promem_fast.errors import ConfigError

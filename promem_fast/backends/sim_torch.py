@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.backends.base import TIE_TOLERANCE, prepare_pairs
 from promem_fast.config import SimilarityConfig
 from promem_fast.errors import ConfigError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ def register(sub: Any) -> None:
     tau.add_argument("--data", type=Path, required=True, help="HaluMem JSONL (users with sessions and memory points)")
     tau.add_argument("--limit", type=int, help="only the first N users")
     tau.add_argument("--sessions", type=int, metavar="N", help="only the first N sessions of each user")
+    tau.add_argument("--users", metavar="START:END", help="calibrate on the users at these positions of the file "
+                     "(e.g. 0:5), and evaluate on the others (`promem eval halumem --users 5: --tau TAU.json`)")
+    tau.add_argument("-o", "--output", type=Path, metavar="TAU.json",
+                     help="write the chosen tau with its embedder, users, data sha256 and curve, for `promem eval "
+                          "--tau`, which refuses it for another embedder or for users it was calibrated on")
     config_args(tau)
     tau.set_defaults(func=cmd_tau)
 
@@ -31,12 +37,13 @@ def cmd_tau(args: argparse.Namespace) -> int:
     from promem_fast.calibration import SessionVectors, candidates_program, choose, curve, table
     from promem_fast.engine import Engine
     from promem_fast.eval.datasets import load_benchmark
+    from promem_fast.eval.split import select_users, tau_record
 
     if not args.data.is_file():
         print(f"promem: no such data file: {args.data}", file=sys.stderr)
         return 2
     config = build_config(args)
-    bench = load_benchmark("halumem", args.data, args.limit, sessions=args.sessions)
+    bench = select_users(load_benchmark("halumem", args.data, args.limit, sessions=args.sessions), args.users)
     gold = {sid: [p.content for p in points] for user in bench.users
             for sid, points in user.memory_points_by_session().items()}
     sessions = bench.sessions
@@ -59,4 +66,10 @@ def cmd_tau(args: argparse.Namespace) -> int:
     print(f"embedder: {name} ({config.embedder.backend}); {len(sessions)} sessions of {args.data}")
     print(table(points, chosen))
     print(f"tau_comp = {chosen.tau:.2f} (set it with --set pipeline.tau_comp={chosen.tau:.2f})")
+    if args.output:
+        rows = [{"tau": p.tau, "recovered": p.recovered, "useful": p.useful, "redundant": p.redundant,
+                 "gold_reached": p.gold_reached, "gold_total": p.gold_total} for p in points]
+        record = tau_record(config, bench, args.data, chosen.tau, rows)
+        args.output.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        print(f"tau record: {args.output} ({len(record['users'])} users; evaluate on others with --tau)")
     return 0

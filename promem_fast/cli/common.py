@@ -9,7 +9,7 @@ from typing import Any
 
 def config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML / TOML / JSON config file")
-    parser.add_argument("--profile", choices=["cpu", "gpu", "scripted"],
+    parser.add_argument("--profile", choices=["cpu", "gpu", "paper", "scripted"],
                         help="preset applied before --config and --set (default: cpu)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override one config field, e.g. --set pipeline.tau_comp=0.5 (repeatable)")
@@ -18,45 +18,21 @@ def config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace) -> Any:
+    """The run's :class:`~promem_fast.config.EngineConfig`, resolved (and validated) in one place from the
+    command's options: ``--profile``, ``--config``, ``--set``, then the flags of the command at hand."""
     from promem_fast.config import EngineConfig
 
-    config = EngineConfig.profile(args.profile or "cpu")
-    if args.config:
-        import dataclasses
-
-        loaded = EngineConfig.load(args.config)
-        config = loaded if not args.profile else EngineConfig.from_dict(
-            {"profile": args.profile, **_nondefault(dataclasses.asdict(loaded))})
-    config = config.with_overrides(args.overrides)
+    run: dict[str, Any] = {}
     if getattr(args, "max_in_flight", None) is not None:
-        config.max_in_flight = args.max_in_flight
+        run["max_in_flight"] = args.max_in_flight
     if getattr(args, "no_progress", False):
-        config.progress = False
+        run["progress"] = False
     if getattr(args, "on_error", None):
-        config.on_error = args.on_error
+        run["on_error"] = args.on_error
     if getattr(args, "no_timings", False):
-        config.record_timings = False
+        run["record_timings"] = False
     if getattr(args, "fsync", False):
-        config.fsync = True
+        run["fsync"] = True
     if getattr(args, "compress", None) is not None:
-        config.compression.enabled = True
-        config.compression.rate = args.compress
-    return config.validate()
-
-
-def _nondefault(values: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a loaded config that differ from the defaults (so a --profile stays in force)."""
-    import dataclasses
-
-    from promem_fast.config import EngineConfig
-
-    defaults = dataclasses.asdict(EngineConfig())
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and isinstance(defaults.get(key), dict) and key != "roles":
-            sub = {k: v for k, v in value.items() if defaults[key].get(k) != v}
-            if sub:
-                out[key] = sub
-        elif defaults.get(key) != value:
-            out[key] = value
-    return out
+        run["compression"] = {"enabled": True, "rate": args.compress}
+    return EngineConfig.resolve(profile=args.profile, file=args.config, overrides=args.overrides, run=run)

@@ -21,7 +21,7 @@ _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both spe
 
 
 _ROUTINGS = ("official", "both")
-"""The keys of :data:`promem_fast.eval.judges.UPDATE_ROUTINGS`, repeated so the parser imports nothing heavy."""
+"""The keys of :data:`promem_fast.eval.updates.UPDATE_ROUTINGS`, repeated so the parser imports nothing heavy."""
 
 
 def register(subparsers: Any) -> None:
@@ -76,11 +76,27 @@ def _add_benchmark(actions: Any, kind: str) -> None:
     p.add_argument("-o", "--out-dir", type=Path, default=Path("eval-out"), help="output folder (default: eval-out)")
     p.add_argument("--graphs", type=Path, help="graphs JSONL to reuse and extend (default: "
                    "OUT/graphs-<kind>-<variant>.jsonl; sessions already in it are not extracted again)")
+    p.add_argument("--users", metavar="START:END", help="only the users (conversations, questions) at these "
+                   "positions of the file, e.g. 5: to keep the first five apart for calibration")
+    p.add_argument("--tau", type=Path, metavar="TAU.json", help="use the tau_comp of `promem calibrate tau -o`; "
+                   "refused when it was calibrated for another embedder or on any user evaluated here")
+    p.add_argument("--retrieval", action="store_true",
+                   help="measure retrieval only: evidence recall@k per question category (no answering, no judge; "
+                        "writes OUT/retrieval-<kind>.json and .md)")
+    p.add_argument("--k", default="1,5,10,20", metavar="K,K,…", help="with --retrieval: the k of recall@k")
+    p.add_argument("--time-aware", action="store_true",
+                   help="with --retrieval: also rank as of each question's date (reported as not measured while "
+                        "the store has no time-aware search)")
     if kind == "halumem":
         p.add_argument("--update-points", choices=_ROUTINGS, default="official",
-                       help="official (default, as HaluMem's own evaluation): a gold point with is_update goes to "
-                            "the update judge only when the session has memories; both: also to the integrity "
-                            "judge, so recall covers every gold point")
+                       help="official (default, as HaluMem's own evaluation): a gold point with is_update and "
+                            "earlier values goes to the update judge with the store's top-10 memories for it, any "
+                            "other point (or one the search finds nothing for) to the integrity judge; both: every "
+                            "point to the integrity judge too, so recall covers every gold point")
+        p.add_argument("--judge-prompts", type=Path, metavar="PATH",
+                       help="grade with HaluMem's official judge prompts, read from PATH: your checkout of the "
+                            "HaluMem repository (its eval/eval_tools.py) or that file; the result records the file "
+                            "and its sha256 (default: the project's own judge prompts)")
     config_args(p)
     p.set_defaults(func=cmd_eval, kind=kind)
 
@@ -100,9 +116,14 @@ def headline(kind: str, result: dict[str, Any]) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from promem_fast.eval.runner import run_eval
 
+    if args.retrieval:
+        return _retrieval(args)
+
     result = run_eval(args.kind, args.data, build_config(args), limit=args.limit, sessions=args.sessions,
                       variant=args.variant, out_dir=args.out_dir, graphs_path=args.graphs,
-                      update_routing=getattr(args, "update_points", "official"))
+                      update_routing=getattr(args, "update_points", "official"),
+                      judge_prompts_path=getattr(args, "judge_prompts", None), users=args.users,
+                      tau_path=args.tau)
     counts = result["counts"]
     print(f"{result['benchmark']} [{result['label']}]: {counts['users']} users, {counts['sessions']} sessions, "
           f"{counts['questions']} questions, {counts['graphs']} graphs")
@@ -114,6 +135,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in ("result", "report", "chart", "graphs"):
         if result["files"][name]:
             print(f"{name}: {result['files'][name]}")
+    return 0
+
+
+def _retrieval(args: argparse.Namespace) -> int:
+    """``promem eval KIND --retrieval``: evidence recall@k, printed as the report's table."""
+    from promem_fast.errors import ConfigError
+    from promem_fast.eval.retrieval import render, run_retrieval
+
+    try:
+        ks = [int(k) for k in args.k.split(",") if k.strip()]
+    except ValueError:
+        raise ConfigError(f"--k takes integers separated by commas, got {args.k!r}") from None
+    result = run_retrieval(args.kind, args.data, build_config(args), out_dir=args.out_dir, limit=args.limit,
+                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware)
+    print(render(result))
+    print(f"retrieval: {args.out_dir / f'retrieval-{args.kind}.json'}")
     return 0
 
 

@@ -56,7 +56,7 @@ def judge_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
     from promem_fast.serve.app import create_app
     from promem_fast.serve.service import Service
 

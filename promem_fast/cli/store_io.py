@@ -44,7 +44,8 @@ def register(sub: Any) -> None:
 def open_store(args: argparse.Namespace, config: Any, *, embedder: Any = None) -> Any:
     from promem_fast.store import MemoryStore
 
-    return MemoryStore(args.db, config, embedder=embedder, update_judge=getattr(args, "update_judge", None) or "llm")
+    return MemoryStore(args.db, config, embedder=embedder, update_judge=getattr(args, "update_judge", None) or "llm",
+                       profile=getattr(args, "profile", None))
 
 
 def read_graph_lines(path: Path) -> Iterator[tuple[int, MemoryGraph | InputError]]:

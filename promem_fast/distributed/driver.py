@@ -21,10 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from promem_fast import __version__
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import (
-    Shard, cross_shard_duplicates, files, fingerprint, is_complete, plan, write_shard,
+    Shard, cross_shard_duplicates, files, is_complete, plan, write_shard,
 )
 from promem_fast.distributed.summary import DistributedSummary, summary_to_dict
 from promem_fast.errors import InputError, PromemError
@@ -35,8 +34,6 @@ SUMMARY_FILE = "summary.json"
 SHARD_RETRIES = 3
 """Times a shard is retried on a restarted actor after its actor died; a shard that kills every actor it
 meets (a crash in a native backend on one input) then stops the run instead of retrying forever."""
-_OUTSIDE_RECORDS = ("progress", "fsync", "max_in_flight", "max_batch_size")
-"""Config fields that do not change a record (the engine's output does not depend on its batching)."""
 
 
 def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, config: EngineConfig | None = None,
@@ -63,9 +60,7 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     out.mkdir(parents=True, exist_ok=True)
     if overwrite:
         _clear(out, shards)
-    settings = {k: v for k, v in config.to_dict().items() if k not in _OUTSIDE_RECORDS}
-    # the version too, as a single-node resume refuses output of another version (manifest.py)
-    config_hash = fingerprint({**settings, "parquet": parquet, "version": __version__})
+    config_hash = shard_fingerprint(config, parquet=parquet)
     summary = DistributedSummary()
     pending: list[Shard] = []
     for shard in shards:
@@ -88,10 +83,16 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     return summary
 
 
+def shard_fingerprint(config: EngineConfig, *, parquet: bool) -> str:
+    """What a finished shard's manifest must hold to be kept: the config's fingerprint, the one a single-node
+    ``--resume`` goes by (:mod:`promem_fast.manifest`), and whether Parquet files were asked for."""
+    return config.fingerprint() + ("+parquet" if parquet else "")
+
+
 def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineConfig, config_hash: str,
          summary: DistributedSummary, *, address: str | None, actors: int, gpus_per_actor: float,
          cpus_per_actor: float, parquet: bool) -> None:
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     ray = require("ray", "ray", "ray[data]")
     require("ray.data", "ray", "ray[data]")

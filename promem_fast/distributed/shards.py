@@ -12,7 +12,6 @@ byte size of the others, so a shard counts as done only when all three are whole
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -106,7 +105,7 @@ def _jsonl_cuts(path: Path, size: int) -> Iterator[tuple[int, int, int]]:
 
 def _parquet_cuts(path: Path, size: int) -> Iterator[tuple[int, int, int]]:
     """Runs of whole row groups holding at least ``size`` rows each (row groups are never split)."""
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     pq = require("pyarrow.parquet", "ray", "pyarrow")
     meta = pq.ParquetFile(path).metadata
@@ -162,7 +161,7 @@ def cross_shard_duplicates(ids: list[list[str]]) -> list[list[str]]:
 def _raw_lines(shard: Shard) -> Iterator[tuple[int, bytes]]:
     """Numbered raw records: JSONL lines split on b"\\n" as the cut was, Parquet rows as their JSON text."""
     if shard.format == "parquet":
-        from promem_fast.backends._deps import require
+        from promem_fast.deps import require
 
         pq = require("pyarrow.parquet", "ray", "pyarrow")
         table = pq.ParquetFile(shard.path).read_row_groups(list(range(shard.start, shard.stop)))
@@ -188,11 +187,6 @@ def _drop_nulls(value: Any) -> Any:
 def files(out_dir: Path, name: str) -> dict[str, Path]:
     return {"graphs": out_dir / f"{name}.jsonl", "rejects": out_dir / f"{name}.rejects.jsonl",
             "parquet": out_dir / f"{name}.parquet", "manifest": out_dir / f"{name}.manifest.json"}
-
-
-def fingerprint(config: dict[str, Any]) -> str:
-    """A short hash of everything that shapes the records, so a rerun with other settings is caught."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def is_complete(out_dir: Path, shard: Shard, config_hash: str) -> bool:
@@ -238,7 +232,7 @@ def _atomic_write(path: Path, data: bytes, fsync: bool) -> int:
 
 def _write_parquet(path: Path, graphs: str, fsync: bool) -> int:
     """The graphs as Parquet: ``session_id`` and the record's JSON text (the same bytes as the JSONL line)."""
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     pa = require("pyarrow", "ray")
     pq = require("pyarrow.parquet", "ray", "pyarrow")

@@ -27,7 +27,9 @@ from typing import Any
 
 from promem_fast.errors import InputError
 
+from . import metrics
 from .judges import UPDATE_ROUTINGS, aggregate_halumem, aggregate_locomo, aggregate_longmemeval
+from .provenance import code_version, data_files
 
 PathLike = str | os.PathLike[str]
 
@@ -249,6 +251,7 @@ def aggregate(labels: LabelSet) -> dict[str, Any]:
         "kind": labels.kind, "format": labels.format, "sources": labels.sources,
         "update_routing": labels.update_routing, "counts": {g: len(rows) for g, rows in groups.items()},
         "headline": aggregates["headline"], "aggregates": aggregates,
+        "provenance": {"code": code_version(), "labels": data_files(labels.sources)},
     }
     if labels.kind == "halumem":
         out["overall_score"] = halumem_overall_score(aggregates)
@@ -286,6 +289,9 @@ def halumem_overall_score(aggregates: dict[str, Any]) -> dict[str, Any]:
             "weighted_accuracy(all)": a.get("weighted_accuracy"),
             "weighted_accuracy(valid)": a.get("weighted_accuracy_valid"),
             "memory_valid_num": a.get("n_valid"), "memory_num": a.get("n")},
+        "memory_f1": {  # not in HaluMem's overall_score: the paper's Mem. F1, from the two figures above
+            "f1(all)": metrics.halumem_memory_f1(i.get("recall"), a.get("target_precision")),
+            "f1(valid)": metrics.halumem_memory_f1(i.get("recall_valid"), a.get("target_precision_valid"))},
         "memory_update": {**update, "update_memory_valid_num": u.get("n_valid"), "update_memory_num": u.get("n")},
         "question_answering": {**answers, "qa_valid_num": q["n_valid"], "qa_num": q["n"]},
         "memory_type_accuracy": {

@@ -10,8 +10,8 @@ report can always be recomputed, audited or re-judged from the stored labels alo
 - HaluMem accuracy: every extracted entry, scored 2/1/0 against the session's dialogue, plus whether it is
   one of the session's gold points (``is_included_in_golden_memories``; planted interference points are not
   offered as gold).
-- HaluMem update: every ``is_update`` gold point, Correct / Hallucination / Omission / Other against that
-  session's extracted entries (``memory_update_type``).
+- HaluMem update: every update gold point, Correct / Hallucination / Omission / Other against the memories
+  the store's search returns for it, top 10 (``memory_update_type``; :mod:`.updates` retrieves and routes).
 - HaluMem QA: Correct / Hallucination / Omission.
 - LoCoMo: CORRECT / WRONG (the LLM-judge accuracy), next to LoCoMo's token F1.
 - LongMemEval: yes / no, with the type-specific rules (temporal: off by one allowed; knowledge update: the
@@ -31,15 +31,16 @@ from typing import Any
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.prompts import format_turn
 from promem_fast.requests import Embed, Failure, Generate, Program, Request
+from promem_fast.store.qa import Answer
 from promem_fast.types import MemoryGraph, Session
 
 from . import metrics
 from .datasets import LOCOMO_CATEGORIES
-from .prompts import LME_TEMPLATE_OF_TYPE, eval_schema, render_eval
-from .qa import Answer
+from .judge_prompts import OWN, JudgePrompts
+from .prompts import LME_TEMPLATE_OF_TYPE
 from .records import GoldMemory, Question
+from .updates import UPDATE_ROUTINGS
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +54,24 @@ _STAGE = "judge"
 
 
 # ============================================================================================= plumbing
-def _request(ctx: RunContext, name: str, fields: dict[str, str], item: str) -> Generate:
-    return Generate(stage=_STAGE, role=_ROLE, messages=render_eval(name, **fields), schema=eval_schema(name),
+def _request(ctx: RunContext, name: str, fields: dict[str, str], item: str, prompts: JudgePrompts = OWN) -> Generate:
+    return Generate(stage=_STAGE, role=_ROLE, messages=prompts.messages(name, fields), schema=prompts.schema(name),
                     max_tokens=ctx.config.pipeline.max_tokens[_ROLE], item=item)
 
 
-def _outcome(ctx: RunContext, result: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The parsed reply (None on failure) and the label fields recording it."""
+def _outcome(ctx: RunContext, result: Any, name: str,
+             prompts: JudgePrompts = OWN) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The parsed reply in our shape (None on failure) and the label fields recording it (the judge's reply
+    as it gave it)."""
     if isinstance(result, Failure):
         ctx.fail(result)
         return None, {"judge_reply": None, "error": result.error, "raw": list(result.raw)}
-    return result, {"judge_reply": dict(result), "error": None}
+    return prompts.reply(name, result), {"judge_reply": dict(result), "error": None}
 
 
-def _budget(ctx: RunContext, name: str, fields: dict[str, str], slot: str) -> int:
+def _budget(ctx: RunContext, name: str, fields: dict[str, str], slot: str, prompts: JudgePrompts = OWN) -> int:
     """Tokens free for ``fields[slot]`` in the prompt ``name`` with the other fields as given."""
-    return ctx.prompt_budget(_ROLE, render_eval(name, **{**fields, slot: ""}))
+    return ctx.prompt_budget(_ROLE, prompts.messages(name, {**fields, slot: ""}))
 
 
 def _choose(sizes: Sequence[int], budget: int, priority: Sequence[int]) -> list[int]:
@@ -91,10 +94,6 @@ def _similarity_order(ctx: RunContext, lines: Sequence[str], items: Sequence[str
     keys, queries = vectors[:len(lines)], vectors[len(lines):]
     scores = queries @ keys.T
     return [np.argsort(-row, kind="stable").tolist() for row in scores]
-
-
-def _numbered(texts: Sequence[str]) -> list[str]:
-    return [f"{i + 1}. {text}" for i, text in enumerate(texts)]
 
 
 # ============================================================================================= HaluMem extraction
@@ -120,15 +119,27 @@ def point_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[st
     } for p in points]
 
 
-def _memory_judgements(ctx: RunContext, session: Session, points: Sequence[GoldMemory], lines: Sequence[str],
-                       name: str, fields: Callable[[GoldMemory], dict[str, str]],
-                       what: str) -> Program[list[tuple[Any, int]]]:
-    """Ask template ``name`` once per point with the session's numbered memories (its other fields from
-    ``fields(point)``): all of them when they fit, else for each point the most similar ones that fit.
-    Each point's raw result, with how many memories it was shown."""
-    numbered = _numbered(lines)
-    sizes = [ctx.text_tokens(_ROLE, line) + 1 for line in numbered]
-    budgets = [_budget(ctx, name, {**fields(p), "memories": ""}, "memories") for p in points]
+def _line_sizes(ctx: RunContext, lines: Sequence[str]) -> list[int]:
+    """Tokens each line takes in a listing (its text, a number and the line break)."""
+    return [ctx.text_tokens(_ROLE, line) + 3 for line in lines]
+
+
+def integrity_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
+                      ctx: RunContext, prompts: JudgePrompts = OWN) -> Program[list[dict[str, Any]]]:
+    """One integrity label per gold point of ``session`` (interference points included: scoring one 0
+    means the planted false fact was resisted), judged against the session's extracted entries: all of them
+    when they fit, else for each point the most similar ones that fit. With nothing extracted no point can
+    be captured: 0, without asking (as HaluMem does)."""
+    if not points:
+        return []
+    base = point_labels(session, points)
+    lines = memory_lines(graph)
+    if not lines:
+        return [{**b, "memory_integrity_score": 0, "judge_reply": None, "error": None, "rule": "no memories",
+                 "memories_shown": 0} for b in base]
+    sizes = _line_sizes(ctx, lines)
+    budgets = [_budget(ctx, "judge_integrity", {"point": p.content, "memories": ""}, "memories", prompts)
+               for p in points]
     order: list[list[int]] | None = None
     if sum(sizes) > min(budgets):
         order = yield from _similarity_order(ctx, lines, [p.content for p in points])
@@ -137,38 +148,16 @@ def _memory_judgements(ctx: RunContext, session: Session, points: Sequence[GoldM
     for k, point in enumerate(points):
         keep = list(range(len(lines))) if order is None else _choose(sizes, budgets[k], order[k])
         shown.append(len(keep))
-        requests.append(_request(ctx, name, {**fields(point), "memories": "\n".join(numbered[i] for i in keep)},
-                                 item=f"{what} {session.session_id} point {point.index}"))
+        requests.append(_request(ctx, "judge_integrity",
+                                 {"point": point.content, "memories": prompts.listing([lines[i] for i in keep])},
+                                 item=f"integrity {session.session_id} point {point.index}", prompts=prompts))
     results = yield requests
-    return list(zip(results, shown, strict=True))
-
-
-def _judge_points(ctx: RunContext, session: Session, points: Sequence[GoldMemory], base: list[dict[str, Any]],
-                  graph: MemoryGraph | None, template: str, fields: Callable[[GoldMemory], dict[str, str]],
-                  what: str, key: str, reply_field: str, unextracted: Any) -> Program[list[dict[str, Any]]]:
-    """One label per point (``base`` holds each point's own fields), ``key`` set from the judge's
-    ``reply_field``; with nothing extracted, ``unextracted`` by rule, without asking the judge."""
-    lines = memory_lines(graph)
-    if not lines:
-        return [{**b, key: unextracted, "judge_reply": None, "error": None, "rule": "no memories",
-                 "memories_shown": 0} for b in base]
-    judged = yield from _memory_judgements(ctx, session, points, lines, template, fields, what)
     labels = []
-    for b, (result, n) in zip(base, judged, strict=True):
-        reply, record = _outcome(ctx, result)
-        labels.append({**b, key: None if reply is None else reply[reply_field], **record, "memories_shown": n})
+    for b, result, n in zip(base, results, shown, strict=True):
+        reply, record = _outcome(ctx, result, "judge_integrity", prompts)
+        labels.append({**b, "memory_integrity_score": None if reply is None else reply["score"], **record,
+                       "memories_shown": n})
     return labels
-
-
-def integrity_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
-                      ctx: RunContext) -> Program[list[dict[str, Any]]]:
-    """One integrity label per gold point of ``session`` (interference points included: scoring one 0
-    means the planted false fact was resisted). With nothing extracted no point can be captured: 0."""
-    if not points:
-        return []
-    return (yield from _judge_points(ctx, session, points, point_labels(session, points), graph, "judge_integrity",
-                                     lambda p: {"point": p.content}, "integrity", "memory_integrity_score",
-                                     "score", 0))
 
 
 def update_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[str, Any]]:
@@ -179,41 +168,57 @@ def update_labels(session: Session, points: Sequence[GoldMemory]) -> list[dict[s
             for b, p in zip(point_labels(session, updates), updates, strict=True)]
 
 
-def _update_fields(point: GoldMemory) -> dict[str, str]:
-    return {"point": point.content, "previous": "\n".join(_numbered(point.original_memories)) or "(none)"}
-
-
-def update_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
-                   ctx: RunContext) -> Program[list[dict[str, Any]]]:
-    """One update label per ``is_update`` gold point of ``session``: whether its extracted entries hold the
-    new value (Correct), a wrong one (Hallucination), only the earlier one or nothing (Omission), or neither.
-
-    HaluMem shows its judge the memories the system retrieves for the point; the session's entries play that
-    part here (cut to the most similar ones when they do not fit), as they do for integrity. With nothing
-    extracted the update is an Omission without asking; only the ``both`` routing sends such a point here
-    (``official`` sends it to the integrity judge, as HaluMem does, where it scores 0: missed either way).
-    """
+def update_program(session: Session, points: Sequence[GoldMemory], retrieved: Sequence[Sequence[str]],
+                   ctx: RunContext, prompts: JudgePrompts = OWN) -> Program[list[dict[str, Any]]]:
+    """One update label per update point of ``points``: whether the memories the system retrieves for it
+    (``retrieved``, one list per point, best first: HaluMem's ``memories_from_system``, see
+    :mod:`.updates`) hold the new value (Correct), a wrong one (Hallucination), only the earlier one or
+    nothing (Omission), or neither. A point with nothing retrieved is an Omission without asking (only the
+    ``both`` routing sends one here; ``official`` sends it to the integrity judge, as HaluMem does)."""
     updates = [p for p in points if p.is_update]
-    if not updates:
-        return []
-    return (yield from _judge_points(ctx, session, updates, update_labels(session, points), graph, "judge_update",
-                                     _update_fields, "update", "memory_update_type", "verdict", "Omission"))
+    base = update_labels(session, updates)
+    requests: list[Request] = []
+    asked: list[int] = []
+    shown: dict[int, int] = {}
+    for k, (point, memories) in enumerate(zip(updates, retrieved, strict=True)):
+        if not memories:
+            continue
+        fields = {"point": point.content, "previous": prompts.listing(point.original_memories)}
+        budget = _budget(ctx, "judge_update", {**fields, "memories": ""}, "memories", prompts)
+        keep = _choose(_line_sizes(ctx, memories), budget, range(len(memories)))  # best first while they fit
+        shown[k] = len(keep)
+        asked.append(k)
+        requests.append(_request(ctx, "judge_update", {**fields, "memories": prompts.listing(
+            [memories[i] for i in keep])}, item=f"update {session.session_id} point {point.index}", prompts=prompts))
+    results = (yield requests) if requests else []
+    outcome = dict(zip(asked, results, strict=True))
+    labels = []
+    for k, (b, memories) in enumerate(zip(base, retrieved, strict=True)):
+        label = {**b, "memories_from_system": list(memories)}
+        if k not in outcome:
+            labels.append({**label, "memory_update_type": "Omission", "judge_reply": None, "error": None,
+                           "rule": "no memories", "memories_shown": 0})
+            continue
+        reply, record = _outcome(ctx, outcome[k], "judge_update", prompts)
+        labels.append({**label, "memory_update_type": None if reply is None else reply["verdict"], **record,
+                       "memories_shown": shown[k]})
+    return labels
 
 
 def accuracy_program(session: Session, points: Sequence[GoldMemory], graph: MemoryGraph | None,
-                     ctx: RunContext) -> Program[list[dict[str, Any]]]:
+                     ctx: RunContext, prompts: JudgePrompts = OWN) -> Program[list[dict[str, Any]]]:
     """One accuracy label per extracted entry of ``session``, judged against its dialogue and gold points."""
     if graph is None or not graph.nodes:
         return []
     groups = session.turn_groups()
-    turns = [format_turn(messages, tid) for tid, messages in groups]
+    turns = [prompts.turn(messages, tid) for tid, messages in groups]
     ordinal = {tid: i for i, (tid, _) in enumerate(groups)}
     # interference points are false facts planted in the dialogue: listing them as reference facts would
     # tell the judge that absorbing one is a match with the gold set
-    reference = "\n".join(_numbered([p.content for p in points if not p.is_interference])) or "(none)"
+    reference = prompts.listing([p.content for p in points if not p.is_interference])
     sizes = [ctx.text_tokens(_ROLE, t) + 1 for t in turns]
     budgets = [_budget(ctx, "judge_accuracy", {"dialogue": "", "reference": reference, "memory": n.text},
-                       "dialogue") for n in graph.nodes]
+                       "dialogue", prompts) for n in graph.nodes]
     order: list[list[int]] | None = None
     if sum(sizes) > min(budgets):
         order = yield from _similarity_order(ctx, turns, [n.text for n in graph.nodes])
@@ -229,17 +234,16 @@ def accuracy_program(session: Session, points: Sequence[GoldMemory], graph: Memo
         requests.append(_request(ctx, "judge_accuracy",
                                  {"dialogue": "\n".join(turns[i] for i in keep), "reference": reference,
                                   "memory": node.text},
-                                 item=f"accuracy {session.session_id} entry {node.id}"))
+                                 item=f"accuracy {session.session_id} entry {node.id}", prompts=prompts))
     results = yield requests
     labels = []
     for node, result, n in zip(graph.nodes, results, shown, strict=True):
-        reply, record = _outcome(ctx, result)
+        reply, record = _outcome(ctx, result, "judge_accuracy", prompts)
         labels.append({
             "session_id": session.session_id, "entry_id": node.id, "memory": node.text, "origin": node.origin,
             "verification": node.verification,
             "memory_accuracy_score": None if reply is None else reply["score"],
-            "is_included_in_golden_memories": None if reply is None else ("true" if reply["in_reference"]
-                                                                          else "false"),
+            "is_included_in_golden_memories": None if reply is None else reply["in_reference"],
             **record, "turns_shown": n, "turns_total": len(turns),
         })
     return labels
@@ -251,16 +255,17 @@ def _qa_base(question: Question, answer: Answer) -> dict[str, Any]:
             "question": question.question, "answer": question.answer, "prediction": answer.prediction}
 
 
-def halumem_qa_judge(question: Question, answer: Answer, ctx: RunContext) -> Program[dict[str, Any]]:
+def halumem_qa_judge(question: Question, answer: Answer, ctx: RunContext,
+                     prompts: JudgePrompts = OWN) -> Program[dict[str, Any]]:
     """``result_type`` Correct / Hallucination / Omission (``None`` when no answer or no parsable grade)."""
     label = _qa_base(question, answer)
     if answer.prediction is None:
         return {**label, "result_type": None, "judge_reply": None, "error": answer.error}
     evidence = [e.get("memory_content", str(e)) if isinstance(e, dict) else str(e) for e in question.evidence]
     fields = {"question": question.question, "reference": question.answer or "",
-              "evidence": "\n".join(_numbered(evidence)) or "(none)", "answer": answer.prediction}
-    (result,) = yield [_request(ctx, "judge_halumem_qa", fields, item=f"qa {question.question_id}")]
-    reply, record = _outcome(ctx, result)
+              "evidence": prompts.listing(evidence), "answer": answer.prediction}
+    (result,) = yield [_request(ctx, "judge_halumem_qa", fields, item=f"qa {question.question_id}", prompts=prompts)]
+    reply, record = _outcome(ctx, result, "judge_halumem_qa", prompts)
     return {**label, "result_type": None if reply is None else reply["verdict"], **record}
 
 
@@ -276,7 +281,7 @@ def locomo_qa_judge(question: Question, answer: Answer, ctx: RunContext) -> Prog
         "Not mentioned: the question assumes something the conversation never says.")
     fields = {"question": question.question, "reference": reference, "answer": prediction}
     (result,) = yield [_request(ctx, "judge_locomo", fields, item=f"qa {question.question_id}")]
-    reply, record = _outcome(ctx, result)
+    reply, record = _outcome(ctx, result, "judge_locomo")
     return {**label, "llm_correct": None if reply is None else reply["verdict"] == "CORRECT", **record}
 
 
@@ -296,7 +301,7 @@ def longmemeval_qa_judge(question: Question, answer: Answer, ctx: RunContext) ->
         return {**label, "label": False, "judge_reply": None, "error": answer.error}
     fields = {"question": question.question, "reference": question.answer or "", "answer": answer.prediction}
     (result,) = yield [_request(ctx, name, fields, item=f"qa {question.question_id}")]
-    reply, record = _outcome(ctx, result)
+    reply, record = _outcome(ctx, result, name)
     return {**label, "label": False if reply is None else reply["verdict"] == "yes", **record}
 
 
@@ -320,14 +325,6 @@ QA_JUDGES = {"halumem": halumem_qa_judge, "locomo": locomo_qa_judge, "longmemeva
 
 
 # ============================================================================================= aggregation
-UPDATE_ROUTINGS: dict[str, str] = {
-    "official": "an update point goes to the update judge only, when the session has memories (HaluMem's "
-                "own evaluation); without memories it goes to the integrity judge",
-    "both": "every point goes to the integrity judge and every update point to the update judge as well, "
-            "so recall covers all gold points",
-}
-"""How HaluMem gold points with ``is_update`` are judged (``promem eval halumem --update-points``)."""
-
 
 def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[dict[str, Any]],
                       qa: Sequence[dict[str, Any]], update: Sequence[dict[str, Any]] = (),
@@ -354,6 +351,12 @@ def aggregate_halumem(integrity: Sequence[dict[str, Any]], accuracy: Sequence[di
         memory["false_memory_resistance"] = extraction["integrity"]["false_memory_resistance"]
     unscored = metrics.halumem_unscored(integrity=integrity, accuracy=accuracy, update=update, qa=qa)
     warnings = _logged_warnings(unscored)
+    flags = sum(isinstance(a.get("is_included_in_golden_memories"), bool) for a in accuracy)
+    if flags:
+        warnings.append(f"accuracy judge: {flags} of {len(accuracy)} records give is_included_in_golden_memories "
+                        'as a JSON boolean; HaluMem\'s evaluation counts only "true" or "True" as in the gold set, '
+                        "and so does this one")
+        log.warning("%s", warnings[-1])
     return {
         "headline": {
             **memory,

@@ -32,7 +32,7 @@ LOCOMO_ABSTAIN_PHRASES: tuple[str, ...] = ("no information available", "not ment
 @lru_cache(maxsize=1)
 def _stemmer() -> Callable[[str], str]:
     """NLTK's Porter stemmer (needs no downloaded data), imported on first use: ``nltk`` is an extra."""
-    from ..backends._deps import require
+    from ..deps import require
 
     stem = require("nltk.stem", "eval", "nltk").PorterStemmer().stem
     return lru_cache(maxsize=1 << 16)(stem)
@@ -189,7 +189,8 @@ def halumem_accuracy(labels: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Memory accuracy of the extracted entries, from the accuracy judge.
 
     Each label is one extracted entry judged against the session's dialogue and gold points:
-    ``{"memory_accuracy_score": 2 | 1 | 0 | None, "is_included_in_golden_memories": "true" | "false" | bool}``.
+    ``{"memory_accuracy_score": 2 | 1 | 0 | None, "is_included_in_golden_memories": "true" | "false"}`` (a
+    target when the flag is one of :data:`GOLD_FLAG_TRUE`, as HaluMem reads it).
     With E = all entries, T ⊆ E those judged to be in the gold set ("target" entries), a ``_valid`` suffix
     restricting numerator and denominator to entries whose score parsed, and s_i the score:
 
@@ -418,9 +419,14 @@ def _judge_score(value: Any) -> int | None:
     return score if score in (0, 1, 2) else None
 
 
+GOLD_FLAG_TRUE: tuple[str, ...] = ("true", "True")
+"""The values of ``is_included_in_golden_memories`` that HaluMem's ``aggregate_eval_results`` counts as a target
+entry (``in ["true", "True"]``): a JSON ``true``, another case or padding does not count there, nor here."""
+
+
 def _is_true(value: Any) -> bool:
-    """HaluMem's ``is_included_in_golden_memories`` flag: the judge writes "true"/"false" strings."""
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+    """HaluMem's reading of the ``is_included_in_golden_memories`` flag (:data:`GOLD_FLAG_TRUE`)."""
+    return isinstance(value, str) and value in GOLD_FLAG_TRUE
 
 
 def _label_ratios(results: list[Any], names: tuple[str, ...]) -> dict[str, Any]:

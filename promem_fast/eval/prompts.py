@@ -1,4 +1,4 @@
-"""Prompt templates of evaluation: answering questions from memory (role ``qa``) and grading (role ``judge``).
+"""Prompt templates of evaluation: the store's answering prompts (role ``qa``) and the graders (role ``judge``).
 
 They use the engine's :class:`~promem_fast.prompts.Template`, so every prompt starts with the shared
 preamble and the text a batch of calls has in common (the task, then the memories or the dialogue) comes
@@ -16,20 +16,9 @@ from typing import Any
 
 from promem_fast.backends.base import Message
 from promem_fast.prompts import Template
+from promem_fast.store.qa_prompts import QA_NOT_FOUND, QA_TEMPLATES, qa_schema
 
-QA_NOT_FOUND = "Not mentioned"
-"""What the answerer is told to say when its context lacks the answer. It contains LoCoMo's abstention phrase
-("not mentioned"), so adversarial LoCoMo questions score by LoCoMo's own rule, and the QA judges read it as
-a refusal (HaluMem omission, LongMemEval abstention)."""
-
-_ANSWER_RULES = (
-    "Dates in brackets tell when each conversation took place: use them to place events in time relative to "
-    "when the question is asked, and when facts changed over time, the most recent one holds. A question in "
-    "the first person is asked by {user}. Answer in a few words, not a sentence. If the text does not contain "
-    f"the answer, answer exactly: {QA_NOT_FOUND}."
-)
-
-_QA_REPLY = 'Reply with a JSON object whose "answer" holds your answer in a few words.'
+__all__ = ["EVAL_TEMPLATES", "LME_TEMPLATE_OF_TYPE", "QA_NOT_FOUND", "eval_schema", "render_eval"]
 
 _LME_USER = (
     "Question: {question}\nCorrect answer: {reference}\nAnswer to check: {answer}\n\n"
@@ -43,23 +32,7 @@ _LME_BASE = (
 )
 
 EVAL_TEMPLATES: dict[str, Template] = {
-    "qa_memory": Template(
-        system=(
-            "Memory question task: answer a question about {user} from memories kept from earlier "
-            "conversations. Each memory is one fact; some list the details anchored to it and its links to "
-            "other memories. " + _ANSWER_RULES
-        ),
-        user="Memories:\n{memories}\n\nThe question is asked on {question_time}.\nQuestion: {question}\n\n"
-             + _QA_REPLY,
-    ),
-    "qa_dialogue": Template(
-        system=(
-            "Excerpt question task: answer a question about {user} from excerpts of earlier conversations. "
-            "Each excerpt is one exchange, in the words of the speakers. " + _ANSWER_RULES
-        ),
-        user="Excerpts:\n{excerpts}\n\nThe question is asked on {question_time}.\nQuestion: {question}\n\n"
-             + _QA_REPLY,
-    ),
+    **QA_TEMPLATES,
     "judge_integrity": Template(
         system=(
             "Recall grading task: a memory system read a conversation and wrote down memories. Decide how "
@@ -153,9 +126,9 @@ EVAL_TEMPLATES: dict[str, Template] = {
         user=_LME_USER,
     ),
 }
-"""Every evaluation prompt by name. :func:`promem_fast.backends.llm_scripted.parse_rendered` looks them up next
-to the extraction templates, so the scripted backend answers them with :data:`promem_fast.eval.scripted.EVAL_RULES`
-(same keys)."""
+"""Every evaluation prompt by name. :func:`promem_fast.testing.llm_scripted.parse_rendered` looks them up next
+to the extraction templates, so the scripted backend answers them with :data:`promem_fast.testing.eval_rules.EVAL_RULES`
+(same keys). The two answering prompts are the store's (:mod:`promem_fast.store.qa_prompts`)."""
 
 LME_TEMPLATE_OF_TYPE: dict[str, str] = {
     "temporal-reasoning": "judge_lme_temporal",
@@ -173,9 +146,8 @@ def render_eval(name: str, **fields: Any) -> tuple[Message, ...]:
 
 def eval_schema(name: str) -> dict[str, Any]:
     """The JSON schema of the reply to template ``name`` (answers are free text; grades are closed sets)."""
-    if name in ("qa_memory", "qa_dialogue"):
-        return {"type": "object", "properties": {"answer": {"type": "string", "minLength": 1}},
-                "required": ["answer"]}
+    if name in QA_TEMPLATES:
+        return qa_schema(name)
     score = {"type": "integer", "minimum": 0, "maximum": 2}
     if name == "judge_integrity":
         return {"type": "object", "properties": {"score": score}, "required": ["score"]}

@@ -15,6 +15,7 @@ from promem_fast.errors import ConfigError
 
 from . import metrics
 from .judges import UPDATE_ROUTINGS
+from .provenance import describe
 from .variants import TABLE6_STAGES, VARIANTS, PathLike, stage_key
 
 
@@ -54,13 +55,20 @@ def _model_name(result: dict[str, Any], key: str) -> str:
     return model["backend"] if not model.get("model") else f"{model['backend']} {model['model']}"
 
 
+def _judge_name(result: dict[str, Any]) -> str:
+    """The judge's model and, when they were not the project's own, whose prompts it graded with."""
+    prompts = result.get("config", {}).get("judge_prompts") or {"source": "promem_fast"}
+    name = _model_name(result, "judge_llm")
+    return name if prompts["source"] == "promem_fast" else f"{name} (HaluMem's prompts)"
+
+
 def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
     rows = []
     for r in results:
         c = r["counts"]
         rows.append([r["label"], str(c["users"]), str(c["sessions"]), str(c["questions"]), str(c["graphs"]),
                      str(c["failed_answers"]), str(c["failed_eval_steps"]), _model_name(r, "llm"),
-                     _model_name(r, "qa_llm"), _model_name(r, "judge_llm")])
+                     _model_name(r, "qa_llm"), _judge_name(r)])
     return _table(["Method", "Users", "Sessions", "Questions", "Graphs", "Failed answers", "Failed eval steps",
                    "Extraction LLM", "QA LLM", "Judge"], rows)
 
@@ -94,6 +102,23 @@ def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
                      str(judge["items"]), str(judge["calls"]), _num(judge["tokens_per_item"], 1)])
     return _table(["Method", "Questions", "QA calls", "QA tokens / question", "Judged items", "Judge calls",
                    "Judge tokens / item"], rows)
+
+
+def _failed_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Failed extraction steps per stage (all sessions together) and failed evaluation steps, per result."""
+    stages = sorted({s for r in results for s in ((r["cost"]["extraction"] or {}).get("failed_steps") or {})},
+                    key=stage_key)
+    rows = []
+    for r in results:
+        cost = r["cost"]["extraction"]
+        failed = (cost or {}).get("failed_steps")
+        if cost is None or failed is None:  # NativeRAG, or a result written before they were counted
+            rows.append([r["label"], *("-" for _ in stages), "-", str(r["counts"]["failed_eval_steps"])])
+            continue
+        rows.append([r["label"], *(str(failed.get(s, 0)) for s in stages), str(sum(failed.values())),
+                     str(r["counts"]["failed_eval_steps"])])
+    names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
+    return _table(["Method", *names, "Extraction total", "Evaluation"], rows)
 
 
 def _update_cells(update: dict[str, Any] | None) -> list[str]:
@@ -289,7 +314,7 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
         out += ["**Warning:** these results come from different data files or limits, so their rows are not "
                 "comparable: " + "; ".join(f"{r['variant']}: `{r['data']}` limit {r['limit']} session limit "
                                            f"{r.get('session_limit')}" for r in results), ""]
-    if len({(_model_name(r, "qa_llm"), _model_name(r, "judge_llm")) for r in results}) > 1:
+    if len({(_model_name(r, "qa_llm"), _judge_name(r)) for r in results}) > 1:
         out += ["**Warning:** these results were answered or graded by different models, so their scores are not "
                 "comparable (see the QA LLM and Judge columns below).", ""]
     if kind == "halumem" and len({_update_routing(r) for r in results if r["aggregates"]["extraction"]}) > 1:
@@ -303,6 +328,16 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
     out += _SECTIONS[kind](results)
     out += ["## Evaluation cost (answering and judging)", ""]
     out += _eval_cost_table(results)
+    out += ["## Failed steps per stage", "",
+            ("Steps the engine could not complete (a reply that never parsed within its attempts, a prompt that "
+             "did not fit): each is recorded with its raw replies in the graph's `stats.failures` (extraction) "
+             "or the result's `eval_failures` (answering and judging), and its session goes on without it."), ""]
+    out += _failed_table(results)
+    out += ["## Provenance", ""]
+    for r in results:
+        out += [f"**{r['label']}**", ""] + (describe(r["provenance"]) if r.get("provenance") else
+                                            ["- not recorded (a result written before provenance was kept)"])
+        out += [""]
     if chart is not None:
         out += ["## Variants compared", "", f"![Variants compared]({chart})", ""]
     return "\n".join(out)
@@ -310,7 +345,7 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
 
 def plot_variants(kind: str, results: Sequence[dict[str, Any]], path: Path) -> Path:
     """A grouped bar chart of the headline scores per variant, next to the extraction tokens per session."""
-    from promem_fast.backends._deps import require
+    from promem_fast.deps import require
 
     require("matplotlib", "eval", "matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

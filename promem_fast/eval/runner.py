@@ -35,11 +35,12 @@ from promem_fast.pipeline.common import gather
 from promem_fast.requests import Program
 from promem_fast.store.evaluation import evaluation_index
 from promem_fast.types import MemoryGraph, RunStats, Session, StageStats
+from promem_fast.store.qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 
 from .datasets import load_benchmark
+from .judge_prompts import OWN, JudgePrompts, judge_prompts
 from .judges import (
     QA_JUDGES,
-    UPDATE_ROUTINGS,
     accuracy_program,
     aggregate_halumem,
     aggregate_locomo,
@@ -50,9 +51,11 @@ from .judges import (
     update_labels,
     update_program,
 )
-from .qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
-from .records import Benchmark, GoldMemory, Question
+from .provenance import provenance
+from .records import Benchmark, EvalUser, GoldMemory, Question
 from .report import write_report
+from .split import apply_tau, select_users
+from .updates import UPDATE_ROUTINGS, has_memories, history, route_points, update_inputs
 from .variants import KINDS, VARIANTS, PathLike, result_path, stage_key, variant_config
 
 log = logging.getLogger(__name__)
@@ -87,10 +90,14 @@ def extract_graphs(engine: Engine, bench: Benchmark, path: Path) -> dict[str, Me
 
 
 def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
-    """Per-stage tokens, calls and seconds per session (the paper's Table 6), from the graphs' statistics."""
+    """Per-stage tokens, calls and seconds per session (the paper's Table 6), from the graphs' statistics,
+    and the steps that failed (a reply that never parsed, a prompt too long), counted per stage."""
     totals: dict[str, StageStats] = {}
+    failed: dict[str, int] = {}
     sessions = []
     for graph in graphs:
+        for failure in graph.stats.failures:
+            failed[failure.stage] = failed.get(failure.stage, 0) + 1
         row: dict[str, Any] = {}
         for name, st in graph.stats.stages.items():
             totals.setdefault(name, StageStats()).add(st)
@@ -98,7 +105,8 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
                          "completion_tokens": st.completion_tokens, "calls": st.calls, "seconds": st.seconds}
         total = graph.stats.total()
         sessions.append({"session_id": graph.session_id, "mode": graph.mode, "stages": row,
-                         "tokens": total.tokens, "calls": total.calls, "seconds": total.seconds})
+                         "tokens": total.tokens, "calls": total.calls, "seconds": total.seconds,
+                         "failed_steps": len(graph.stats.failures)})
     n = len(graphs)
     grand = StageStats()
     for st in totals.values():
@@ -117,6 +125,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
         "tokens_per_session": grand.tokens / n if n else None,
         "calls_per_session": grand.calls / n if n else None,
         "seconds_per_session": grand.seconds / n if n else None,
+        "failed_steps": {name: failed[name] for name in sorted(failed, key=stage_key)},
         "session_detail": sessions,
     }
 
@@ -130,52 +139,44 @@ def _stage_cost(stats: RunStats, name: str, items: int) -> dict[str, Any]:
 
 # ============================================================================================= QA and judging
 def _question_program(kind: str, question: Question, user: str, index: RetrievalIndex, source: Source,
-                      ctx: RunContext) -> Program[tuple[Answer, dict[str, Any]]]:
+                      prompts: JudgePrompts, ctx: RunContext) -> Program[tuple[Answer, dict[str, Any]]]:
     answer = yield from answer_program(question, user, index, ctx, source=source)
-    label = yield from QA_JUDGES[kind](question, answer, ctx)
+    judge = QA_JUDGES[kind]
+    label = yield from (judge(question, answer, ctx, prompts) if kind == "halumem" else judge(question, answer, ctx))
     return answer, label
 
 
 def _question_job(kind: str, question: Question, user: str, index: RetrievalIndex, source: Source,
-                  ctx: RunContext) -> Program[tuple[tuple[Answer, dict[str, Any]], RunStats]]:
-    return with_stats(ctx, _question_program(kind, question, user, index, source, ctx))
+                  prompts: JudgePrompts, ctx: RunContext) -> Program[tuple[tuple[Answer, dict[str, Any]], RunStats]]:
+    return with_stats(ctx, _question_program(kind, question, user, index, source, prompts, ctx))
 
 
-def route_points(points: Sequence[GoldMemory], graph: MemoryGraph | None,
-                 routing: str) -> tuple[list[GoldMemory], list[GoldMemory]]:
-    """The gold points of one session for the integrity judge and for the update judge
-    (:data:`~.judges.UPDATE_ROUTINGS`).
-
-    ``official`` is HaluMem's ``process_user``: a point with ``is_update`` for which the system has memories
-    goes to the update judge only, every other point to the integrity judge. The session's extracted
-    entries are the memories the system has for the point (they are what the judges are shown).
-    """
-    updates = [p for p in points if p.is_update]
-    if routing == "both":
-        return list(points), updates
-    if graph is None or not graph.nodes:
-        return list(points), []
-    return [p for p in points if not p.is_update], updates
+def _extraction_program(session: Session, points: list[GoldMemory], graph: MemoryGraph | None,
+                        index: RetrievalIndex, session_ids: list[str], routing: str, prompts: JudgePrompts,
+                        ctx: RunContext) -> Program[list[list[dict[str, Any]]]]:
+    """Integrity, accuracy and updates of one session's extraction: the update points' memories retrieved
+    first (:mod:`.updates`), then the three judges' requests in the same rounds."""
+    for_integrity, for_update, retrieved = yield from update_inputs(points, index, session_ids, routing)
+    return (yield from gather(integrity_program(session, for_integrity, graph, ctx, prompts),
+                              accuracy_program(session, points, graph, ctx, prompts),
+                              update_program(session, for_update, retrieved, ctx, prompts)))
 
 
-def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None, routing: str,
+def _extraction_job(session: Session, points: list[GoldMemory], graph: MemoryGraph | None, index: RetrievalIndex,
+                    session_ids: list[str], routing: str, prompts: JudgePrompts,
                     ctx: RunContext) -> Program[tuple[list[list[dict[str, Any]]], RunStats]]:
-    """Integrity, accuracy and updates of one session's extraction, their requests in the same rounds."""
-    for_integrity, for_update = route_points(points, graph, routing)
-    return with_stats(ctx, gather(integrity_program(session, for_integrity, graph, ctx),
-                                  accuracy_program(session, points, graph, ctx),
-                                  update_program(session, for_update, graph, ctx)))
+    return with_stats(ctx, _extraction_program(session, points, graph, index, session_ids, routing, prompts, ctx))
 
 
-def judged_sessions(bench: Benchmark) -> Iterator[tuple[Session, list[GoldMemory]]]:
-    """HaluMem sessions whose extraction is judged: those with gold points, distractor sessions left out
-    (HaluMem-Long's inserted question-answer sessions carry no memory of the user)."""
+def judged_sessions(bench: Benchmark) -> Iterator[tuple[EvalUser, Session, list[GoldMemory]]]:
+    """HaluMem sessions whose extraction is judged, with their user: those with gold points, distractor
+    sessions left out (HaluMem-Long's inserted question-answer sessions carry no memory of the user)."""
     for user in bench.users:
         by_session = user.memory_points_by_session()
         for session in user.sessions:
             points = by_session.get(session.session_id, [])
             if points and not session.metadata.get("distractor"):
-                yield session, points
+                yield user, session, points
 
 
 @dataclasses.dataclass
@@ -190,20 +191,24 @@ class _Judged:
 
 
 def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[str, MemoryGraph] | None,
-                     index: RetrievalIndex, source: Source, update_routing: str = "official") -> _Judged:
+                     index: RetrievalIndex, source: Source, update_routing: str = "official",
+                     prompts: JudgePrompts = OWN) -> _Judged:
     """Every question answered then graded, and (HaluMem with graphs) every session's extraction graded,
     as one engine run so all their requests of a kind share batches; update points are routed by
-    ``update_routing`` (:func:`route_points`)."""
+    ``update_routing`` (:func:`~.updates.route_points`); HaluMem's judges use ``prompts``."""
     out = _Judged()
 
     def programs() -> Iterator[tuple[tuple[str, Any], Callable[[RunContext], Program[Any]]]]:
         for user in bench.users:
             for q in user.questions:
-                yield ("qa", q), partial(_question_job, kind, q, user.name, index, source)
+                about = q.metadata.get("about", user.name)  # LoCoMo: the speaker the question names
+                yield ("qa", q), partial(_question_job, kind, q, about, index, source, prompts)
         if kind == "halumem" and graphs is not None:
-            for session, points in judged_sessions(bench):
-                yield ("extraction", (session, points)), partial(
-                    _extraction_job, session, points, graphs.get(session.session_id), update_routing)
+            for user, session, points in judged_sessions(bench):
+                ids = history(user, session.session_id)
+                yield ("extraction", (session, points, has_memories(index, ids))), partial(
+                    _extraction_job, session, points, graphs.get(session.session_id), index, ids, update_routing,
+                    prompts)
 
     for (what, item), outcome in engine.run(programs()):
         failed = isinstance(outcome, BaseException)
@@ -219,12 +224,11 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
             out.answers.append(answer)
             out.qa.append(label)
         else:
-            session, points = item
+            session, points, remembered = item
             out.judged_sessions += 1
             if failed:
                 log.error("judging the extraction of session %s failed: %s", session.session_id, error)
-                for_integrity, for_update = route_points(points, graphs.get(session.session_id) if graphs else None,
-                                                         update_routing)
+                for_integrity, for_update = route_points(points, remembered, update_routing)
                 out.integrity.extend({**b, "memory_integrity_score": None, "judge_reply": None, "error": error}
                                      for b in point_labels(session, for_integrity))
                 out.update.extend({**b, "memory_update_type": None, "judge_reply": None, "error": error}
@@ -242,7 +246,8 @@ def answer_and_judge(engine: Engine, kind: str, bench: Benchmark, graphs: dict[s
 def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int | None = None,
              sessions: int | None = None, variant: str = "full", out_dir: PathLike = "eval-out",
              graphs_path: PathLike | None = None, llm: LLMBackend | None = None,
-             update_routing: str = "official") -> dict[str, Any]:
+             update_routing: str = "official", judge_prompts_path: PathLike | None = None,
+             users: str | None = None, tau_path: PathLike | None = None) -> dict[str, Any]:
     """Evaluate one variant on one benchmark and return the result (also written to
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
@@ -250,17 +255,23 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     those :meth:`~promem_fast.eval.records.Benchmark.first_sessions` keeps);
     ``graphs_path``: a graphs JSONL to reuse and extend (default ``OUT/graphs-<kind>-<variant>.jsonl``);
     ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one);
-    ``update_routing``: which judges HaluMem's update points go to (:data:`~.judges.UPDATE_ROUTINGS`).
+    ``update_routing``: which judges HaluMem's update points go to (:data:`~.updates.UPDATE_ROUTINGS`);
+    ``judge_prompts_path``: a checkout of the HaluMem repository whose official judge prompts grade the run
+    (:mod:`.judge_prompts`; the project's own prompts when None); ``users``: ``START:END`` positions of the
+    users to evaluate; ``tau_path``: a tau record of ``promem calibrate tau -o``, applied after checking it
+    was calibrated for this embedder on other users (:mod:`.split`).
     """
     kind = kind.lower()
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
     if update_routing not in UPDATE_ROUTINGS:
         raise ConfigError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
+    prompts = judge_prompts(judge_prompts_path, kind)
     cfg = variant_config(config, variant)
     # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
-    bench = load_benchmark(kind, data_path, limit, sessions=sessions)
+    bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
+    cfg, tau = apply_tau(cfg, tau_path, bench) if tau_path is not None else (cfg, None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source: Source = "turns" if variant == "native-rag" else "memory"
@@ -273,7 +284,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         else:
             graphs = extract_graphs(engine, bench, graphs_file)
             index = evaluation_index(engine, graphs.values(), out / f"store-{kind}-{tag}.db")
-        judged = answer_and_judge(engine, kind, bench, graphs, index, source, update_routing)
+        judged = answer_and_judge(engine, kind, bench, graphs, index, source, update_routing, prompts)
 
     if kind == "halumem":
         aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update, update_routing)
@@ -314,7 +325,11 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
             "judge_llm": {"backend": cfg.llm_for("judge").backend, "model": cfg.llm_for("judge").model},
             "embedder": {"backend": cfg.embedder.backend, "model": cfg.embedder.model},
             "nli": {"backend": cfg.nli.backend, "model": cfg.nli.model},
+            "judge_prompts": prompts.record(),
+            "users": users,
+            "tau_calibration": tau,
         },
+        "provenance": provenance(cfg, [data_path], judge_prompts=prompts.record()),
         "headline": {**aggregates["headline"],
                      "tokens_per_session": None if cost is None else cost["tokens_per_session"]},
         "aggregates": aggregates,

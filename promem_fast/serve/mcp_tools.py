@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.serve.service import NotFound, Service
 

@@ -43,7 +43,7 @@ class Service:
         self.engine = Engine(config)
         self._embedder = self.engine.services.embedder
         self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
-        self.store = MemoryStore(self.path, config, embedder=self._embedder)
+        self.store = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.metrics = Metrics(self.queue.depth, self._engine_counts)
@@ -134,7 +134,8 @@ class Service:
             raise NotFound("session")
         else:
             self._user(tenant, user)
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node))
+        # what the removed memory had replaced is judged again on the worker's engine
+        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node, engine=self.gate))
 
     def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
         return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]

@@ -1,4 +1,4 @@
-"""Answering from the store: its nodes as evaluation's QA units, and the QA program run over them.
+"""Answering from the store: its nodes as QA units (:mod:`.qa`), and the answer program run over them.
 
 ``promem eval`` and :meth:`MemoryStore.answer` both retrieve through :func:`retrieval_index`, so a stored
 node is shown to an answerer the same way wherever the question comes from.
@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import rows
+from .records import Hit
 from .schema import StoreError
+from .timeline import day_label, iso_time, query_time, validity
 from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
 
     from .view import StoreView
 
@@ -31,33 +33,42 @@ PRESELECT_FACTOR = 4
 
 
 def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
-                    history: bool) -> RetrievalIndex:
-    """Each wanted session's current nodes (all with ``history``) as QA units, with their vectors."""
-    scope = "" if history else " AND n.superseded_by IS NULL"
+                    history: bool, scope: tuple[str, tuple[Any, ...]] | None = None) -> RetrievalIndex:
+    """Each wanted session's memories that ``scope`` selects (:func:`.timeline.validity`; default the
+    current ones, all with ``history``) as QA units, with their vectors."""
+    return _retrieval(store, db, wanted, tenant, scope or validity(None, None, None, history=history))[0]
+
+
+def _retrieval(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
+               scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
+    where, params = scope
     chunks, found = [], []
     for lo in range(0, len(wanted), 500):
         part = wanted[lo:lo + 500]
         sessions = ("SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
                     f"t.id = u.tenant_id WHERE t.name = ? AND s.session_id IN ({rows.placeholders(len(part))})")
-        chunks.append((f"n.session_pk IN ({sessions}){scope}", (tenant, *part)))
+        chunks.append((f"n.session_pk IN ({sessions}) AND {where}", (tenant, *part, *params)))
         found.extend(sid for (sid,) in db.execute(sessions.replace("SELECT s.id", "SELECT s.session_id"),
                                                   (tenant, *part)))
     return _index(store, db, chunks, found)
 
 
 def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
-           sessions: Sequence[str]) -> RetrievalIndex:
+           sessions: Sequence[str]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
     """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
-    ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored)."""
-    from promem_fast.eval.qa import RetrievalIndex, Unit
+    ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored); and
+    the hit behind each ``(session, shown text)``, so an answer names the memories it was shown."""
+    from .qa import RetrievalIndex, Unit
 
     units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
     keys: dict[str, list[int]] = {sid: [] for sid in sessions}
     blobs: dict[int, bytes | None] = {}
+    behind: dict[tuple[str, str], Hit] = {}
     for where, params in chunks:
         blobs.update(db.execute(f"SELECT n.id, n.vector FROM nodes n WHERE {where}", params).fetchall())
         for hit in rows.read_hits(db, where, params):
             units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body()))
+            behind.setdefault((hit.session_id, hit.body()), hit)
             keys.setdefault(hit.session_id, []).append(hit.node_id)
     dim = store._dim()
     vectors = {}
@@ -71,16 +82,16 @@ def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tup
         if missing:  # imported without vectors: embedded now, for this index only
             block[missing] = store.embedder.embed([units[sid][i].key for i in missing])
         vectors[sid] = block
-    return RetrievalIndex(units=units, vectors=vectors)
+    return RetrievalIndex(units=units, vectors=vectors), behind
 
 
-def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k: int,
-                 sessions: Sequence[str]) -> RetrievalIndex:
-    """The pool of a large user: every question's nearest current nodes, found through the vector index."""
+def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k: int, sessions: Sequence[str],
+                 scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
+    """The pool of a large user: every question's nearest nodes in scope, found through the vector index."""
     wanted: set[int] = set()
     for query in store._embed_queries(list(questions)):
         wanted.update(h.node_id for h in store.search_vector(user_pk, np.asarray(query, np.float32),
-                                                             PRESELECT_FACTOR * top_k))
+                                                             PRESELECT_FACTOR * top_k, scope=scope))
     ids = sorted(wanted)
     chunks = [(f"n.id IN ({rows.placeholders(len(ids[lo:lo + 500]))})", tuple(ids[lo:lo + 500]))
               for lo in range(0, len(ids), 500)]
@@ -88,26 +99,37 @@ def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k
 
 
 def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
-           question_time: str | None) -> list[dict[str, Any]]:
-    """Every question about ``user`` asked of all their sessions (dated as stored), in one engine run."""
-    from promem_fast.eval.qa import answer_questions
-    from promem_fast.eval.records import Question
+           question_time: str | None, *, as_of: str | None = None, since: str | None = None,
+           until: str | None = None) -> list[dict[str, Any]]:
+    """Every question about ``user`` asked of the memories holding at ``as_of`` (default the question's
+    time, else now), each shown with its day and weekday, in one engine run."""
+    from .qa import Ask, answer_questions
 
     dim = getattr(engine.services.embedder, "dim", None)
     if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
         raise StoreError(f"{store.path}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
                          f"{store._dim()}; answer with the embedder that filled the store")
+    when = query_time(as_of, "as_of", end_of_day=True) or (iso_time(question_time) if question_time else None)
+    scope = validity(when, query_time(since, "since"), query_time(until, "until", end_of_day=True))
     user_pk = store._user_pk(tenant, user)
     dated = [] if user_pk is None else store._db.execute(
-        "SELECT session_id, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()
+        "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()
     current = 0 if user_pk is None else store._db.execute(
         "SELECT COUNT(*) FROM nodes WHERE user_id = ? AND superseded_by IS NULL", (user_pk,)).fetchone()[0]
     if user_pk is not None and current > PRESELECT_ABOVE:
-        index = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, _ in dated])
+        index, behind = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, *_ in dated],
+                                     scope)
     else:
-        index = store.retrieval_index([sid for sid, _ in dated], tenant=tenant)
-    asked = [(Question(question_id=str(i), user_id=user, question=text, answer=None, question_type="ask",
-                       session_ids=tuple(sid for sid, _ in dated), session_dates=tuple(ts for _, ts in dated),
-                       question_time=question_time), user) for i, text in enumerate(questions)]
+        index, behind = _retrieval(store, store._db, [sid for sid, *_ in dated], tenant, scope)
+    asked_at = day_label(when) if when else question_time
+    asked = [(Ask(question_id=str(i), question=text, session_ids=tuple(sid for sid, *_ in dated),
+                  session_dates=tuple(day_label(said) or raw for _, said, raw in dated), question_time=asked_at),
+              user) for i, text in enumerate(questions)]
     answers, _ = answer_questions(engine, asked, index)
-    return [a.to_dict() for a in answers]
+    out = []
+    for reply in answers:
+        shown = [(behind.get((r.session_id, r.text)), r) for r in reply.retrieved]
+        out.append({**reply.to_dict(), "as_of": when, "memories": [
+            {"id": None if hit is None else hit.node_id, "memory": r.text if hit is None else hit.text,
+             "session_id": r.session_id, "day": r.date, "score": round(r.score, 6)} for hit, r in shown]})
+    return out

@@ -12,7 +12,7 @@ from .store import MemoryStore
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph
 
 

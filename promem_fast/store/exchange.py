@@ -13,6 +13,11 @@ per supersede link, nodes named by session and node id within the session's grap
     {"kind": "supersede", "tenant": "default", "user": "Maya", "old": {"session_id": "s1", "node": 3},
      "new": {"session_id": "s4", "node": 0}, "reason": "llm"}
 
+then one line per merged duplicate (version 2), the later saying first::
+
+    {"kind": "merge", "tenant": "default", "user": "Maya", "node": {"session_id": "s5", "node": 1},
+     "kept": {"session_id": "s1", "node": 3}, "reason": "..."}
+
 Exporting a store, importing the file into an empty store and exporting that gives the same bytes.
 """
 
@@ -31,8 +36,11 @@ from promem_fast.errors import InputError
 
 from . import rows
 
+_LINKS = (("supersede", "supersedes", "old", "new"), ("merge", "merges", "node", "kept"))
+"""Link lines: kind, table, and its two node columns (also the line's field names)."""
+
 FORMAT = "promem-store"
-VERSION = 1
+VERSION = 2
 
 
 def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
@@ -57,15 +65,15 @@ def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, param
         for line in _session_lines(db, scope, params):
             out.write(line + "\n")
             count += 1
-        for old_sid, old_local, new_sid, new_local, t_name, u_name, reason in db.execute(
-                "SELECT so.session_id, a.local_id, sn.session_id, b.local_id, t.name, u.name, l.reason "
-                "FROM supersedes l JOIN nodes a ON a.id = l.old JOIN nodes b ON b.id = l.new "
-                "JOIN sessions so ON so.id = a.session_pk JOIN sessions sn ON sn.id = b.session_pk "
-                f"JOIN users u ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.old",
-                params):
-            out.write(rows.dumps({"kind": "supersede", "tenant": t_name, "user": u_name,
-                                  "old": {"session_id": old_sid, "node": old_local},
-                                  "new": {"session_id": new_sid, "node": new_local}, "reason": reason}) + "\n")
+        for kind, table, first, second in _LINKS:  # first the replaced / merged node, then the other
+            for a_sid, a_local, b_sid, b_local, t_name, u_name, reason in db.execute(
+                    "SELECT sa.session_id, a.local_id, sb.session_id, b.local_id, t.name, u.name, l.reason "
+                    f"FROM {table} l JOIN nodes a ON a.id = l.{first} JOIN nodes b ON b.id = l.{second} "
+                    "JOIN sessions sa ON sa.id = a.session_pk JOIN sessions sb ON sb.id = b.session_pk JOIN users u "
+                    f"ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.{first}", params):
+                out.write(rows.dumps({"kind": kind, "tenant": t_name, "user": u_name,
+                                      first: {"session_id": a_sid, "node": a_local},
+                                      second: {"session_id": b_sid, "node": b_local}, "reason": reason}) + "\n")
     return count
 
 
@@ -125,6 +133,10 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
                     if (item["tenant"], item["user"], item["new"]["session_id"]) in fresh:
                         old, new = _node(db, user_pk, item["old"]), _node(db, user_pk, item["new"])
                         rows.supersede(db, old, new, item["reason"])
+                elif item["kind"] == "merge":
+                    if (item["tenant"], item["user"], item["node"]["session_id"]) in fresh:
+                        rows.merge(db, _node(db, user_pk, item["node"]), _node(db, user_pk, item["kept"]),
+                                   item["reason"])
                 else:
                     raise KeyError("kind")
             except (KeyError, TypeError, ValueError) as exc:

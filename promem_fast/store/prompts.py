@@ -1,44 +1,39 @@
-"""The store's one prompt: does a newer memory entry replace an older one? And its scripted reply.
+"""The store's one prompt: what a newer memory entry means for an older one (add, update or duplicate).
 
-Sent with role ``nli`` (the same kind of short closed judgement, so ``pipeline.max_tokens["nli"]`` and a
-role override for ``nli`` apply); the template name tells a scripted backend which prompt it is looking at.
-The wording is ours.
+Sent with role ``nli`` (the same kind of short closed judgement, so a role override for ``nli`` applies),
+with its own completion budget (a verdict and a one-sentence reason do not fit the NLI label's); the
+template name tells a scripted backend which prompt it is looking at.
+The decision is the model's: the product holds no rule of its own. The wording is ours.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from promem_fast.backends._text import content_set, content_words
 from promem_fast.prompts import Template
+
+VERDICTS = ("add", "update", "duplicate")
+
+UPDATE_MAX_TOKENS = 96
+"""Completion budget of one verdict: the JSON with its enum and a short sentence of reason."""
 
 STORE_TEMPLATES: dict[str, Template] = {
     "store_update": Template(
         system=(
-            "Task: two memory entries about {user} were taken from conversations on different dates. Decide "
-            "whether the newer entry replaces the older one: it gives a new value for the same thing (a "
-            "changed job, home, plan, preference, relationship or number), corrects it, or contradicts it. "
-            "Entries about different things, or that can both still be true, do not replace each other."
+            "Task: judge a newly remembered entry about {user} against an entry remembered earlier. Answer "
+            '"update" when the new entry gives another value for the same thing (a changed job, home, plan, '
+            'preference, relationship or number), corrects the older one or contradicts it, so the older no '
+            'longer holds; "duplicate" when the new entry says what the older one already says, adding '
+            'nothing; "add" when they are about different things or can both hold at once. Give the reason '
+            "in one short sentence."
         ),
-        user=('Older entry ({old_date}): {old}\nNewer entry ({new_date}): {new}\n\n'
-              'Reply as {{"replaces": true or false}}.'),
+        user=('Earlier entry ({old_date}): {old}\nNew entry ({new_date}): {new}\n\n'
+              'Reply as {{"verdict": "add" or "update" or "duplicate", "reason": "..."}}.'),
     ),
 }
 
-UPDATE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"replaces": {"type": "boolean"}},
-                                 "required": ["replaces"]}
-
-
-def _replaces(fields: dict[str, str]) -> dict[str, bool]:
-    """Scripted stand-in: the same subject (first word) and a partly shared wording with new words on both
-    sides reads as a changed value; a near restatement or an unrelated entry does not."""
-    old, new = content_words(fields["old"]), content_words(fields["new"])
-    if not old or not new or old[0] != new[0]:
-        return {"replaces": False}
-    have_new, have_old = content_set(fields["new"]), content_set(fields["old"])
-    shared = sum(w in have_new for w in old) / len(old)
-    return {"replaces": 0.3 <= shared < 1.0 and any(w not in have_old for w in new)}
-
-
-STORE_RULES = {"store_update": _replaces}
-"""Replies of the scripted backend to the store's templates (by template name)."""
+UPDATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"verdict": {"type": "string", "enum": list(VERDICTS)}, "reason": {"type": "string"}},
+    "required": ["verdict", "reason"],
+}

@@ -37,18 +37,30 @@ class Hit:
     """The newer node that updates this one; ``None`` for current memory."""
     node: dict[str, Any] = field(default_factory=dict)
     """The node's full JSON as extracted (fields added by newer versions included)."""
+    valid_from: str | None = None
+    """When it was said (ISO 8601; ``None`` when undated)."""
+    valid_until: str | None = None
+    """When a newer memory replaced it (that memory's ``valid_from``); ``None`` while current."""
+    recorded_at: str | None = None
+    """When the store received its session (ISO 8601, UTC)."""
+    reason: str | None = None
+    """Why it was replaced (the update judge's reason); ``None`` while current."""
+    sessions: list[str] = field(default_factory=list)
+    """Every session that said it: its own first, then those whose saying of it was merged into it."""
+    merged_into: int | None = None
+    """For a later saying of an already known fact: the memory that stands for both."""
 
     def body(self) -> str:
-        """What an answerer is shown (:func:`promem_fast.eval.qa.unit_body`): text, details and links."""
-        from promem_fast.eval.qa import unit_body
+        """What an answerer is shown (:func:`.qa.unit_body`): text, details and links."""
+        from .qa import unit_body
 
         arrows = {"out": "→", "in": "←"}
         return unit_body(self.text, self.details,
                          [f"{e['relation']} {arrows[e['direction']]} {e['text']}" for e in self.edges])
 
     def key(self) -> str:
-        """What is embedded for retrieval (:func:`promem_fast.eval.qa.unit_key`)."""
-        from promem_fast.eval.qa import unit_key
+        """What is embedded for retrieval (:func:`.qa.unit_key`)."""
+        from .qa import unit_key
 
         return unit_key(self.text, self.details)
 
@@ -59,4 +71,17 @@ class Hit:
             "score": None if self.score is None else round(float(self.score), 6),
             "details": list(self.details), "edges": [dict(e) for e in self.edges],
             "superseded_by": self.superseded_by, "node": dict(self.node),
+            "valid_from": self.valid_from, "valid_until": self.valid_until, "session_ids": list(self.sessions),
+        }
+
+    def memory(self) -> dict[str, Any]:
+        """The memory as :class:`promem_fast.Memory` hands it out (its module docstring gives the shape)."""
+        return {
+            "id": self.node_id, "memory": self.text, "user_id": self.user, "session_ids": list(self.sessions),
+            "valid_from": self.valid_from, "valid_until": self.valid_until, "recorded_at": self.recorded_at,
+            "superseded_by": self.superseded_by, "reason": self.reason,
+            "score": None if self.score is None else round(float(self.score), 6),
+            "details": list(self.details),
+            "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
+                       "memory": e["text"]} for e in self.edges],
         }

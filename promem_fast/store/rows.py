@@ -17,11 +17,13 @@ import numpy as np
 from promem_fast.types import MemoryGraph
 
 from .records import Hit, turn_key
+from .timeline import iso_time, now_iso
 from .vectors import to_blob
 
 log = logging.getLogger(__name__)
 
-_NODE_COLUMNS = ("n.id, u.name, s.session_id, n.text, n.date, n.turn_id, n.superseded_by, n.data, n.session_pk")
+_NODE_COLUMNS = ("n.id, u.name, s.session_id, n.text, n.date, n.turn_id, n.superseded_by, n.data, n.session_pk, "
+                 "n.valid_from, n.valid_until, s.recorded_at, l.reason, n.merged_into")
 
 
 def dumps(value: Any) -> str:
@@ -38,27 +40,31 @@ def ensure_user(db: sqlite3.Connection, tenant: str, user: str) -> int:
     return int(user_pk)
 
 
-def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
-                   vectors: np.ndarray | None) -> dict[int, int]:
+def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None, *,
+                   judged: bool = True) -> dict[int, int]:
     """Write one session's graph (``MemoryGraph.to_dict`` form); returns node id in the graph → store id.
 
     ``vectors`` holds one row per node (in the graph's node order); ``None`` leaves them to be embedded.
+    ``judged=False`` leaves its update verdicts to come (:mod:`.ordering`); an import brings its own links.
     """
+    said_at = iso_time(record.get("timestamp"))
     cur = db.execute(
-        "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
-         dumps(record.get("events", [])), dumps(record.get("stats", {}))))
+         dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged)))
     session_pk = int(cur.lastrowid or 0)
     db.executemany(
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
         [(session_pk, i, d["text"], turn_key(d.get("turn_id")), dumps(d)) for i, d in enumerate(record["details"])])
     db.executemany(
-        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector, valid_from) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(session_pk, user_pk, node["id"], node["text"],
           turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
           node.get("date") or record.get("timestamp"), dumps(node),
-          None if vectors is None else to_blob(vectors[row])) for row, node in enumerate(record["nodes"])])
+          None if vectors is None else to_blob(vectors[row]),
+          said_at) for row, node in enumerate(record["nodes"])])
     ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
     edges = []
     for edge in record["edges"]:
@@ -96,11 +102,21 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def supersede(db: sqlite3.Connection, old: int, new: int, reason: str) -> bool:
-    """Mark ``old`` as updated by ``new`` unless something already superseded it; True when marked."""
-    cur = db.execute("UPDATE nodes SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL AND id != ?",
-                     (new, old, new))
+    """Mark ``old`` as replaced by ``new`` (held until ``new`` was said) unless something already replaced
+    it; True when marked."""
+    cur = db.execute("UPDATE nodes SET superseded_by = ?, valid_until = (SELECT valid_from FROM nodes WHERE id = ?)"
+                     " WHERE id = ? AND superseded_by IS NULL AND id != ?", (new, new, old, new))
     if cur.rowcount:
         db.execute("INSERT OR REPLACE INTO supersedes (old, new, reason) VALUES (?, ?, ?)", (old, new, reason))
+    return bool(cur.rowcount)
+
+
+def merge(db: sqlite3.Connection, node: int, kept: int, reason: str) -> bool:
+    """Mark ``node`` as a later saying of ``kept`` (which then lists its session); True when marked."""
+    cur = db.execute("UPDATE nodes SET merged_into = ? WHERE id = ? AND merged_into IS NULL AND id != ?",
+                     (kept, node, kept))
+    if cur.rowcount:
+        db.execute("INSERT OR REPLACE INTO merges (node, kept, reason) VALUES (?, ?, ?)", (node, kept, reason))
     return bool(cur.rowcount)
 
 
@@ -109,7 +125,8 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
     """Hits for the nodes matching ``where`` (over ``nodes n``), with their details and edges, by id."""
     rows = db.execute(
         f"SELECT {_NODE_COLUMNS} FROM nodes n JOIN sessions s ON s.id = n.session_pk "
-        f"JOIN users u ON u.id = n.user_id WHERE {where} ORDER BY n.id", params).fetchall()
+        f"JOIN users u ON u.id = n.user_id LEFT JOIN supersedes l ON l.old = n.id WHERE {where} ORDER BY n.id",
+        params).fetchall()
     if not rows:
         return []
     details: dict[tuple[int, int], str] = {}
@@ -126,15 +143,24 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
                                              "text": t_text})
         edges.setdefault(target, []).append({"relation": relation, "direction": "in", "node_id": source,
                                              "text": s_text})
+    also: dict[int, list[str]] = {}
+    for kept, sid in db.execute(
+            "SELECT m.kept, s.session_id FROM merges m JOIN nodes d ON d.id = m.node JOIN sessions s ON "
+            f"s.id = d.session_pk WHERE m.kept IN (SELECT n.id FROM nodes n WHERE {where}) "
+            "ORDER BY d.valid_from, d.id", params):
+        also.setdefault(kept, []).append(sid)
     hits = []
-    for node_id, user, session_id, text, date, turn, superseded_by, data, spk in rows:
+    for (node_id, user, session_id, text, date, turn, superseded_by, data, spk, valid_from, valid_until,
+         recorded_at, reason, merged_into) in rows:
         node = json.loads(data)
         hits.append(Hit(
             node_id=node_id, user=user, session_id=session_id, text=text, date=date,
             turn_id=None if turn is None else json.loads(turn),
             score=None if scores is None else scores.get(node_id),
             details=[details[(spk, i)] for i in node.get("details", []) if (spk, i) in details],
-            edges=edges.get(node_id, []), superseded_by=superseded_by, node=node))
+            edges=edges.get(node_id, []), superseded_by=superseded_by, node=node, valid_from=valid_from,
+            valid_until=valid_until, recorded_at=recorded_at, reason=reason,
+            sessions=[session_id, *also.get(node_id, [])], merged_into=merged_into))
     return hits
 
 

@@ -16,7 +16,7 @@ from promem_fast.errors import PromemError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 BUSY_TIMEOUT_MS = 60_000
@@ -92,6 +92,36 @@ CREATE INDEX supersedes_new ON supersedes (new);
 """
 
 
+_V2 = """
+ALTER TABLE sessions ADD COLUMN said_at TEXT;             -- the session's time, ISO 8601 (canonical order)
+ALTER TABLE sessions ADD COLUMN recorded_at TEXT;         -- when the store received it, ISO 8601
+ALTER TABLE sessions ADD COLUMN judged INTEGER NOT NULL DEFAULT 1;  -- 0: its update verdicts are still to come
+ALTER TABLE nodes ADD COLUMN valid_from TEXT;             -- when it was said (its session's said_at)
+ALTER TABLE nodes ADD COLUMN valid_until TEXT;            -- the replacing memory's valid_from
+ALTER TABLE nodes ADD COLUMN merged_into INTEGER REFERENCES nodes(id) ON DELETE SET NULL;  -- a duplicate of
+ALTER TABLE supersedes ADD COLUMN verdict TEXT NOT NULL DEFAULT 'update';  -- 'update' (old replaced by new)
+CREATE TABLE merges (
+    node INTEGER PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,  -- the later saying of the same fact
+    kept INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,     -- the memory that stands for both
+    reason TEXT NOT NULL
+);
+CREATE INDEX merges_kept ON merges (kept);
+CREATE INDEX sessions_pending ON sessions (judged, user_id);
+CREATE INDEX sessions_said ON sessions (user_id, said_at);
+"""
+
+
+def _v2(db: sqlite3.Connection) -> None:
+    """Validity times and the judged flag; times of existing rows are read from their sessions' timestamps."""
+    from .timeline import iso_time
+
+    _run_script(_V2)(db)
+    sessions = db.execute("SELECT id, timestamp FROM sessions").fetchall()
+    db.executemany("UPDATE sessions SET said_at = ? WHERE id = ?", [(iso_time(ts), pk) for pk, ts in sessions])
+    db.execute("UPDATE nodes SET valid_from = (SELECT said_at FROM sessions s WHERE s.id = nodes.session_pk)")
+    db.execute("UPDATE nodes SET valid_until = (SELECT b.valid_from FROM supersedes l JOIN nodes b ON b.id = l.new "
+               "WHERE l.old = nodes.id) WHERE superseded_by IS NOT NULL")
+
 
 def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
     """A migration step running ``script`` statement by statement (``executescript`` would commit the
@@ -107,6 +137,7 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
+    2: _v2,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

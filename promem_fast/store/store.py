@@ -3,7 +3,10 @@
 One SQLite file holds every tenant's users, their sessions and each session's nodes, edges and details; a
 user's memory is the union of all their sessions. Search is exact inner product over the user's node
 vectors (:mod:`.vectors`), answering is evaluation's QA program over the hits, and a new session's entries
-that update older ones mark those as superseded (:mod:`.update`), never deleting them.
+are judged against the user's older memories (:mod:`.update`), in one canonical order (:mod:`.ordering`):
+an update marks the older one superseded (kept, with the time it held, for questions about the past), a
+duplicate is merged into the memory it repeats. The store records the embedder that filled it
+(:mod:`.identity`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from promem_fast.config import EngineConfig
-from promem_fast.errors import InputError
 
 from . import rows
 from .records import Hit
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.summary import RunSummary
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)
@@ -55,9 +57,12 @@ class MemoryStore:
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
                  read_only: bool = False, index: IndexKind = "auto", update_judge: UpdateJudge = "llm",
-                 update_neighbours: int = 3, update_min_cosine: float = 0.5) -> None:
+                 update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None) -> None:
+        from .identity import adopt
+
         self.path = Path(path)
         self.config = (config or EngineConfig()).validate()
+        self.profile = profile
         self.read_only = read_only
         self.update_judge = update_judge
         self.update_neighbours = update_neighbours
@@ -68,6 +73,11 @@ class MemoryStore:
         self._kind = resolve_kind(index)
         self._indexes: dict[int, VectorIndex] = {}
         (self._store_id,) = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        try:
+            self.config = adopt(self._db, self.path, self.config, embedder, profile)
+        except StoreError:
+            self._db.close()
+            raise
         self.cache_min_vectors = CACHE_MIN_VECTORS
         """Users with at least this many vectors get their index saved next to the store on close."""
         self._lock = threading.RLock()
@@ -164,7 +174,9 @@ class MemoryStore:
         return stored
 
     def _add_chunk(self, graphs: list[MemoryGraph], tenant: str, engine: Engine | None) -> int:
-        from .update import find_updates
+        """Write the new sessions (each in its own transaction, pending judgement), then judge every pending
+        session in the canonical order (:mod:`.ordering`), those a killed run left included."""
+        from .ordering import pending_users, settle, write_pending
 
         seen: set[tuple[str, str]] = set()
         fresh = []
@@ -173,34 +185,21 @@ class MemoryStore:
             if key not in seen and not self._has_session(tenant, graph.user, graph.session_id):
                 fresh.append(graph)
             seen.add(key)
-        if not fresh:
-            return 0
-        vectors = self._embed_graphs(fresh)
-        links = find_updates(self, tenant, fresh, vectors, engine) if self.update_judge != "off" else {}
-        written: dict[tuple[int, int], int] = {}
-        stored = 0
-        for position, (graph, block) in enumerate(zip(fresh, vectors, strict=True)):
-            with self._write() as db:
-                user_pk = rows.ensure_user(db, tenant, graph.user)
-                if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
-                              (user_pk, graph.session_id)).fetchone():
-                    continue  # another writer stored it since we looked
-                try:
-                    ids = rows.insert_session(db, user_pk, rows.graph_record(graph), block)
-                except sqlite3.IntegrityError as exc:  # e.g. two nodes with one id: the session is not stored
-                    raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
-                                     field="nodes") from exc
-                written.update({(position, local): node for local, node in ids.items()})
-                for old, new_local, reason in links.get(position, []):
-                    old_id = old if isinstance(old, int) else written.get(old)
-                    if old_id is not None:
-                        rows.supersede(db, old_id, ids[new_local], reason)
-            stored += 1
-        return stored
+        try:
+            return write_pending(self, tenant, fresh, self._embed_graphs(fresh) if fresh else [])
+        finally:  # a graph refused halfway leaves the ones before it stored: they are judged all the same
+            if not self.read_only:
+                settle(self, pending_users(self._db), engine)
+
+    def settle(self, *, engine: Engine | None = None) -> int:
+        """Judge every session still pending (a run killed between storing and judging); returns how many."""
+        from .ordering import pending_users, settle
+
+        return settle(self, pending_users(self._db), engine)
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
-        from promem_fast.eval.qa import memory_units
+        from .qa import memory_units
 
         texts = [unit.key for graph in graphs for unit in memory_units(graph)]
         matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
@@ -212,16 +211,10 @@ class MemoryStore:
         return blocks
 
     def _check_dim(self, dim: int | None) -> None:
-        """Vectors of one store share a dimension; a store filled by another embedder is refused."""
-        if dim is None:
-            return
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-        if row is None:
-            if not self.read_only:
-                self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('dim', ?)", (str(dim),))
-        elif int(row[0]) != dim:
-            raise StoreError(f"{self.path}: the store holds {row[0]}-dimensional vectors but this embedder "
-                             f"gives {dim}; open it with the embedder that filled it")
+        """Vectors of one store share a dimension; the first fill records it and the embedder (:mod:`.identity`)."""
+        from .identity import check_dim
+
+        check_dim(self._db, self.path, dim, self.config, self._embedder, self.profile, self.read_only)
 
     def ingest(self, sessions: Iterable[Session | dict[str, Any]], engine: Engine, *,
                tenant: str = "default") -> RunSummary:
@@ -258,38 +251,54 @@ class MemoryStore:
 
     def get_all(self, user: str, *, tenant: str = "default", history: bool = False) -> list[dict[str, Any]]:
         """Every node of the user (current ones only unless ``history``), oldest first."""
+        return [hit.to_dict() for hit in self.hits(user, tenant=tenant, history=history)]
+
+    def hits(self, user: str, *, tenant: str = "default", history: bool = False) -> list[Hit]:
+        """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
+        replaced or merged."""
         user_pk = self._user_pk(tenant, user)
         if user_pk is None:
             return []
-        where = "n.user_id = ?" + ("" if history else " AND n.superseded_by IS NULL")
-        return [hit.to_dict() for hit in rows.read_hits(self._db, where, (user_pk,))]
+        where = "n.user_id = ?" + ("" if history else " AND n.superseded_by IS NULL AND n.merged_into IS NULL")
+        return rows.read_hits(self._db, where, (user_pk,))
 
-    def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default",
-               history: bool = False) -> list[Hit]:
-        """The ``k`` nodes of ``user`` closest to ``query`` (cosine), best first; superseded nodes only
-        with ``history``."""
+    def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
+               as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
+        """The ``k`` memories of ``user`` closest to ``query`` (cosine), best first.
+
+        Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
+        held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
+        those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
+        from .timeline import query_time, validity
+
+        scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
+                         query_time(until, "until", end_of_day=True), history=history)
         user_pk = self._user_pk(tenant, user)
         if user_pk is None or k <= 0:
             return []
         vector = np.asarray(self._embed_queries([query]), np.float32)[0]
         self._check_dim(int(vector.shape[0]))
-        return self.search_vector(user_pk, vector, k, history=history)
+        return self.search_vector(user_pk, vector, k, scope=scope)
 
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
         embedder = self.embedder
         embed = getattr(embedder, "embed_queries", embedder.embed)
         return embed(texts)
 
-    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False) -> list[Hit]:
-        """Search by an already embedded (normalised) query vector."""
+    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
+                      scope: tuple[str, tuple[Any, ...]] | None = None) -> list[Hit]:
+        """Search by an already embedded (normalised) query vector, among the memories ``scope`` selects
+        (SQL over ``nodes n`` and its parameters, :func:`.timeline.validity`; default: the current ones)."""
+        from .timeline import validity
+
+        where, params = scope or validity(None, None, None, history=history)
         index = self.index(user_pk)
-        wanted = k if history else 2 * k + 8
+        wanted = 2 * k + 8
         while True:
             ids, scores = index.search(vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            found = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})", tuple(ids.tolist()),
-                                   score_of) if len(ids) else []
-            hits = [h for h in found if history or h.superseded_by is None]
+            hits = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))}) AND {where}",
+                                  (*ids.tolist(), *params), score_of) if len(ids) else []
             if len(hits) >= k or wanted >= len(index):
                 break
             wanted *= 4
@@ -334,56 +343,56 @@ class MemoryStore:
         return int(getattr(self.embedder, "dim", 0) or 1)
 
     def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
-               question_time: str | None = None) -> list[dict[str, Any]]:
+               question_time: str | None = None, as_of: str | None = None, since: str | None = None,
+               until: str | None = None) -> list[dict[str, Any]]:
         """Answer questions about ``user`` from their memory with evaluation's QA program, all questions in
-        one batched engine run; each answer as a dict (prediction, the dated memories it was shown)."""
+        one batched engine run; each answer as a dict (prediction, the memories it was shown with their ids
+        and days). The memories are those holding at ``as_of`` (default: ``question_time``, else now)."""
         from .answering import answer
 
-        return answer(self, user, questions, engine, tenant, question_time)
+        return answer(self, user, questions, engine, tenant, question_time, as_of=as_of, since=since,
+                      until=until)
 
     def history(self, node_id: int, *, tenant: str = "default") -> list[dict[str, Any]]:
-        """The supersede chain through ``node_id``: every node it updated and every node that updated it
-        (transitively), oldest first. A node of another tenant, or none, gives an empty list."""
-        chain = {node_id}
-        frontier = [node_id]
-        while frontier:
-            marks = rows.placeholders(len(frontier))
-            linked = self._db.execute(f"SELECT old, new FROM supersedes WHERE old IN ({marks}) OR new IN ({marks})",
-                                      (*frontier, *frontier)).fetchall()
-            frontier = [n for pair in linked for n in pair if n not in chain]
-            chain.update(frontier)
-        ids = sorted(chain)
-        where = (f"n.id IN ({rows.placeholders(len(ids))}) AND n.user_id IN (SELECT u2.id FROM users u2 "
-                 "JOIN tenants t2 ON t2.id = u2.tenant_id WHERE t2.name = ?)")
-        return [hit.to_dict() for hit in rows.read_hits(self._db, where, (*ids, tenant))]
+        """Every memory linked to ``node_id`` by replacements and merges (transitively), oldest first; the
+        links themselves are in :meth:`history_graph`. A node of another tenant, or none, gives []."""
+        ids = [m["id"] for m in self.history_graph(node_id, tenant=tenant)["nodes"]]
+        return [hit.to_dict() for hit in rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})",
+                                                        tuple(ids))] if ids else []
+
+    def history_graph(self, node_id: int, *, tenant: str = "default") -> dict[str, Any]:
+        """The replacement graph through ``node_id``: its memories and the links among them (:mod:`.links`)."""
+        from .links import history_graph
+
+        return history_graph(self._db, node_id, tenant)
+
+    def session_events(self, user: str, session_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
+        """What each memory of one stored session did (added, updated, merged as a duplicate), with reasons."""
+        from .links import session_events
+
+        user_pk = self._user_pk(tenant, user)
+        row = None if user_pk is None else self._db.execute(
+            "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
+        return [] if row is None else session_events(self._db, int(row[0]))
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
-        """The user's whole memory for drawing: nodes (superseded ones included, flagged), relation and
-        supersede edges, and details with the node they are anchored to."""
-        hits = self._hits_of(tenant, user)
-        nodes = [{"id": h.node_id, "session_id": h.session_id, "text": h.text, "date": h.date,
-                  "turn_id": h.turn_id, "superseded_by": h.superseded_by} for h in hits]
-        edges: list[dict[str, Any]] = []
-        details: list[dict[str, Any]] = []
-        for h in hits:
-            edges.extend({"source": h.node_id, "target": e["node_id"], "relation": e["relation"]}
-                         for e in h.edges if e["direction"] == "out")
-            if h.superseded_by is not None:
-                edges.append({"source": h.node_id, "target": h.superseded_by, "relation": "superseded_by"})
-            details.extend({"node": h.node_id, "text": text} for text in h.details)
-        return {"nodes": nodes, "edges": edges, "details": details}
+        """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
+        supersede edges, and details with the node they are anchored to (:func:`.links.drawing`)."""
+        from .links import drawing
 
-    def _hits_of(self, tenant: str, user: str) -> list[Hit]:
         user_pk = self._user_pk(tenant, user)
-        return [] if user_pk is None else rows.read_hits(self._db, "n.user_id = ?", (user_pk,))
+        return drawing([] if user_pk is None else rows.read_hits(self._db, "n.user_id = ?", (user_pk,)))
 
     # ------------------------------------------------------------------------------------ removing
     def delete(self, *, tenant: str = "default", user: str, session: str | None = None,
-               node: int | None = None) -> int:
+               node: int | None = None, engine: Engine | None = None) -> int:
         """Remove a node, a session or a whole user (the narrowest given); returns the nodes removed.
 
-        Nodes that the removed ones had superseded become current again.
+        The memory is then as if the removed ones had never been added: the sessions from the removed one on
+        (canonical order) lose their links and are judged again (on ``engine``, else the store's own).
         """
+        from .ordering import key_of, reopen_from, settle
+
         with self._write() as db:
             user_pk = self._user_pk(tenant, user)
             if user_pk is None:
@@ -396,6 +405,9 @@ class MemoryStore:
             else:
                 where, params = "user_id = ?", (user_pk,)
             (count,) = db.execute(f"SELECT COUNT(*) FROM nodes WHERE {where}", params).fetchone()
+            first = db.execute(f"SELECT session_pk FROM nodes WHERE {where} LIMIT 1", params).fetchone()
+            if first is not None and (node is not None or session is not None):  # a session without nodes
+                reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
             if node is not None:
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
             elif session is not None:
@@ -404,6 +416,8 @@ class MemoryStore:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
         self._drop_index(user_pk)
+        if node is not None or session is not None:
+            settle(self, [user_pk], engine)
         return int(count)
 
     def _drop_index(self, user_pk: int) -> None:

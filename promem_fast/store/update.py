@@ -1,152 +1,188 @@
-"""Updates across sessions: which older entries of a user a new session's entries replace.
+"""Update verdicts: what each entry of a new session means for a user's older memories.
 
-For each new entry, its nearest older entries of the same user (current ones, from sessions dated no later,
-cosine at least ``update_min_cosine``, at most ``update_neighbours``) are candidates; a judge then decides
-each (older, newer) pair: the chat model asked whether the newer replaces the older (``llm``), or the NLI
-model finding that the newer contradicts it (``nli``). All pairs of a batch of sessions are one engine run,
-so their requests share batches. The store then marks each replaced entry superseded, linked to the newer
-one; nothing is deleted.
+For each new entry, its nearest older memories of the same user (current ones, from the sessions before it
+in the canonical order, so said no later; cosine at least ``update_min_cosine``, at most
+``update_neighbours``) are candidates; the configured model judges each (older, newer) pair:
+
+* ``llm``: the chat model answers ``add`` / ``update`` / ``duplicate`` with a reason;
+* ``nli``: the NLI model reads the newer entry as premise: it contradicts the older → ``update``, the two
+  entail each other → ``duplicate``, else ``add``.
+
+An entry that duplicates an older memory is merged into it (the older one then lists both sessions) and
+replaces nothing; otherwise it supersedes every older memory judged ``update`` (each older memory by the
+first new entry that claims it). Nothing is deleted. The sessions of one call are judged in one engine
+run, so their requests share batches.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Union
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from promem_fast.context import RunContext
-from promem_fast.io import parse_timestamp
 from promem_fast.requests import Failure, Generate, Program
 
 from . import rows
-from .prompts import STORE_TEMPLATES, UPDATE_SCHEMA
+from .prompts import STORE_TEMPLATES, UPDATE_MAX_TOKENS, UPDATE_SCHEMA, VERDICTS
+from .timeline import UNDATED, day_label
+from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from promem_fast.types import MemoryGraph
 
     from .view import StoreView
 
 log = logging.getLogger(__name__)
 
-NodeRef = Union[int, tuple[int, int]]
-"""A stored node (its id) or a node of a graph being added (its position in the batch, its id in the graph)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    old: NodeRef
+    old: int
     old_text: str
-    old_date: str | None
-    new_local: int
+    old_from: str | None
+    new: int
     new_text: str
-    new_date: str | None
+    new_from: str | None
 
 
-def _older(old_date: str | None, new_date: str | None) -> bool:
-    """Whether an entry dated ``old_date`` may be replaced by one dated ``new_date`` (undated: by order)."""
-    if old_date is None or new_date is None:
-        return True
-    a, b = parse_timestamp(old_date), parse_timestamp(new_date)
-    if a is None or b is None:
-        return True
-    try:
-        return a <= b
-    except TypeError:  # one aware, one naive
-        return True
+@dataclass(slots=True)
+class Outcome:
+    """The links one session's entries make: merges (new → kept) and supersedes (old → new), with reasons."""
+
+    merges: list[tuple[int, int, str]] = field(default_factory=list)
+    supersedes: list[tuple[int, int, str]] = field(default_factory=list)
 
 
-def candidate_pairs(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph],
-                    vectors: Sequence[np.ndarray]) -> list[list[Pair]]:
-    """The (older, newer) pairs to judge for each graph: stored neighbours and earlier graphs of the batch."""
+def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pair]:
+    """The (older, newer) pairs to judge for one session's entries, against the user's memory as it stood
+    after every session judged before it (``judged = 1``: the sessions before it in the canonical order)."""
     m, floor = store.update_neighbours, store.update_min_cosine
-    out: list[list[Pair]] = []
-    for position, (graph, block) in enumerate(zip(graphs, vectors, strict=True)):
-        pairs: list[Pair] = []
-        user_pk = store._user_pk(tenant, graph.user)
-        index = None if user_pk is None else store.index(user_pk)
-        earlier = [(p, graphs[p], vectors[p]) for p in range(position) if graphs[p].user == graph.user]
-        for row, node in enumerate(graph.nodes):
-            found: list[tuple[float, NodeRef, str, str | None]] = []
-            if index is not None:
-                ids, scores = index.search(block[row], 4 * m)
-                keep = scores >= floor
-                ids, scores = ids[keep], scores[keep]
-                if len(ids):
-                    info = {i: (text, date) for i, text, date in store._db.execute(
-                        "SELECT n.id, n.text, n.date FROM nodes n WHERE n.superseded_by IS NULL AND "
-                        f"n.id IN ({rows.placeholders(len(ids))})", tuple(ids.tolist()))}
-                    found.extend((float(s), int(i), *info[int(i)]) for i, s in zip(ids, scores, strict=True)
-                                 if int(i) in info)
-            for p, other, keys in earlier:
-                for j, score in enumerate((keys @ block[row]).tolist() if len(keys) else []):
-                    if score >= floor:
-                        found.append((score, (p, other.nodes[j].id), other.nodes[j].text, other.timestamp))
-            new_date = getattr(node, "date", None) or graph.timestamp
-            found = [f for f in found if _older(f[3], new_date)]
-            found.sort(key=lambda f: -f[0])
-            pairs.extend(Pair(ref, text, date, node.id, node.text, new_date) for _, ref, text, date in found[:m])
-        out.append(pairs)
-    return out
+    db = store._db
+    fresh = db.execute("SELECT id, text, valid_from, vector FROM nodes WHERE session_pk = ? AND vector IS NOT NULL "
+                       "ORDER BY local_id", (session_pk,)).fetchall()
+    if not fresh:
+        return []
+    index = store.index(user_pk)
+    vectors = from_blobs([v for *_, v in fresh], index.dim)
+    eligible = ("SELECT n.id, n.text, n.valid_from FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE "
+                "s.user_id = ? AND s.judged = 1 AND n.session_pk != ? AND n.superseded_by IS NULL AND "
+                "n.merged_into IS NULL AND n.id IN ({})")
+    pairs: list[Pair] = []
+    for (new_id, new_text, new_from, _), vector in zip(fresh, vectors, strict=True):
+        found: list[tuple[float, str, str, int]] = []
+        wanted = 4 * m
+        while True:
+            ids, scores = index.search(vector, wanted)
+            keep = scores >= floor
+            ids, scores = ids[keep], scores[keep]
+            score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
+            found = [(-score_of[i], when or UNDATED, text, i) for i, text, when in db.execute(
+                eligible.format(rows.placeholders(len(ids))), (user_pk, session_pk, *score_of))] if len(ids) else []
+            if len(found) >= m or len(ids) < wanted or wanted >= len(index):
+                break  # enough, or every neighbour above the floor was seen
+            wanted *= 4
+        found.sort()  # best first; ties by when said and text, never by arrival (node ids)
+        pairs.extend(Pair(old, text, None if when == UNDATED else when, new_id, new_text, new_from)
+                     for _, when, text, old in found[:m])
+    return pairs
 
 
-def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -> Program[list[bool]]:
-    """One request per pair, all in one round; a failed step counts as "does not replace"."""
+def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -> Program[list[tuple[str, str]]]:
+    """One round for all pairs: ``(verdict, reason)`` each; a failed step counts as ``add``."""
     if how == "nli":
         from promem_fast.pipeline.common import entail_requests
 
-        requests = entail_requests(ctx, "update", [(p.new_text, p.old_text) for p in pairs],
-                                   [p.old_text for p in pairs])
+        # for each pair the newer as premise, then the other way round
+        requests: list[Any] = entail_requests(
+            ctx, "update", [q for p in pairs for q in ((p.new_text, p.old_text), (p.old_text, p.new_text))],
+            [p.old_text for p in pairs for _ in range(2)])
     else:
         template = STORE_TEMPLATES["store_update"]
         requests = [Generate(stage="update", role="nli", schema=UPDATE_SCHEMA, item=p.old_text,
-                             max_tokens=ctx.config.pipeline.max_tokens["nli"],
+                             max_tokens=max(UPDATE_MAX_TOKENS, ctx.config.pipeline.max_tokens["nli"]),
                              messages=template.render(user=user, old=p.old_text, new=p.new_text,
-                                                      old_date=p.old_date or "undated",
-                                                      new_date=p.new_date or "undated"))
+                                                      old_date=day_label(p.old_from) or "undated",
+                                                      new_date=day_label(p.new_from) or "undated"))
                     for p in pairs]
     replies = yield requests
-    verdicts = []
     for reply in replies:
         if isinstance(reply, Failure):
             log.warning("update judge could not decide about %r (%s); kept current", reply.item, reply.error)
             ctx.fail(reply)
-            verdicts.append(False)
-        elif how == "nli":
-            label = reply.label if hasattr(reply, "label") else reply["label"]
-            verdicts.append(label == "contradiction")
-        else:
-            verdicts.append(bool(reply["replaces"]))
-    return verdicts
+    if how == "nli":
+        return [_nli_verdict(replies[2 * i], replies[2 * i + 1]) for i in range(len(pairs))]
+    return [_chat_verdict(reply) for reply in replies]
 
 
-def find_updates(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray],
-                 engine: Engine | None) -> dict[int, list[tuple[NodeRef, int, str]]]:
-    """For each graph position, ``(older node, newer node id in the graph, reason)`` of the entries it
-    replaces; an older entry that several newer ones replace goes to the first (sessions in batch order)."""
-    pairs = candidate_pairs(store, tenant, graphs, vectors)
+def _label(reply: Any) -> str | None:
+    if isinstance(reply, Failure):
+        return None
+    return str(reply.label if hasattr(reply, "label") else reply["label"])
+
+
+def _nli_verdict(forward: Any, backward: Any) -> tuple[str, str]:
+    ahead, back = _label(forward), _label(backward)
+    if ahead == "contradiction":
+        return "update", "nli: the new entry contradicts the earlier one"
+    if ahead == "entailment" and back == "entailment":
+        return "duplicate", "nli: each entry entails the other"
+    return "add", f"nli: new → earlier {ahead or 'failed'}, earlier → new {back or 'failed'}"
+
+
+def _chat_verdict(reply: Any) -> tuple[str, str]:
+    if isinstance(reply, Failure):
+        return "add", f"judge failed: {reply.error}"
+    verdict = str(reply.get("verdict", "")).strip().lower()
+    reason = str(reply.get("reason", "")).strip()
+    if verdict not in VERDICTS:
+        log.warning("update judge answered %r, not one of %s; kept current", verdict, ", ".join(VERDICTS))
+        return "add", f"unreadable verdict {verdict!r}"
+    return verdict, reason
+
+
+def decide(pairs: Sequence[Pair], verdicts: Sequence[tuple[str, str]]) -> Outcome:
+    """The links of one session from its pairs' verdicts (see the module for the rules)."""
+    by_new: dict[int, list[tuple[Pair, str, str]]] = {}
+    for pair, (verdict, reason) in zip(pairs, verdicts, strict=True):
+        by_new.setdefault(pair.new, []).append((pair, verdict, reason))
+    outcome = Outcome()
+    taken: set[int] = set()
+    for new, judged in by_new.items():  # in the session's node order
+        same = [(p, reason) for p, verdict, reason in judged if verdict == "duplicate"]
+        if same:
+            outcome.merges.append((new, same[0][0].old, same[0][1]))
+            continue
+        for pair, verdict, reason in judged:
+            if verdict == "update" and pair.old not in taken:
+                taken.add(pair.old)
+                outcome.supersedes.append((pair.old, new, reason))
+    return outcome
+
+
+def judge_sessions(store: StoreView, batch: Sequence[tuple[str, int, int]], engine: Engine | None
+                   ) -> list[Outcome | None]:
+    """The outcome of each ``(user name, user pk, session pk)``, all in one engine run; ``None`` for a
+    session whose judging crashed (its entries then stay plain additions, logged)."""
+    pairs = [candidate_pairs(store, user_pk, session_pk) for _, user_pk, session_pk in batch]
+    outcomes: list[Outcome | None] = [Outcome() for _ in batch]
     if not any(pairs):
-        return {}
+        return outcomes
     runner = engine or store.engine()
 
     def programs() -> Iterable[tuple[int, Callable[[RunContext], Program[Any]]]]:
         for position, todo in enumerate(pairs):
             if todo:
-                yield position, partial(judge_program, graphs[position].user, todo, store.update_judge)
+                yield position, partial(judge_program, batch[position][0], todo, store.update_judge)
 
-    links: dict[int, list[tuple[NodeRef, int, str]]] = {}
-    taken: set[NodeRef] = set()
     for position, outcome in runner.run(programs()):
         if isinstance(outcome, BaseException):
-            log.error("update check of session %s failed; its entries supersede nothing: %s",
-                      graphs[position].session_id, outcome)
+            log.error("update check of session %d failed; its entries replace nothing: %s", batch[position][2],
+                      outcome)
+            outcomes[position] = None
             continue
-        for pair, replaces in zip(pairs[position], outcome, strict=True):
-            if replaces and pair.old not in taken:
-                taken.add(pair.old)
-                links.setdefault(position, []).append((pair.old, pair.new_local, store.update_judge))
-    return links
+        outcomes[position] = decide(pairs[position], outcome)
+    return outcomes
+

@@ -60,7 +60,7 @@ def resolve_kind(kind: IndexKind) -> Literal["faiss", "numpy"]:
     if kind == "auto":
         return "faiss" if _faiss() is not None else "numpy"
     if kind == "faiss" and _faiss() is None:
-        from promem_fast.backends._deps import require
+        from promem_fast.deps import require
 
         require("faiss", "cpu", "faiss-cpu")
     return kind

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from promem_fast.eval.qa import RetrievalIndex
+    from .qa import RetrievalIndex
 
     from .records import Hit
     from .vectors import VectorIndex
@@ -27,6 +28,7 @@ class StoreView(Protocol):
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
+    read_only: bool
     _db: sqlite3.Connection
 
     @property
@@ -34,9 +36,12 @@ class StoreView(Protocol):
 
     def engine(self) -> Engine: ...
 
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
     def index(self, user_pk: int) -> VectorIndex: ...
 
-    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False) -> list[Hit]: ...
+    def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
+                      scope: tuple[str, tuple[Any, ...]] | None = None) -> list[Hit]: ...
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False) -> RetrievalIndex: ...

@@ -60,7 +60,8 @@ def load_locomo(path: PathLike, limit: int | None = None) -> Benchmark:
     become gold points (``source="event_summary"``) of that speaker's session. Questions: history = all
     sessions of the conversation; asked after the last session (its date is ``question_time``); evidence
     dialogue ids normalised (malformed entries such as ``"D8:6; D9:17"`` split, unparseable ones dropped,
-    the raw list kept in ``metadata["raw_evidence"]``). Answers kept as strings. ``limit``: the first N
+    the raw list kept in ``metadata["raw_evidence"]``); ``metadata["about"]`` names the speaker the question
+    asks about (both when it names both or neither), whom the answer prompt names. Answers kept as strings. ``limit``: the first N
     conversations.
     """
     check_limit(limit)
@@ -110,7 +111,7 @@ def _locomo_sample(rec: Any, loc: Loc) -> EvalUser:
     ]
     return EvalUser(
         user_id=sample_id,
-        name=f"{speakers[0]} & {speakers[1]}",
+        name=f"{speakers[0]} and {speakers[1]}",
         sessions=sessions,
         memory_points=points,
         questions=questions,
@@ -174,7 +175,11 @@ def _locomo_question(
         refs.extend((int(s), int(t)) for s, t in _DIA_ID.findall(item))
     evidence = [f"D{s}:{t}" for s, t in refs]
     evidence_sessions = dedup([sid_of[(s, sp)] for s, _ in refs for sp in speakers if (s, sp) in sid_of])
-    meta: dict[str, Any] = {"sample_id": sample_id}
+    text = loc.get(qa, "question", str)
+    # a peer dialogue has two speakers: the question is about whichever it names (both when it names both or
+    # neither), which is who the answer prompt says it is about
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", text)]
+    meta: dict[str, Any] = {"sample_id": sample_id, "about": " and ".join(named or speakers)}
     adversarial = loc.text(qa, "adversarial_answer", None)
     if adversarial is not None:
         meta["adversarial_answer"] = adversarial
@@ -183,7 +188,7 @@ def _locomo_question(
     return Question(
         question_id=f"{sample_id}:q{k}",
         user_id=sample_id,
-        question=loc.get(qa, "question", str),
+        question=text,
         answer=answer,
         question_type=LOCOMO_CATEGORIES[category],
         session_ids=history,

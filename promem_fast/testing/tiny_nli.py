@@ -7,7 +7,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from promem_fast.backends._deps import require
+from promem_fast.deps import require
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def build_tiny_nli(dst: str | Path, *, seed: int = 0) -> Path:
     model = transformers.RobertaForSequenceClassification(config).eval()
     model.save_pretrained(str(dst))
     (dst / "README.md").write_text(
-        "Tiny randomly initialised RoBERTa NLI classifier built by promem_fast.tiny_nli.build_tiny_nli "
+        "Tiny randomly initialised RoBERTa NLI classifier built by promem_fast.testing.tiny_nli.build_tiny_nli "
         "for tests. Its outputs are meaningless.\n", encoding="utf-8")
     log.info("tiny NLI model (vocab %d) written to %s", bpe.get_vocab_size(), dst)
     return dst

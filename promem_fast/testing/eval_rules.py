@@ -5,8 +5,7 @@ a function of the prompt's fields, the same contract as the scripted backend's e
 end-to-end evaluation runs with no model and gives the same numbers every time. The rules are crude word
 overlap, meant to exercise every branch (correct, hallucinated, omitted, abstained), not to grade well.
 
-Nothing here imports a backend or the engine (only the text helpers and the templates' refusal phrase), so
-the scripted backend can import this module without a cycle.
+Nothing here imports a backend or the engine (only the text helpers and the answerer's refusal phrase).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
 
-from .prompts import QA_NOT_FOUND
+from promem_fast.store.qa_prompts import QA_NOT_FOUND
 
 Rule = Callable[[dict[str, str]], Any]
 

@@ -20,12 +20,13 @@ from typing import Any
 
 from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
-from promem_fast.backends.nli_lexical import LexicalNLI
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
-from promem_fast.eval.scripted import EVAL_RULES
 from promem_fast.prompts import BLOCK, DIALOGUE, PER_ITEM, PREAMBLE, TEMPLATES
-from promem_fast.store.prompts import STORE_RULES, STORE_TEMPLATES
+from promem_fast.store.prompts import STORE_TEMPLATES
+from promem_fast.testing.eval_rules import EVAL_RULES
+from promem_fast.testing.nli_lexical import LexicalNLI
+from promem_fast.testing.store_rules import STORE_RULES
 
 Rule = Callable[[dict[str, str]], Any]
 """Maps a prompt's fields to a reply: a JSON-able value, or a raw string sent as is."""

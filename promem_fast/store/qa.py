@@ -1,4 +1,4 @@
-"""Question answering over extracted memory (and over raw turns, the NativeRAG baseline), batched.
+"""Question answering over stored memory (and over raw turns, the NativeRAG baseline), batched.
 
 How a question is answered (the paper's QA setting, §4.1): the memory of every session in the question's
 history is one pool of retrievable *units*; the question is embedded as a query, the ``qa_top_k`` units
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -30,8 +30,7 @@ from promem_fast.engine import Engine
 from promem_fast.requests import Embed, Failure, Generate, Program
 from promem_fast.types import MemoryGraph, RunStats, Session
 
-from .prompts import eval_schema, render_eval
-from .records import Question
+from .qa_prompts import qa_schema, render_qa
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +39,40 @@ Source = Literal["memory", "turns"]
 
 _TEMPLATE_OF: dict[str, str] = {"memory": "qa_memory", "turns": "qa_dialogue"}
 _FIELD_OF: dict[str, str] = {"memory": "memories", "turns": "excerpts"}
+
+
+class Asked(Protocol):
+    """What the answer program reads of a question (evaluation's :class:`~promem_fast.eval.records.Question`
+    and the store's :class:`Ask` both have it)."""
+
+    @property
+    def question_id(self) -> str: ...
+    @property
+    def question(self) -> str: ...
+    @property
+    def answer(self) -> str | None: ...
+    @property
+    def question_type(self) -> str: ...
+    @property
+    def session_ids(self) -> tuple[str, ...]: ...
+    @property
+    def session_dates(self) -> tuple[str | None, ...]: ...
+    @property
+    def question_time(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A question put to a user's memory: it may be answered from ``session_ids``, dated ``session_dates``."""
+
+    question_id: str
+    question: str
+    session_ids: tuple[str, ...]
+    session_dates: tuple[str | None, ...] = ()
+    question_time: str | None = None
+    question_type: str = "ask"
+    answer: str | None = None
+    """A gold answer, where one is known (evaluation); never shown to the answerer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +240,7 @@ class Answer:
         }
 
 
-def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: RunContext, *,
+def answer_program(question: Asked, user: str, index: RetrievalIndex, ctx: RunContext, *,
                    source: Source = "memory") -> Program[Answer]:
     """Retrieve the top-k units of ``question``'s history and answer from them (one embed, one generate)."""
     answer = Answer(question.question_id, question.question, question.question_type, question.answer, None, source)
@@ -249,7 +282,7 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
     template = _TEMPLATE_OF[source]
     fields = {"user": user, "question": question.question,
               "question_time": question.question_time or "an unknown date", _FIELD_OF[source]: ""}
-    budget = ctx.prompt_budget("qa", render_eval(template, **fields))
+    budget = ctx.prompt_budget("qa", render_qa(template, **fields))
     used = 0
     kept: list[tuple[int, int, Retrieved]] = []
     for rank, (i, score) in enumerate(picked):
@@ -267,8 +300,8 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
     answer.retrieved = [item for _, _, item in sorted(kept, key=lambda t: t[:2])]
     fields[_FIELD_OF[source]] = "\n".join(r.line() for r in answer.retrieved) or "(none)"
 
-    (reply,) = yield [Generate(stage="qa", role="qa", messages=render_eval(template, **fields),
-                               schema=eval_schema(template), max_tokens=ctx.config.pipeline.max_tokens["qa"],
+    (reply,) = yield [Generate(stage="qa", role="qa", messages=render_qa(template, **fields),
+                               schema=qa_schema(template), max_tokens=ctx.config.pipeline.max_tokens["qa"],
                                item=question.question_id)]
     if isinstance(reply, Failure):
         ctx.fail(reply)
@@ -278,19 +311,19 @@ def answer_program(question: Question, user: str, index: RetrievalIndex, ctx: Ru
     return answer
 
 
-def _answer_job(question: Question, user: str, index: RetrievalIndex, source: Source, ctx: RunContext
+def _answer_job(question: Asked, user: str, index: RetrievalIndex, source: Source, ctx: RunContext
                 ) -> Program[tuple[Answer, RunStats]]:
     return with_stats(ctx, answer_program(question, user, index, ctx, source=source))
 
 
-def answer_questions(engine: Engine, questions: Sequence[tuple[Question, str]], index: RetrievalIndex, *,
+def answer_questions(engine: Engine, questions: Sequence[tuple[Asked, str]], index: RetrievalIndex, *,
                      source: Source = "memory") -> tuple[list[Answer], RunStats]:
     """Answer ``(question, memory owner's name)`` pairs in one batched run; answers in input order and the
     accounting of the run. A question whose program crashed gets an answer holding the error."""
     stats = RunStats()
     answers: list[Answer] = []
 
-    def programs() -> Iterable[tuple[Question, Callable[[RunContext], Program[Any]]]]:
+    def programs() -> Iterable[tuple[Asked, Callable[[RunContext], Program[Any]]]]:
         for question, user in questions:
             yield question, partial(_answer_job, question, user, index, source)
 

@@ -1,0 +1,149 @@
+"""The evaluation protocol's cost and shape on the HaluMem development user, before and after a change.
+
+    python benchmarks/eval_protocol.py --label after                      # scripted profile, all 29 sessions
+    python benchmarks/eval_protocol.py --label after --profile cpu --sessions 2   # SmolLM2-135M on llama.cpp
+    python benchmarks/eval_protocol.py --retrieval        # evidence recall@k (scripted memories, MiniLM)
+
+Runs ``promem eval halumem`` on /work/shared/data/halumem-dev (never copied: only aggregate figures are
+written) and writes ``benchmarks/results/eval_protocol-<profile>-<label>.json``: extraction tokens and calls
+per session and stage, failed steps per stage (read from the graphs file, so results of any version compare),
+judge calls and tokens, how many gold points each judge graded, how many memories the update judge saw, and
+the headline scores. Run it once with the code before a change (``PYTHONPATH=<old checkout>``) and once
+after; ``--compare`` then writes the side-by-side table ``eval_protocol-<profile>.md``.
+
+The scripted profile shows control flow and cost, not quality; SmolLM2-135M shows cost and reply format on a
+real model, not quality either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEV = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
+
+
+def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str, Any]:
+    """The figures compared before and after, from a result and its graphs file."""
+    failed: dict[str, int] = {}
+    for line in graphs.read_text(encoding="utf-8").splitlines():
+        for failure in json.loads(line).get("stats", {}).get("failures", []):
+            failed[failure["stage"]] = failed.get(failure["stage"], 0) + 1
+    cost = result["cost"]["extraction"]
+    judge = result["cost"]["evaluation"]["judge"]
+    labels = result["labels"]
+    shown = [u.get("memories_shown", 0) for u in labels["update"]]
+    return {
+        "code": result.get("provenance", {}).get("code", "not recorded (before provenance was kept)"),
+        "sessions": result["counts"]["sessions"], "questions": result["counts"]["questions"],
+        "extraction": {"tokens_per_session": cost["tokens_per_session"], "calls_per_session": cost["calls_per_session"],
+                       "per_stage": {s: {"tokens": v["tokens"], "calls": v["calls"]}
+                                     for s, v in cost["per_session"].items()},
+                       "failed_steps": failed, "failed_steps_in_report": "Failed steps per stage" in
+                       (graphs.parent / "report-halumem.md").read_text(encoding="utf-8")},
+        "judging": {"calls": judge["calls"], "prompt_tokens": judge["prompt_tokens"],
+                    "completion_tokens": judge["completion_tokens"], "integrity_points": len(labels["integrity"]),
+                    "update_points": len(labels["update"]), "accuracy_entries": len(labels["accuracy"]),
+                    "update_memories_shown_mean": sum(shown) / len(shown) if shown else None,
+                    "failed_eval_steps": result["counts"]["failed_eval_steps"]},
+        "headline": result["headline"],
+        "update": {k: (result["aggregates"]["extraction"] or {}).get("update", {}).get(k)
+                   for k in ("correct", "hallucination", "omission")},
+        "wall_seconds": seconds,
+    }
+
+
+def run(profile: str, sessions: int | None, out: Path) -> dict[str, Any]:
+    from promem_fast.config import EngineConfig
+    from promem_fast.eval.runner import run_eval
+
+    config = EngineConfig.profile(profile)
+    config.progress = False
+    started = time.perf_counter()
+    result = run_eval("halumem", DEV, config, out_dir=out, sessions=sessions)
+    return summarise(result, Path(result["files"]["graphs"]), time.perf_counter() - started)
+
+
+def retrieval(out: Path) -> Path:
+    """Evidence recall@k on the development user: the scripted stand-in's extraction, retrieved with the CPU
+    default's real embedder (all-MiniLM-L6-v2), so the figure is the store and embedder's, on stand-in memories."""
+    from promem_fast.config import EmbedderConfig, EngineConfig
+    from promem_fast.eval.retrieval import render, run_retrieval
+
+    config = EngineConfig.profile("scripted")
+    config.embedder = EmbedderConfig()
+    result = run_retrieval("halumem", DEV, config, out_dir=out)
+    result["note"] = "scripted extraction (stand-in memories), all-MiniLM-L6-v2 retrieval: a retrieval-stack figure"
+    path = HERE / "results" / "retrieval-halumem-dev.json"
+    path.write_text(json.dumps({k: v for k, v in result.items() if k != "provenance"} |
+                               {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
+    path.with_suffix(".md").write_text(render(result) + f"\n{result['note']}.\n", encoding="utf-8")
+    return path
+
+
+def compare(profile: str) -> str:
+    """The before/after table of one profile's two summaries."""
+    sides = {label: json.loads((HERE / "results" / f"eval_protocol-{profile}-{label}.json").read_text())
+             for label in ("before", "after")}
+    rows = [("extraction tokens / session", lambda s: f"{s['extraction']['tokens_per_session']:.0f}"),
+            ("extraction calls / session", lambda s: f"{s['extraction']['calls_per_session']:.2f}"),
+            ("failed extraction steps", lambda s: json.dumps(s["extraction"]["failed_steps"])),
+            ("failed steps shown in the report", lambda s: str(s["extraction"]["failed_steps_in_report"])),
+            ("judge calls", lambda s: str(s["judging"]["calls"])),
+            ("judge prompt tokens", lambda s: str(s["judging"]["prompt_tokens"])),
+            ("gold points to the integrity judge", lambda s: str(s["judging"]["integrity_points"])),
+            ("update points to the update judge", lambda s: str(s["judging"]["update_points"])),
+            ("memories shown per update point", lambda s: "-" if s["judging"]["update_memories_shown_mean"] is None
+             else f"{s['judging']['update_memories_shown_mean']:.2f}"),
+            ("Mem. Integrity / Accuracy / F1 (%)", lambda s: " / ".join(
+                "-" if s["headline"][k] is None else f"{100 * s['headline'][k]:.2f}"
+                for k in ("memory_integrity", "memory_accuracy", "memory_f1"))),
+            ("update Correct / Halu. / Omission (%)", lambda s: " / ".join(
+                "-" if s["update"][k] is None else f"{100 * s['update'][k]:.2f}"
+                for k in ("correct", "hallucination", "omission"))),
+            ("QA accuracy (%)", lambda s: f"{100 * s['headline']['qa_accuracy']:.2f}")]
+    lines = [f"# Evaluation protocol on the HaluMem development user: {profile} profile, before → after", "",
+             f"{sides['after']['sessions']} sessions, {sides['after']['questions']} questions. "
+             + ("Scripted stand-ins: control flow and cost, not quality." if profile == "scripted" else
+                "SmolLM2-135M: cost and reply format, not quality."), "",
+             "| | before | after |", "| --- | --- | --- |"]
+    lines += [f"| {name} | {get(sides['before'])} | {get(sides['after'])} |" for name, get in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--label", choices=("before", "after"), default="after")
+    parser.add_argument("--profile", choices=("scripted", "cpu"), default="scripted")
+    parser.add_argument("--sessions", type=int, help="only the first N sessions (the cpu profile takes minutes each)")
+    parser.add_argument("--compare", action="store_true", help="write the before/after table from both summaries")
+    parser.add_argument("--retrieval", action="store_true", help="evidence recall@k on the development user "
+                        "(results/retrieval-halumem-dev.json and .md)")
+    parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
+    args = parser.parse_args()
+    results = HERE / "results"
+    if args.compare:
+        path = results / f"eval_protocol-{args.profile}.md"
+        path.write_text(compare(args.profile), encoding="utf-8")
+        print(path.read_text(encoding="utf-8"))
+        return 0
+    if not DEV.is_file():
+        print(f"{DEV} is not here: nothing to run", file=sys.stderr)
+        return 2
+    if args.retrieval:
+        print(f"wrote {retrieval(args.work / 'retrieval')}")
+        return 0
+    summary = run(args.profile, args.sessions, args.work / f"{args.profile}-{args.label}")
+    path = results / f"eval_protocol-{args.profile}-{args.label}.json"
+    path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""What a result needs to be reproduced: the code, the data, the whole effective config and its decoding.
+
+A figure in a report is only worth something if someone can rerun it and get the same number, so every
+result (``promem eval``), every aggregate (``promem eval aggregate -o``) and every calibration records:
+
+- the code: the git commit of the checkout the package runs from (and whether it had uncommitted changes),
+  or, for an installed package, its version;
+- the data: each input file's path, size and sha256;
+- the effective config, every field (after the profile, the config file and ``--set`` were applied);
+- what decides a reply: per role the model, temperature, retry temperature, seed and reply budget; the
+  topic segmenter actually used; compression; the NLI model and threshold;
+- the judge: its model and the source of its prompts (the project's own, or a file of the user's HaluMem
+  checkout with its sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import subprocess
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from promem_fast.config import ROLES, EngineConfig
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes, read in chunks (benchmark files run to hundreds of MB)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def data_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Path, size and sha256 of each input file (a missing one is recorded as such, not raised: the
+    result of a run whose data was moved must still load)."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        if p.is_file():
+            out.append({"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)})
+        else:
+            out.append({"path": str(p), "bytes": None, "sha256": None})
+    return out
+
+
+def code_version() -> dict[str, Any]:
+    """The package version and, when it runs from a git checkout, the commit and whether the tree was dirty."""
+    try:
+        version = importlib.metadata.version("promem-fast")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    info: dict[str, Any] = {"package_version": version, "commit": None, "dirty": None}
+    root = _PACKAGE_DIR.parent
+    if not (root / ".git").exists():
+        return info
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return info
+    info["commit"] = commit or None
+    info["dirty"] = bool(status.strip())
+    return info
+
+
+def effective_segmenter(config: EngineConfig) -> str:
+    """The topic segmenter a run actually uses (``auto`` resolved as the pipeline resolves it)."""
+    name = config.pipeline.segmenter
+    if name == "auto":
+        return "lightmem" if config.compression.model else "similarity"
+    return name
+
+
+def decoding(config: EngineConfig) -> dict[str, Any]:
+    """Per role, what decides its replies: backend, model, temperatures, seed and reply budget."""
+    out = {}
+    for role in ROLES:
+        llm = config.llm_for(role)
+        out[role] = {"backend": llm.backend, "model": llm.model, "base_url": llm.base_url,
+                     "temperature": llm.temperature, "retry_temperature": llm.retry_temperature,
+                     "seed": llm.seed, "max_tokens": config.pipeline.max_tokens.get(role),
+                     "max_attempts": config.pipeline.max_attempts}
+    return out
+
+
+def provenance(config: EngineConfig, data: Iterable[str | Path], *,
+               judge_prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reproduction record of one run (see the module docstring)."""
+    compression = config.compression
+    return {
+        "code": code_version(),
+        "python": platform.python_version(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "data": data_files(data),
+        "config": config.to_dict(),
+        "decoding": decoding(config),
+        "segmenter": effective_segmenter(config),
+        "compression": {"enabled": compression.enabled, "rate": compression.rate, "model": compression.model},
+        "nli": {"backend": config.nli.backend, "model": config.nli.model, "threshold": config.nli.threshold},
+        "embedder": {"backend": config.embedder.backend, "model": config.embedder.model},
+        "seeds": sorted({config.llm_for(role).seed for role in ROLES}),
+        "judge": {"model": _model(config, "judge"), "prompts": judge_prompts or {"source": "promem_fast"}},
+    }
+
+
+def _model(config: EngineConfig, role: str) -> str:
+    llm = config.llm_for(role)
+    return llm.backend if not llm.model else f"{llm.backend} {llm.model}"
+
+
+def describe(record: dict[str, Any]) -> list[str]:
+    """Markdown lines naming a provenance record's essentials (for reports)."""
+    code = record.get("code", {})
+    where = (f"commit `{code['commit'][:12]}`" + (" (uncommitted changes)" if code.get("dirty") else "")
+             if code.get("commit") else f"package version {code.get('package_version') or 'unknown'}")
+    prompts = record.get("judge", {}).get("prompts", {})
+    source = ("the project's own prompts" if prompts.get("source") == "promem_fast" else
+              f"`{prompts.get('path')}` (sha256 `{str(prompts.get('sha256'))[:16]}…`)")
+    lines = [f"- code: {where}; Python {record.get('python')}",
+             f"- judge: {record.get('judge', {}).get('model')} with {source}",
+             f"- segmenter: {record.get('segmenter')}; compression: "
+             + ("on, rate " + f"{record['compression']['rate']:g}" if record.get("compression", {}).get("enabled")
+                else "off")
+             + f"; seeds: {', '.join(map(str, record.get('seeds', [])))}"]
+    for item in record.get("data", []):
+        digest = item["sha256"] or "missing"
+        lines.append(f"- data: `{item['path']}` sha256 `{digest}`")
+    return lines

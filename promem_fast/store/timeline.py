@@ -1,0 +1,98 @@
+"""Time in the store: when a memory was said, until when it held, and the one order sessions are judged in.
+
+Every time the store keeps or hands out is ISO 8601 (``2024-03-02T10:00:00``, naive; an aware time is
+turned into UTC first), so that times compare as strings in SQL. A memory holds from its ``valid_from``
+(its own date, else its session's) until a newer memory replaces it (``valid_until``, the newer one's
+``valid_from``); a question about a time sees the memories that held then.
+
+The canonical order (:func:`session_key`) is the order in which a user's sessions are judged for updates:
+by when they were said, then by session id with its numbers compared as numbers (``s2`` before ``s10``),
+undated sessions last. Each session is judged against the memory as it stood after every session before it
+in that order, whatever order the sessions arrived in (see :mod:`.ordering`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from promem_fast.errors import InputError
+from promem_fast.io import parse_timestamp
+
+_NUMBER = re.compile(r"(\d+)")
+_BARE_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+UNDATED = "~"
+"""Sorts after every ISO time: undated sessions come last in the canonical order."""
+
+
+def iso_time(value: str | None) -> str | None:
+    """``value`` (ISO 8601 or a benchmark's format) as a naive ISO time to the second; None if unreadable."""
+    if not value:
+        return None
+    found = parse_timestamp(value)
+    if found is None:
+        return None
+    if found.tzinfo is not None:
+        found = found.astimezone(timezone.utc).replace(tzinfo=None)
+    return found.isoformat(timespec="seconds")
+
+
+def query_time(value: str | None, field: str, *, end_of_day: bool = False) -> str | None:
+    """A caller's ``as_of``/``since``/``until`` as an ISO time; an unreadable one is an error naming it.
+
+    A bare day given as ``as_of`` or ``until`` (``end_of_day``) means its last second: what was said that
+    day counts."""
+    if value is None:
+        return None
+    found = iso_time(value)
+    if found is None:
+        raise InputError(f"{value!r} is not a date or time (use ISO 8601, e.g. 2024-03-02)", field=field)
+    if end_of_day and _BARE_DAY.fullmatch(value.strip()):
+        found = found[:10] + "T23:59:59"
+    return found
+
+
+def day_label(iso: str | None) -> str | None:
+    """``2023-05-07 (Sunday)``: how an answerer is shown a memory's day."""
+    if not iso:
+        return None
+    day = datetime.fromisoformat(iso)
+    return f"{day.date().isoformat()} ({day.strftime('%A')})"
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with ``Z`` (when something was recorded)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+
+
+def validity(as_of: str | None, since: str | None, until: str | None, *, history: bool = False,
+             alias: str = "n") -> tuple[str, tuple[Any, ...]]:
+    """SQL (over ``nodes {alias}``) selecting the memories a question sees, with its parameters.
+
+    Merged duplicates never show (their memory stands for them). Without ``as_of``: the current memories
+    (none replaced yet), or all of them with ``history``. With ``as_of``: those said by then (undated
+    ones always) and not replaced before it. ``since``/``until`` (without ``as_of``, replaced ones
+    included): those whose time of holding overlaps the window.
+    """
+    n = alias
+    clauses, params = [f"{n}.merged_into IS NULL"], []
+    if as_of is not None:
+        clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
+        clauses.append(f"({n}.superseded_by IS NULL OR ({n}.valid_until IS NOT NULL AND {n}.valid_until > ?))")
+        params += [as_of, as_of]
+    elif not history and since is None and until is None:
+        clauses.append(f"{n}.superseded_by IS NULL")
+    if until is not None:
+        clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
+        params.append(until)
+    if since is not None:
+        clauses.append(f"({n}.valid_until IS NULL OR {n}.valid_until > ?)")
+        params.append(since)
+    return " AND ".join(clauses), tuple(params)
+
+
+def session_key(said_at: str | None, session_id: str) -> tuple[Any, ...]:
+    """A session's place in the canonical order (see the module)."""
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in _NUMBER.split(session_id) if p)
+    return (said_at or UNDATED, parts)

@@ -1,0 +1,131 @@
+"""Retrieval-only evaluation: evidence recall@k per LoCoMo category, through the store, on a conversation
+written in LoCoMo's schema (``locomo_fixture``) with hand-built memories and hand-chosen vectors, so every
+rank below is worked out by hand from cosines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import scripted_config
+from locomo_fixture import write_locomo
+from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.cli import main
+from promem_fast.engine import Engine
+from promem_fast.eval.datasets import load_benchmark
+from promem_fast.eval.retrieval import evidence_recall
+from promem_fast.store.evaluation import evaluation_index
+from promem_fast.types import MemoryEntry, MemoryGraph, RunStats
+
+AXES = ("cat", "nurse", "cafe", "cello", "harbour", "mural", "porto", "marathon", "bicycle", "garden", "wedding")
+
+MEMORIES: dict[str, list[tuple[str, str, str]]] = {
+    # session copy → (memory text, its axis, the dia_id of the turn it is grounded in)
+    "conv-t:session_1:Nora": [("Nora adopted a cat named Pebble.", "cat", "D1:1"),
+                              ("Nora works as a nurse.", "nurse", "D1:3"),
+                              ("Nora and Omar met at a cafe.", "cafe", "D1:4")],
+    "conv-t:session_1:Omar": [("Omar learns the cello.", "cello", "D1:2"),
+                              ("Omar lives in a flat by the harbour.", "harbour", "D1:4"),
+                              ("Nora and Omar met at a cafe.", "cafe", "D1:4")],  # both copies hold it
+    "conv-t:session_2:Nora": [("Nora painted a mural of Pebble.", "mural", "D2:2"),
+                              ("Nora visited her aunt in Porto.", "porto", "D2:4")],
+    "conv-t:session_2:Omar": [("Omar ran a marathon.", "marathon", "D2:1"),
+                              ("Omar bought a red bicycle.", "bicycle", "D2:3")],
+    "conv-t:session_3:Nora": [("Nora moved to a flat with a garden.", "garden", "D3:1")],
+    "conv-t:session_3:Omar": [("Omar played the cello at a wedding.", "wedding", "D3:2")],
+}
+
+QUERIES: dict[str, dict[str, float]] = {
+    "What is the name of Nora's cat?": {"cat": 1.0, "mural": 0.5},
+    "What instrument did Omar play at the wedding?": {"wedding": 1.0, "cello": 0.8},
+    "When did Omar run the Rotterdam marathon?": {"bicycle": 1.0, "marathon": 0.9},
+    "What did Nora paint on her kitchen wall?": {"garden": 1.0, "harbour": 0.8, "porto": 0.6, "mural": 0.4},
+    "Which of them keeps a pet, Nora or Omar?": {"cafe": 1.0, "nurse": 0.9, "porto": 0.8, "bicycle": 0.7,
+                                                 "garden": 0.6, "harbour": 0.5, "cat": 0.1},
+}
+
+
+class TableEmbedder:
+    """Each memory on its own axis, each question the weighted axes written above: nothing else is known."""
+
+    dim = len(AXES)
+
+    def __init__(self) -> None:
+        self.vectors = {text: {axis: 1.0} for rows in MEMORIES.values() for text, axis, _ in rows}
+        self.vectors.update(QUERIES)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for row, text in enumerate(texts):
+            for axis, weight in self.vectors[text].items():
+                out[row, AXES.index(axis)] = weight
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def graphs() -> list[MemoryGraph]:
+    return [MemoryGraph(session_id=sid, user=sid.rsplit(":", 1)[1],
+                        nodes=[MemoryEntry(id=i, text=text, origin="draft", verification="entailed", turn_ids=[turn])
+                               for i, (text, _, turn) in enumerate(rows)],
+                        edges=[], details=[], events=[], stats=RunStats())
+            for sid, rows in MEMORIES.items()]
+
+
+def test_evidence_recall_per_category_through_the_store(tmp_path: Path) -> None:
+    bench = load_benchmark("locomo", write_locomo(tmp_path))
+    config = scripted_config()
+    with Engine(config, llm=ScriptedLLM(config.llm), embedder=TableEmbedder()) as engine:
+        index = evaluation_index(engine, graphs(), tmp_path / "store.db")
+        result = evidence_recall(engine, bench, graphs(), index, kind="locomo", ks=(1, 2, 5, 7))
+
+    # by hand, the first memory grounded in an evidence turn: the cat (rank 1); the wedding (1); the marathon
+    # after the bicycle (2); the mural after garden, harbour and Porto (4); the cat after cafe, nurse, Porto,
+    # bicycle, garden and harbour (7: the cafe memory of both speakers' copies counts once)
+    ranks = {row["question"]: row["rank"] for row in result["questions"]}
+    assert ranks == {"What is the name of Nora's cat?": 1, "What instrument did Omar play at the wedding?": 1,
+                     "When did Omar run the Rotterdam marathon?": 2, "What did Nora paint on her kitchen wall?": 4,
+                     "Which of them keeps a pet, Nora or Omar?": 7}
+    assert result["level"] == "turn" and result["questions_without_evidence"] == 1  # the adversarial one
+    by = result["by_category"]
+    assert by["single-hop"] == {"n": 2, "recall@1": 0.5, "recall@2": 0.5, "recall@5": 1.0, "recall@7": 1.0}
+    assert by["multi-hop"] == {"n": 1, "recall@1": 1.0, "recall@2": 1.0, "recall@5": 1.0, "recall@7": 1.0}
+    assert by["temporal"] == {"n": 1, "recall@1": 0.0, "recall@2": 1.0, "recall@5": 1.0, "recall@7": 1.0}
+    assert by["open-domain"] == {"n": 1, "recall@1": 0.0, "recall@2": 0.0, "recall@5": 0.0, "recall@7": 1.0}
+    assert result["overall"] == {"n": 5, "recall@1": 2 / 5, "recall@2": 3 / 5, "recall@5": 4 / 5, "recall@7": 1.0}
+
+
+def test_promem_eval_locomo_retrieval_writes_the_table(tmp_path: Path, capsys: Any) -> None:
+    data = write_locomo(tmp_path)
+    assert main(["eval", "locomo", "--data", str(data), "--retrieval", "--k", "1,10", "--time-aware",
+                 "--profile", "scripted", "--no-progress", "-o", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "retrieval-locomo.json").read_text())
+    assert result["without_time"]["ks"] == [1, 10] and result["without_time"]["overall"]["n"] == 5
+    # every recall is a share of questions: at 10 no smaller than at 1
+    for row in [*result["without_time"]["by_category"].values(), result["without_time"]["overall"]]:
+        assert 0 <= row["recall@1"] <= row["recall@10"] <= 1
+    assert result["with_time"] == {"measured": False, "reason": "the store has no time-aware search yet "
+                                                                "(MemoryStore.search takes no as_of)"}
+    assert "| Category | n | recall@1 | recall@10 |" in printed and "Time-aware retrieval: not measured" in printed
+    assert (tmp_path / "retrieval-locomo.md").read_text().startswith("# Evidence recall@k: locomo")
+    assert main(["eval", "locomo", "--data", str(data), "--retrieval", "--k", "0", "--profile", "scripted",
+                 "-o", str(tmp_path)]) == 2
+    assert "--k takes positive integers" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "halumem-dev").is_dir(),
+                    reason="the HaluMem development user (/work/shared/data/halumem-dev) is not here")
+def test_halumem_dev_user_gives_a_session_level_figure(tmp_path: Path) -> None:
+    from conftest import HALUMEM
+    from promem_fast.eval.retrieval import run_retrieval
+
+    config = scripted_config()
+    result = run_retrieval("halumem", HALUMEM, config, out_dir=tmp_path, sessions=2, ks=(1, 20),
+                           llm=ScriptedLLM(config.llm))
+    plain = result["without_time"]
+    assert plain["level"] == "session" and plain["overall"]["n"] > 0
+    assert "session-level figure" in (tmp_path / "retrieval-halumem.md").read_text()
