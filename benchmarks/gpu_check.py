@@ -64,7 +64,11 @@ def measure(model: Any, device: str, prefill_tokens: int, decode: list[tuple[int
             ) -> dict[str, Any]:
     import torch
 
+    import inspect
+
     out: dict[str, Any] = {}
+    # transformers 5.x names the KV cache (argument and output) ``cache``; earlier versions ``past_key_values``
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.inference_mode():
         ids = torch.randint(0, vocab, (1, prefill_tokens), device=device)
         seconds = timed(device, lambda: model(ids, use_cache=False), 3)
@@ -72,12 +76,12 @@ def measure(model: Any, device: str, prefill_tokens: int, decode: list[tuple[int
         steps: dict[str, float] = {}
         for batch, context in decode:
             prompt = torch.randint(0, vocab, (batch, context), device=device)
-            cache = model(prompt, use_cache=True).past_key_values
+            cache = getattr(model(prompt, use_cache=True), name)
             token = torch.randint(0, vocab, (batch, 1), device=device)
 
             def step() -> None:
-                model(token, past_key_values=cache, use_cache=True)
-                cache.crop(context)  # keep the context fixed across the timed steps
+                model(token, use_cache=True, **{name: cache})
+                cache.crop(-1)  # drop the token just added: the context stays fixed across timed steps
 
             steps[f"batch{batch}_ctx{context}_ms"] = round(timed(device, step, 5) * 1e3, 2)
             del cache, prompt
