@@ -27,6 +27,7 @@ for _path in (str(HERE.parent), str(HERE)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from replay import ROLE_STAGE  # noqa: E402
 from report import machine_info  # noqa: E402
 from workload import DEFAULT_HALUMEM, load_halumem_sessions  # noqa: E402
 
@@ -40,8 +41,6 @@ BLOCK_TOKENS = 16
 PAPER = {"calls": 4.26, "tokens": 11_590, "stages": {"draft": 3_118, "cc": 1_747, "hv": 1_503, "da": 3_055,
                                                      "rel": 2_165}}
 """ProMem, Appendix B, Table 6 (GPT-4o-mini setting): tokens and LLM calls per HaluMem session."""
-ROLE_STAGE = {"draft": "draft", "event": "cc", "decompose": "hv", "adjudicate": "hv", "nli": "hv",
-              "detail": "da", "relation": "rel", "probe": "rel", "answer_flat": "rel", "verify_relation": "rel"}
 
 
 def smollm2_tokenizer() -> Callable[[str], list[int]] | None:
