@@ -20,7 +20,9 @@
 # imports and tokenizer 15 s, random 8B on the GPU and written as 16 GB of safetensors 45 s, loaded back
 # 40 s, then the run itself, about 250 s for 64 HaluMem-sized sessions if HF generate prefills at 15K
 # tokens/s and decodes a 64-row batch at 35 ms a step (about 2.4M padded prompt tokens and 2,500 decode
-# steps, from a dry run of the same sessions). Total about 7 minutes; BUDGET caps it at 470 s.
+# steps, from a dry run of the same sessions). The cost-model check takes at most 120 s (a random 8B built on the
+# GPU, an 8,192-token prefill, decode steps at batch 1 and 64); the harness gets what is left and, stopped at
+# the budget, still writes what it measured. Total about 8 minutes; BUDGET caps it at 470 s.
 #
 # HaluMem sessions are used when the sample is found (HALUMEM=path, or shared/data/halumem-dev/ inside the
 # checkout, or ../shared/ beside it); on a machine without it the harness generates HaluMem-sized sessions.
