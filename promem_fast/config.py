@@ -182,6 +182,11 @@ class PipelineConfig:
     detail_source: Premise = "speaker"
     """Where details come from: what the owner says (``speaker``; the other speaker's lines are context), or
     the whole turn (``turn``: the ablation, earlier behaviour, which stores the assistant's advice as details)."""
+    dialogue_in_block: bool = True
+    """Put the session's dialogue in the leading block every prompt starts with, each role naming its turns
+    (one prefill of the dialogue per session under a prefix cache). ``false``: the block holds only the
+    owner and the date and each prompt shows its own turns; small models (SmolLM2-135M gave no details and
+    no draft facts when asked about turns in the block) and backends without prefix reuse do better so."""
     detail_turns_per_request: int = 0
     """Turns per detail request (0: every turn of the session in one request). Each request's reply budget
     is ``max_tokens["detail"]`` per turn it names."""

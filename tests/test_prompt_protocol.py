@@ -170,3 +170,14 @@ def test_a_reply_cut_by_its_token_budget_is_continued_and_counted() -> None:
                                              "Ann visited the town of Place4 in 2004."]
     assert graph.stats.stages["draft"].cut_replies == 1
     assert len(llm.of("draft")) == 2
+
+
+def test_without_the_dialogue_in_the_block_each_prompt_shows_its_own_turns() -> None:
+    llm = Seeing()
+    graph = Engine(scripted_config(dialogue_in_block=False), llm=llm).extract([three_turns()])[0]
+    assert all("I adopted a cat named Pixel" not in r.messages[0]["content"] for _, r in llm.sent)
+    details = llm.of("detail")
+    assert len(details) == 3  # one request per turn, each showing it
+    assert "[turn 1] Maya Chen: I adopted a cat named Pixel yesterday." in details[1].messages[1]["content"]
+    assert {(d.turn_id, d.text) for d in graph.details} == {
+        (0, "Nordvik Labs"), (0, "at Nordvik Labs"), (2, "Harbor Bank"), (2, "at Harbor Bank"), (2, "in Bergen")}

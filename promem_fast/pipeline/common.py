@@ -31,11 +31,13 @@ def with_block(view: DialogueView, groups: Sequence[TurnGroup], ctx: RunContext,
     """``view`` with the session block that shows ``groups`` (compressed turns when compression is on: the
     draft, events and relation checks then read them, while details are asked from the original turns shown
     in their own requests), or the header alone when the dialogue does not fit the model's context beside the
-    longest reply and item (each prompt then shows the part of the dialogue it needs)."""
+    longest reply and item, or when ``pipeline.dialogue_in_block`` is off (each prompt then shows the part of
+    the dialogue it needs)."""
     cp = ctx.config.pipeline
     block = session_block(view.owner, view.when, view.dialogue(groups)) if compressed else view.block
     room = max(cp.max_tokens[r] for r in ("detail", "event", "draft", "relation", "verify_relation"))
-    if ctx.text_tokens("draft", block) + room + ROOM_FOR_ITEMS <= ctx.services.context_length("draft"):
+    fits = ctx.text_tokens("draft", block) + room + ROOM_FOR_ITEMS <= ctx.services.context_length("draft")
+    if fits and cp.dialogue_in_block:
         return replace(view, block=block, shows_dialogue=True, compressed=compressed)
     return replace(view, block=session_block(view.owner, view.when, None), shows_dialogue=False,
                    compressed=compressed)
