@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py Makefile | cksu
 # llama.cpp wheel built earlier with other flags (pip's wheel cache does not key on CMAKE_ARGS).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: demo test test-fast bench install clean
+.PHONY: demo test test-fast fuzz bench install clean
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+## Longer fuzzing than the suite's smoke: schemathesis over every route of a real server (150 examples per route
+## and mode) and atheris over the session reader and the import reader (200,000 runs each).
+fuzz: $(STAMP)
+	PROMEM_FUZZ_EXAMPLES=150 PROMEM_ATHERIS_RUNS=200000 $(PY) -m pytest tests/test_fuzz_api.py \
+		tests/test_fuzz_readers.py -q -s -p no:cacheprovider
 
 bench: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace

@@ -1,6 +1,8 @@
-"""Engine overhead per session and peak memory, flat in the number of sessions.
+"""Engine overhead per session and peak memory, flat in the number of sessions; both drivers side by side.
 
-Run: ``python -m pytest benchmarks/bench_engine.py --benchmark-only -s -q``. The backends are the instant
+Run: ``python -m pytest benchmarks/bench_engine.py --benchmark-only -s -q``; ``python benchmarks/bench_engine.py``
+writes the driver comparison (round vs continuous, CPU seconds per session at 100, 1,000 and 5,000
+sessions) to ``benchmarks/results/engine_drivers.json``. The backends are the instant
 null LLM, the hashing embedder, lexical NLI and numpy similarity, so what is measured is the driver and
 the session programs. Overhead = wall time minus the time spent inside the model backends
 (``RunSummary.backend_seconds``) and loading them (``RunSummary.load_seconds``), per session.
@@ -13,10 +15,12 @@ per-session cost. It is reported on its own (``first_run_ms``).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +31,8 @@ from engine_load import NullLLM, synthetic_sessions  # noqa: E402
 from promem_fast import Engine, EngineConfig  # noqa: E402
 
 RESULTS: dict[int, float] = {}
+DRIVER_SIZES = (100, 1_000, 5_000)
+DRIVER_RESULT = Path(__file__).resolve().parent / "results" / "engine_drivers.json"
 
 
 def _run(n: int, window: int = 256) -> tuple[float, float]:
@@ -97,3 +103,67 @@ def test_peak_memory_is_flat_with_a_bounded_window(benchmark: pytest.FixtureRequ
     print(f"\npeak traced memory: {peaks[checkpoint] / 2**20:.1f} MiB after {checkpoint:,} sessions, "
           f"{peaks[total] / 2**20:.1f} MiB after {total:,} (ratio {ratio:.2f})")
     assert ratio < 1.1
+
+
+def driver_run(driver: str, n: int, window: int = 256) -> dict[str, float]:
+    """One run of ``n`` sessions: wall and process CPU seconds per session, and the engine's share.
+
+    CPU time counts every thread of the process (the continuous driver's lanes too); the engine's own
+    share is that minus the seconds spent inside the backends (all CPU-bound here), so the figure compares
+    the drivers' bookkeeping, not the stand-in models."""
+    config = EngineConfig.profile("scripted")
+    config.max_in_flight = window
+    config.driver = driver  # type: ignore[assignment]
+    engine = Engine(config, llm=NullLLM())
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    count = sum(1 for _ in engine.extract_stream(synthetic_sessions(n)))
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    assert count == n
+    backend = sum(engine.summary.backend_seconds.values())
+    return {"wall_ms_per_session": 1e3 * wall / n, "cpu_ms_per_session": 1e3 * cpu / n,
+            "engine_cpu_ms_per_session": 1e3 * (cpu - backend) / n, "backend_calls": sum(engine.summary.backend_calls.values())}
+
+
+@pytest.mark.parametrize("n", DRIVER_SIZES[:2])
+def test_both_drivers_overhead_per_session(benchmark: pytest.FixtureRequest, first_run_ms: float, n: int) -> None:
+    out: dict[str, dict[str, float]] = {}
+
+    def once() -> None:
+        for driver in ("round", "continuous"):
+            out[driver] = driver_run(driver, n)
+
+    benchmark.pedantic(once, rounds=1, iterations=1)
+    for driver, figures in out.items():
+        benchmark.extra_info.update({f"{driver}_{k}": round(v, 3) for k, v in figures.items()})
+    print(f"\n{n:>6} sessions: " + "; ".join(f"{d} {f['engine_cpu_ms_per_session']:.2f} ms engine CPU/session"
+                                          for d, f in out.items()))
+
+
+def main() -> None:
+    """Both drivers at each size, interleaved (round, continuous, then the other way at the next size)."""
+    driver_run("round", 2)  # warm-up: imports and prompt caches
+    table: dict[str, dict[str, dict[str, float]]] = {"round": {}, "continuous": {}}
+    for i, n in enumerate(DRIVER_SIZES):
+        for driver in (("round", "continuous") if i % 2 == 0 else ("continuous", "round")):
+            table[driver][str(n)] = {k: round(v, 3) for k, v in driver_run(driver, n).items()}
+            print(driver, n, table[driver][str(n)], flush=True)
+    flat = {d: round(t[str(DRIVER_SIZES[-1])]["engine_cpu_ms_per_session"]
+                     / t[str(DRIVER_SIZES[0])]["engine_cpu_ms_per_session"], 3) for d, t in table.items()}
+    result: dict[str, Any] = {
+        "what": "engine CPU per session (process CPU minus seconds inside the backends), NullLLM with the scripted "
+                "profile's NLI/embedder/similarity, window 256, synthetic 8-turn sessions",
+        "drivers": table,
+        "ratio_largest_to_smallest": flat,
+        "continuous_over_round": {str(n): round(table["continuous"][str(n)]["engine_cpu_ms_per_session"]
+                                                / table["round"][str(n)]["engine_cpu_ms_per_session"], 3)
+                                  for n in DRIVER_SIZES},
+    }
+    from report import machine_info
+
+    result["machine"] = machine_info()
+    DRIVER_RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: result[k] for k in ("ratio_largest_to_smallest", "continuous_over_round")}))
+
+
+if __name__ == "__main__":
+    main()

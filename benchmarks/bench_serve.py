@@ -46,7 +46,7 @@ def drain(window: int) -> float:
             while service.queue.depth() and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert service.queue.depth() == 0
-            return sum(service.engine.summary.backend_calls.values()) / (USERS * SESSIONS)
+            return sum(service.worker.call("metrics")["calls"].values()) / (USERS * SESSIONS)
         finally:
             service.close()
 

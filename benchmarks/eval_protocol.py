@@ -77,13 +77,20 @@ def retrieval(out: Path) -> Path:
 
     config = EngineConfig.profile("scripted")
     config.embedder = EmbedderConfig()
-    result = run_retrieval("halumem", DEV, config, out_dir=out)
+    result = run_retrieval("halumem", DEV, config, out_dir=out, time_aware=True)
     result["note"] = "scripted extraction (stand-in memories), all-MiniLM-L6-v2 retrieval: a retrieval-stack figure"
     path = HERE / "results" / "retrieval-halumem-dev.json"
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "provenance"} |
                                {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
     path.with_suffix(".md").write_text(render(result) + f"\n{result['note']}.\n", encoding="utf-8")
     return path
+
+
+def _code(summary: dict[str, Any]) -> str:
+    code = summary["code"]
+    if not isinstance(code, dict):
+        return str(code)
+    return code.get("label") or (code["commit"] or "")[:12] or f"version {code.get('package_version')}"
 
 
 def compare(profile: str) -> str:
@@ -111,7 +118,8 @@ def compare(profile: str) -> str:
              f"{sides['after']['sessions']} sessions, {sides['after']['questions']} questions. "
              + ("Scripted stand-ins: control flow and cost, not quality." if profile == "scripted" else
                 "SmolLM2-135M: cost and reply format, not quality."), "",
-             "| | before | after |", "| --- | --- | --- |"]
+             "| | before | after |", "| --- | --- | --- |",
+             f"| code | {_code(sides['before'])} | {_code(sides['after'])} |"]
     lines += [f"| {name} | {get(sides['before'])} | {get(sides['after'])} |" for name, get in rows]
     return "\n".join(lines) + "\n"
 
@@ -122,6 +130,7 @@ def main() -> int:
     parser.add_argument("--profile", choices=("scripted", "cpu"), default="scripted")
     parser.add_argument("--sessions", type=int, help="only the first N sessions (the cpu profile takes minutes each)")
     parser.add_argument("--compare", action="store_true", help="write the before/after table from both summaries")
+    parser.add_argument("--code", help="what code ran, for a run from an export without .git (e.g. main@d2c8d77)")
     parser.add_argument("--retrieval", action="store_true", help="evidence recall@k on the development user "
                         "(results/retrieval-halumem-dev.json and .md)")
     parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
@@ -139,6 +148,8 @@ def main() -> int:
         print(f"wrote {retrieval(args.work / 'retrieval')}")
         return 0
     summary = run(args.profile, args.sessions, args.work / f"{args.profile}-{args.label}")
+    if args.code:
+        summary["code"] = {**summary["code"], "label": args.code} if isinstance(summary["code"], dict) else args.code
     path = results / f"eval_protocol-{args.profile}-{args.label}.json"
     path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(f"wrote {path}")

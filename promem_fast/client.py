@@ -1,4 +1,5 @@
-"""A small Python client of ``promem serve`` with the verbs of :class:`~promem_fast.store.MemoryStore`.
+"""A small Python client of ``promem serve`` with the memory verbs, argument names and result shapes of every
+surface (:mod:`promem_fast.shapes`): ``add``, ``search``, ``answer``, ``get_all``, ``get``, ``history``, ``delete``.
 
 ``Client(url, key)`` speaks HTTP to a server; the tenant is the key's, so no verb takes one. ``add`` queues
 sessions and, by default, waits for their job to finish, so code written against a local store reads the
@@ -16,6 +17,7 @@ from urllib.parse import quote
 
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
+from promem_fast.shapes import DEFAULT_K, as_sessions
 from promem_fast.types import Session
 
 
@@ -51,11 +53,12 @@ class Client:
         return "/v1/users/" + quote(user, safe="")
 
     # ------------------------------------------------------------------------------ verbs
-    def add(self, user: str, sessions: Iterable[Session | dict[str, Any]], *, wait: bool = True,
-            timeout: float = 600.0) -> dict[str, Any]:
-        """Queue sessions of ``user``; with ``wait`` return the finished job's status, else the 202 reply."""
-        payload = [s.to_dict() if isinstance(s, Session) else dict(s) for s in sessions]
-        reply = self._call("POST", self._u(user) + "/sessions", json={"sessions": payload})
+    def add(self, messages: Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
+            date: str | None = None, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
+        """Queue memory for ``user_id``: one session, a list of sessions, or one conversation as a list of
+        ``{"role", "content"}`` messages (``date`` its time). With ``wait`` return the finished job's status,
+        else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        reply = self._call("POST", self._u(user_id) + "/sessions", json={"sessions": as_sessions(messages, date)})
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -72,37 +75,45 @@ class Client:
                 raise PromemError(f"job {job_id} not finished after {timeout:g} s: {status}")
             time.sleep(poll)
 
-    def search(self, user: str, query: str, k: int = 20) -> list[dict[str, Any]]:
-        return self._call("POST", self._u(user) + "/search", json={"query": query, "k": k})["hits"]
+    def search(self, query: str, *, user_id: str, k: int = DEFAULT_K, as_of: str | None = None,
+               since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
+        """The ``k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's time)."""
+        body = _drop_none({"query": query, "k": k, "as_of": as_of, "since": since, "until": until})
+        return self._call("POST", self._u(user_id) + "/search", json=body)["hits"]
 
-    def answer(self, user: str, questions: list[str]) -> list[dict[str, Any]]:
-        return self._call("POST", self._u(user) + "/answer", json={"questions": questions})["answers"]
+    def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
+               until: str | None = None) -> dict[str, Any]:
+        """The answer to ``question`` from the memories of ``user_id`` holding at ``as_of`` (default now)."""
+        body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
+        return self._call("POST", self._u(user_id) + "/answer", json=body)
 
-    def get_all(self, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return self._call("GET", self._u(user) + "/memories", params={"history": history})["memories"]
+    def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
+        return self._call("GET", self._u(user_id) + "/memories", params={"history": history})["memories"]
 
-    def get(self, user: str, node_id: int) -> dict[str, Any]:
-        return self._call("GET", self._u(user) + f"/memories/{int(node_id)}")
+    def get(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
+        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}")
 
-    def history(self, user: str, node_id: int) -> list[dict[str, Any]]:
-        """The supersede chain through a memory, oldest first."""
-        return self.get(user, node_id)["history"]
+    def history(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
+        """The replacement graph through a memory: ``{"id", "nodes" (oldest first), "edges"}``."""
+        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}/history")
 
     def users(self) -> list[str]:
         return self._call("GET", "/v1/users")["users"]
 
-    def sessions(self, user: str) -> list[str]:
-        return self._call("GET", self._u(user) + "/sessions")["sessions"]
+    def sessions(self, *, user_id: str) -> list[str]:
+        return self._call("GET", self._u(user_id) + "/sessions")["sessions"]
 
-    def graph(self, user: str) -> dict[str, Any]:
-        return self._call("GET", self._u(user) + "/graph")
+    def graph(self, *, user_id: str) -> dict[str, Any]:
+        return self._call("GET", self._u(user_id) + "/graph")
 
-    def delete(self, *, user: str, session: str | None = None, node: int | None = None) -> int:
-        if session is not None and node is not None:
-            raise PromemError("delete takes a session or a node, not both")
-        path = self._u(user) + (f"/sessions/{quote(session, safe='')}" if session is not None else
-                                f"/memories/{int(node)}" if node is not None else "")
-        return int(self._call("DELETE", path)["deleted"])
+    def delete(self, memory_id: int | None = None, *, user_id: str, session_id: str | None = None
+               ) -> dict[str, int]:
+        """Delete one memory, one session's memory, or (with neither) all memory of ``user_id``."""
+        if session_id is not None and memory_id is not None:
+            raise PromemError("delete takes a memory or a session, not both")
+        path = self._u(user_id) + (f"/sessions/{quote(session_id, safe='')}" if session_id is not None else
+                                   f"/memories/{int(memory_id)}" if memory_id is not None else "")
+        return self._call("DELETE", path)
 
     def export(self, path: str | Path) -> int:
         """Write the tenant's memory to ``path`` in the store's exchange format; returns the sessions written."""
@@ -128,3 +139,7 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if value is not None}

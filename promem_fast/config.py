@@ -35,6 +35,7 @@ DType = Literal["auto", "bfloat16", "float16", "float32"]
 Mode = Literal["promem", "one-off"]
 Premise = Literal["turn", "speaker"]
 OnError = Literal["skip", "stop"]
+Driver = Literal["continuous", "round"]
 Segmenter = Literal["similarity", "lightmem", "auto"]
 Role = Literal[
     "detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
@@ -43,7 +44,8 @@ Role = Literal[
 ROLES: tuple[str, ...] = get_args(Role)
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
-    "max_in_flight", "max_batch_size", "max_failed_batches", "on_error", "record_timings", "fsync", "progress",
+    "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings",
+    "fsync", "progress",
     "qa_top_k", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
 })
 """Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
@@ -83,8 +85,9 @@ class LLMConfig:
     """openai: the endpoint, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Nothing is contacted unless set."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai: name of the environment variable holding the key (empty key is fine for local servers)."""
-    max_concurrency: int = 32
-    """openai: requests in flight at once."""
+    max_concurrency: int = 256
+    """openai: requests in flight at once (a ``vllm serve`` runs 256 to 1,024 sequences at a time; fewer in
+    flight leaves its batch part empty)."""
     timeout_s: float = 300.0
     """Per-request timeout (openai) or per-batch timeout (others) in seconds."""
     max_retries: int = 4
@@ -234,10 +237,20 @@ class EngineConfig:
     similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
+    driver: Driver = "continuous"
+    """``continuous``: each session posts its next requests as soon as its own replies are in, and every
+    backend works on its own thread (:mod:`promem_fast.driver.continuous`); ``round``: all sessions in flight
+    advance in lockstep, one backend call per request kind per round (:mod:`promem_fast.driver.rounds`),
+    kept to compare against. Output is the same for both."""
     max_in_flight: int = 64
-    """Sessions whose programs run at once (bounds memory; completed ones wait here to be written in order)."""
+    """Sessions in progress at once (their programs are running)."""
+    max_reorder: int = 0
+    """Finished sessions held waiting for an earlier one to be written (0: as many as ``max_in_flight``).
+    While that many wait, no new session starts; so at most ``max_in_flight + max_reorder`` sessions are
+    held in memory at any time, however slow the first one is."""
     max_batch_size: int = 4096
-    """Most requests of one kind sent to a backend in one call."""
+    """Most requests of one kind sent to a backend in one call. The continuous driver sends the rest in
+    the next call at once, without waiting for the first call's results."""
     max_failed_batches: int = 3
     """Consecutive batches in which every request failed before the backend is declared dead."""
     on_error: OnError = "skip"
@@ -385,6 +398,7 @@ class EngineConfig:
             (p.detail_turns_per_request >= 0, "pipeline.detail_turns_per_request must be >= 0"),
             (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
+            (self.max_reorder >= 0, "max_reorder must be >= 0"),
             (0.0 < self.compression.rate <= 1.0, "compression.rate must lie in (0, 1]"),
             (set(self.roles) <= set(ROLES), f"roles keys must be among {', '.join(ROLES)}"),
         ]

@@ -21,6 +21,9 @@ class RunContext:
         self.services = services
         self.config = services.config
         self.stats = stats
+        self.date: str | None = None
+        """The session's day (``YYYY-MM-DD``) when the program extracts one session; chat templates that
+        print a date of their own are given it."""
 
     def fail(self, failure: Failure) -> None:
         """Record a step that could not be completed (kept with the session's graph, raw replies included)."""

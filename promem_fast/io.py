@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from promem_fast.errors import InputError, WriteFailed
-from promem_fast.jsonl import BOM, CONTROL, decode_line, printable, unwritable_field
+from promem_fast.jsonl import BOM, decode_line, printable, unwritable_field
+from promem_fast.names import MAX_NAME_CHARS, name_problem
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ def parse_timestamp(value: str) -> datetime | None:
     return None
 
 
-MAX_SESSION_ID_CHARS = 512
-"""Session ids show up in every log line, reject record and exported file name; longer ones are refused."""
 MAX_TURN_ID = 2**63 - 1
 """Integer turn ids must fit 64 bits (stores and array code index by them)."""
 
@@ -110,7 +109,7 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     sid = record.get("session_id")
     if isinstance(sid, (str, int)) and not isinstance(sid, bool):
         sid = str(sid)
-        check.named(sid if len(sid) <= MAX_SESSION_ID_CHARS else sid[:60] + "…")
+        check.named(sid if len(sid) <= MAX_NAME_CHARS else sid[:60] + "…")
     bad = unwritable_field(record)
     if bad is not None:
         raise check.error(bad[1], bad[0])
@@ -121,8 +120,9 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     _check_session_id(check, sid)
     user = check.text(record, "user", "user")
     assert user is not None
-    if not user.strip():
-        raise check.error("must not be empty", "user")
+    problem = name_problem(user)
+    if problem is not None:
+        raise check.error(problem, "user")
     owner = check.text(record, "owner_role", "owner_role", required=False)
     if owner is not None and not owner.strip():
         raise check.error("must not be empty (leave it out for 'user')", "owner_role")
@@ -181,13 +181,10 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
 
 
 def _check_session_id(check: _Check, sid: str) -> None:
-    """Ids are one printable line of modest length; path separators are fine (exports sanitize names)."""
-    if not sid.strip():
-        raise check.error("must not be empty", "session_id")
-    if len(sid) > MAX_SESSION_ID_CHARS:
-        raise check.error(f"is {len(sid):,} characters long; at most {MAX_SESSION_ID_CHARS} are allowed", "session_id")
-    if CONTROL.search(sid):
-        raise check.error("must not contain line breaks or control characters", "session_id")
+    """Session ids follow the rule of :mod:`promem_fast.names` (they are URL path segments of the service)."""
+    problem = name_problem(sid)
+    if problem is not None:
+        raise check.error(problem, "session_id")
 
 
 def _text_key(raw: dict[str, Any], form: str) -> str:

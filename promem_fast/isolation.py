@@ -2,15 +2,18 @@
 
 A batch that raises is halved down to the request that fails on its own, so a single malformed prompt
 costs one failed request instead of a whole round of every session in flight. A backend that fails every
-request of ``max_failed_batches`` batches in a row is gone, and :class:`BackendUnavailable` stops the run
-(the sessions finished so far are already written).
+request of ``max_failed_batches`` batches in a row, those requests coming from more than one session, is
+gone, and :class:`BackendUnavailable` stops the run (the sessions finished so far are already written).
+Why more than one session: the continuous driver sends a session's requests as soon as they are posted,
+often in a call of their own, so one session with a poisoned prompt could otherwise fail three calls in a
+row.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from promem_fast.errors import BackendUnavailable, PromemError
@@ -27,6 +30,9 @@ class FaultIsolation:
         self.max_failed_batches = max_failed_batches
         self.failed_batches = 0
         """Batches in a row in which every request failed."""
+        self.owners: Collection[Hashable] = ()
+        """The sessions the next calls serve (set by the driver); empty: unknown."""
+        self._failed_owners: set[Hashable] = set()
 
     def call(self, kind: str, fn: Callable[[list[Any]], list[Any]], items: list[Any], summary: RunSummary
              ) -> tuple[list[Any], float]:
@@ -41,12 +47,14 @@ class FaultIsolation:
         failed = sum(isinstance(o, BaseException) for o in outcomes)
         if items and failed == len(items):
             self.failed_batches += 1
-            if self.failed_batches >= self.max_failed_batches:
+            self._failed_owners.update(self.owners)
+            if self.failed_batches >= self.max_failed_batches and len(self._failed_owners) != 1:
                 raise BackendUnavailable(
                     f"the {kind} backend failed {self.failed_batches} batches in a row; last error: "
                     f"{outcomes[-1]!r}") from outcomes[-1]
         else:
             self.failed_batches = 0
+            self._failed_owners.clear()
         seconds = time.perf_counter() - started
         summary.backend_seconds[kind] = summary.backend_seconds.get(kind, 0.0) + seconds
         return outcomes, seconds

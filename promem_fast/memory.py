@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promem_fast import shapes
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
 
@@ -63,22 +64,21 @@ if TYPE_CHECKING:
     from promem_fast.store.store import MemoryStore, UpdateJudge
     from promem_fast.types import Session
 
-DEFAULT_K = 10
-"""Memories ``search`` returns unless asked otherwise (the same default on every surface)."""
-
-
 class Memory:
     """``Memory(path, profile="cpu")``: a memory store at ``path`` with the engine of ``profile`` (or
     ``config``) that extracts sessions, judges updates and answers; a context manager."""
 
     def __init__(self, path: str | Path, *, profile: str = "cpu", config: EngineConfig | None = None,
-                 tenant: str = "default", update_judge: UpdateJudge = "llm") -> None:
+                 tenant: str = "default", update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None) -> None:
+        """``key_file``: the store is encrypted with that key (see the README's data lifecycle section)."""
         from promem_fast.store import MemoryStore
 
         self.config = (config or EngineConfig.profile(profile)).validate()
         self.tenant = tenant
         self._profile = None if config is not None else profile
-        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile)
+        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile,
+                                              key_file=key_file)
         self._engine: Engine | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -116,7 +116,7 @@ class Memory:
         return {"user_id": user_id, "session_id": sid, "added": True,
                 "results": self.store.session_events(user_id, sid, tenant=self.tenant)}
 
-    def search(self, query: str, *, user_id: str, k: int = DEFAULT_K, as_of: str | None = None,
+    def search(self, query: str, *, user_id: str, k: int = shapes.DEFAULT_K, as_of: str | None = None,
                since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
         """The ``k`` memories closest to ``query``, best first: those current at ``as_of`` (default: now,
         the latest of each), said between ``since`` and ``until`` when given."""
@@ -129,8 +129,7 @@ class Memory:
         now), each shown with its day (``2024-03-02 (Saturday)``)."""
         (reply,) = self.store.answer(user_id, [question], engine=self.engine, tenant=self.tenant, as_of=as_of,
                                      since=since, until=until)
-        return {"question": question, "answer": reply["prediction"], "as_of": reply["as_of"],
-                "error": reply["error"], "memories": reply["memories"]}
+        return shapes.answer(reply)  # the shape every surface gives
 
     def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``)."""
@@ -145,7 +144,8 @@ class Memory:
         """Remove one memory, one session, or (neither given) the whole user."""
         if memory_id is not None and session_id is not None:
             raise InputError("give memory_id or session_id, not both", field="memory_id")
-        engine = self.engine if self.store.update_judge != "off" else None
+        narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
+        engine = self.engine if narrow and self.store.update_judge != "off" else None
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 

@@ -24,7 +24,9 @@ class RunSummary:
     backend_seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds inside model backends per request kind."""
     load_seconds: float = 0.0
-    """Wall seconds spent loading models; the rest of ``wall_seconds`` beyond the backends' is the engine's."""
+    """Wall seconds spent loading models (before the run too, as a store opening the embedder)."""
+    engine_seconds: float = 0.0
+    """Seconds of the runs' wall spent neither in a backend call nor loading a model: the engine's own."""
 
     def add(self, graph: MemoryGraph) -> None:
         self.sessions += 1
@@ -47,7 +49,7 @@ class RunSummary:
         lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.completion_tokens:>11}"
                      f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
         rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        engine = self.wall_seconds - sum(self.backend_seconds.values()) - self.load_seconds
+        engine = self.engine_seconds
         lines.append(f"wall {self.wall_seconds:.2f} s (models loaded in {self.load_seconds:.1f} s)  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
                      f"{self.rounds} rounds, backend calls {sum(self.backend_calls.values())}, "
                      f"engine {1e3 * engine / max(self.sessions, 1):.2f} ms/session)")

@@ -24,6 +24,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc): the server's engine process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (exited, waiting for its parent to read its status)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def new_key(path: Path, tenant: str) -> str:
     conn = db.connect(path)
     try:
@@ -35,12 +58,13 @@ def new_key(path: Path, tenant: str) -> str:
 class Server:
     """``promem serve --profile scripted`` in a child process."""
 
-    def __init__(self, path: Path, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, path: Path, *extra: str, log: Path | None = None, verbose: bool = False) -> None:
         self.path = path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log or path.with_suffix(f".{self.port}.log")
-        cmd = [sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port", str(self.port),
+        cmd = [sys.executable, "-m", "promem_fast.cli", *(["-v"] if verbose else []), "serve", "--db", str(path),
+               "--port", str(self.port),
                "--profile", "scripted", *extra]
         with open(self.log, "ab") as sink:
             self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=sink)

@@ -263,7 +263,7 @@ def test_message_cache_computes_once_and_drops_the_least_recently_used() -> None
 
     seen: list[str] = []
 
-    def size(messages: Any) -> int:
+    def size(messages: Any, date: str | None) -> int:
         seen.append(messages[0]["content"])
         return len(messages[0]["content"])
 

@@ -178,6 +178,42 @@ def test_cli_runs_on_ray_and_a_rerun_continues(cluster: str, tmp_path: Path,
         extract(inputs, tmp_path / "file", config=config())
 
 
+def test_every_actor_gets_a_shard_and_the_output_goes_into_a_store(cluster: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from promem_fast.store import MemoryStore
+
+    sessions = halumem_sessions()
+    inputs = tmp_path / "in.jsonl"  # one file of 29 sessions, well under the default 1,000-session shard
+    write_jsonl(inputs, sessions)
+    with inputs.open("a") as handle:
+        handle.write("{not json\n")
+    out, db = tmp_path / "out", tmp_path / "memory.db"
+    assert main(["extract", str(inputs), "-o", str(out), "--ray", "--actors", "2", "--db", str(db), *SCRIPTED]) == 0
+    text = capsys.readouterr().out
+    assert "shards 2 (0 done by an earlier run)" in text  # 15 + 14 sessions: one shard for each actor
+    glob = re.search(r"^graphs: (\S+)", text, re.MULTILINE).group(1)
+    assert sorted(p.name for p in Path(glob).parent.glob(Path(glob).name)) == ["in-00000.jsonl", "in-00001.jsonl"]
+    assert (out / "in-00001.rejects.jsonl").read_text()  # the bad line is there, and ingest must not read it
+    assert "added 29 sessions from 2 files" in text
+    with MemoryStore(db, read_only=True) as store:
+        assert sorted(store.sessions(sessions[0].user)) == sorted(s.session_id for s in sessions)
+    again = ["ingest", str(out), "--db", str(tmp_path / "again.db"), "--update-judge", "off", "--profile", "scripted"]
+    assert main(again) == 0
+    said = capsys.readouterr().out
+    assert "added 29 sessions from 2 files" in said and "skipped" not in said
+
+
+def test_a_shard_size_that_leaves_actors_idle_is_named(cluster: str, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, halumem_sessions())
+    with caplog.at_level("WARNING", logger="promem_fast.distributed.driver"):
+        extract(inputs, tmp_path / "out", config=config(), actors=2, shard_sessions=100)
+    (warning,) = [r.getMessage() for r in caplog.records if "get no work" in r.getMessage()]
+    assert warning == ("2 actors asked for, 1 shards to run: 1 actors get no work (--shard-sessions 100 cuts 29 "
+                       "sessions into 1 shards; leave it out, or pass 15, to give each actor one)")
+
+
 def _wait(condition: Callable[[], object], limit: float) -> bool:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:

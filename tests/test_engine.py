@@ -45,18 +45,24 @@ def test_output_is_identical_whatever_the_batch_size_or_window() -> None:
         assert lines == reference, (window, batch)
 
 
-def test_backend_calls_grow_with_pipeline_steps_not_sessions() -> None:
+def round_config() -> Any:
+    cfg = scripted_config()
+    cfg.driver = "round"
+    return cfg
+
+
+def test_backend_calls_grow_with_pipeline_steps_not_sessions_in_rounds() -> None:
     """Twelve different sessions (not copies of one, which would take the same path by construction) run
-    together take as many rounds and generate calls as the longest of them alone, and those calls carry
-    every session's requests."""
+    together by the round driver take as many rounds and generate calls as the longest of them alone, and
+    those calls carry every session's requests."""
     alone = []
     for session in tomas_sessions():
         llm = Recording(ScriptedLLM(scripted_config().llm), "generate")
-        engine = Engine(scripted_config(), llm=llm)
+        engine = Engine(round_config(), llm=llm)
         engine.extract([session])
         alone.append((engine.summary.rounds, len(llm.batches), sum(llm.batches)))
     assert len(set(alone)) > 1  # the sessions do take different paths
-    cfg = scripted_config()
+    cfg = round_config()
     cfg.max_in_flight = 12
     llm = Recording(ScriptedLLM(cfg.llm), "generate")
     together = Engine(cfg, llm=llm)

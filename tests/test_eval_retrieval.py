@@ -67,9 +67,14 @@ class TableEmbedder:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
+DAYS = {"session_1": "2023-03-03", "session_2": "2023-04-20", "session_3": "2023-06-02"}
+"""The fixture's session dates."""
+
+
 def graphs() -> list[MemoryGraph]:
-    return [MemoryGraph(session_id=sid, user=sid.rsplit(":", 1)[1],
-                        nodes=[MemoryEntry(id=i, text=text, origin="draft", verification="entailed", turn_ids=[turn])
+    return [MemoryGraph(session_id=sid, user=sid.rsplit(":", 1)[1], timestamp=DAYS[sid.split(":")[1]],
+                        nodes=[MemoryEntry(id=i, text=text, origin="draft", verification="entailed", turn_ids=[turn],
+                                           date=DAYS[sid.split(":")[1]])
                                for i, (text, _, turn) in enumerate(rows)],
                         edges=[], details=[], events=[], stats=RunStats())
             for sid, rows in MEMORIES.items()]
@@ -98,6 +103,34 @@ def test_evidence_recall_per_category_through_the_store(tmp_path: Path) -> None:
     assert result["overall"] == {"n": 5, "recall@1": 2 / 5, "recall@2": 3 / 5, "recall@5": 4 / 5, "recall@7": 1.0}
 
 
+def test_time_aware_recall_sees_only_what_was_said_by_the_questions_time(tmp_path: Path) -> None:
+    import dataclasses
+
+    from promem_fast.eval.retrieval import _as_of
+    from promem_fast.store import MemoryStore
+
+    bench = load_benchmark("locomo", write_locomo(tmp_path))
+    # the pet question asked on 21 April 2023, before the third session (garden, wedding) took place
+    pet = "Which of them keeps a pet, Nora or Omar?"
+    user = bench.users[0]
+    user.questions = [dataclasses.replace(q, question_time="1:00 pm on 21 April, 2023") if q.question == pet else q
+                      for q in user.questions]
+    config = scripted_config()
+    embedder = TableEmbedder()
+    with Engine(config, llm=ScriptedLLM(config.llm), embedder=embedder) as engine:
+        evaluation_index(engine, graphs(), tmp_path / "store.db")
+        with MemoryStore(tmp_path / "store.db", config, embedder=embedder, update_judge="off") as store:
+            result = evidence_recall(engine, bench, graphs(), _as_of(store, {g.session_id: g for g in graphs()}),
+                                     kind="locomo", ks=(6, 7))
+    ranks = {row["question"]: row["rank"] for row in result["questions"]}
+    # the garden memory is not there yet: the cat comes after cafe, nurse, Porto, bicycle and harbour (6);
+    # every other question is asked after the last session and ranks as without time (see above)
+    assert ranks == {"What is the name of Nora's cat?": 1, "What instrument did Omar play at the wedding?": 1,
+                     "When did Omar run the Rotterdam marathon?": 2, "What did Nora paint on her kitchen wall?": 4,
+                     pet: 6}
+    assert result["by_category"]["open-domain"] == {"n": 1, "recall@6": 1.0, "recall@7": 1.0}
+
+
 def test_promem_eval_locomo_retrieval_writes_the_table(tmp_path: Path, capsys: Any) -> None:
     data = write_locomo(tmp_path)
     assert main(["eval", "locomo", "--data", str(data), "--retrieval", "--k", "1,10", "--time-aware",
@@ -108,20 +141,22 @@ def test_promem_eval_locomo_retrieval_writes_the_table(tmp_path: Path, capsys: A
     # every recall is a share of questions: at 10 no smaller than at 1
     for row in [*result["without_time"]["by_category"].values(), result["without_time"]["overall"]]:
         assert 0 <= row["recall@1"] <= row["recall@10"] <= 1
-    assert result["with_time"] == {"measured": False, "reason": "the store has no time-aware search yet "
-                                                                "(MemoryStore.search takes no as_of)"}
-    assert "| Category | n | recall@1 | recall@10 |" in printed and "Time-aware retrieval: not measured" in printed
+    # LoCoMo's questions are asked after the last session: as of then, every memory holds
+    timed = result["with_time"]
+    assert timed["measured"] and [q["rank"] for q in timed["questions"]] == [
+        q["rank"] for q in result["without_time"]["questions"]]
+    assert "| Category | n | recall@1 | recall@10 |" in printed and "Time-aware: only the memories" in printed
     assert (tmp_path / "retrieval-locomo.md").read_text().startswith("# Evidence recall@k: locomo")
     assert main(["eval", "locomo", "--data", str(data), "--retrieval", "--k", "0", "--profile", "scripted",
                  "-o", str(tmp_path)]) == 2
     assert "--k takes positive integers" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "data" / "halumem-dev").is_dir(),
-                    reason="the HaluMem development user (/work/shared/data/halumem-dev) is not here")
 def test_halumem_dev_user_gives_a_session_level_figure(tmp_path: Path) -> None:
-    from conftest import HALUMEM
+    from conftest import HALUMEM, skip_without_sample
     from promem_fast.eval.retrieval import run_retrieval
+
+    skip_without_sample()
 
     config = scripted_config()
     result = run_retrieval("halumem", HALUMEM, config, out_dir=tmp_path, sessions=2, ks=(1, 20),

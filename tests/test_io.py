@@ -112,11 +112,11 @@ def test_a_utf8_bom_before_the_first_record_is_accepted(tmp_path: Path) -> None:
     assert [s.session_id for s in load_sessions(path)] == ["a"]
 
 
-def test_ids_with_path_separators_and_free_roles_are_accepted(tmp_path: Path) -> None:
-    record = {"session_id": "team/a:1", "user": "Ann", "owner_role": "Ann",
+def test_ids_with_punctuation_and_free_roles_are_accepted(tmp_path: Path) -> None:
+    record = {"session_id": "team-a:1 (b)", "user": "Ann O'Neil", "owner_role": "Ann",
               "turns": [{"role": "Ann", "text": "I like tea."}, {"role": "Bob", "text": "Me too."}]}
     (session,) = load_sessions(write_lines(tmp_path / "in.jsonl", [json.dumps(record).encode()]))
-    assert session.session_id == "team/a:1" and [t.role for t in session.turns] == ["Ann", "Bob"]
+    assert session.session_id == "team-a:1 (b)" and [t.role for t in session.turns] == ["Ann", "Bob"]
 
 
 def test_bad_lines_among_good_ones_do_not_stop_the_good_ones(tmp_path: Path) -> None:

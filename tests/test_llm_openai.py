@@ -265,3 +265,22 @@ def test_backoff_honours_retry_after_and_is_deterministic(server: FakeServer,
     assert slept[0] == slept[3] == 7.0
     assert slept[1:3] == slept[4:6]
     assert 0.01 <= slept[1] <= 0.02 and 0.02 <= slept[2] <= 0.04
+
+
+def test_stream_keeps_max_concurrency_in_flight_and_hands_back_each_answer(server: FakeServer) -> None:
+    server.delay_s = 0.05
+    assert LLMConfig().max_concurrency == 256  # a vllm serve runs hundreds of sequences at once
+    backend = _backend(server.url, max_concurrency=5)
+    stream = backend.open_stream()
+    try:
+        for key in range(12):
+            stream.submit(key, _request("BAD" if key == 7 else f"m{key}"))
+        answers: dict[int, Any] = {}
+        while stream.pending():
+            answers.update(stream.complete(1.0))
+    finally:
+        stream.close()
+    assert sorted(answers) == list(range(12))
+    assert server.max_in_flight == 5
+    assert isinstance(answers[7], BackendError)  # one request the server refuses fails alone
+    assert [json.loads(answers[k].text)["echo"] for k in range(12) if k != 7] == [f"m{k}" for k in range(12) if k != 7]

@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,37 @@ def test_a_counted_prompt_is_not_rendered_again(model_dir: Path) -> None:
     # the engine counts each prompt, then sends it: one rendering each, and the counts are what was sent
     assert len(calls) == 2
     assert [c.prompt_tokens for c in out] == sizes
+
+
+@pytest.mark.slow
+def test_stream_on_continuous_batching_gives_the_greedy_answers(backend: TransformersLLM) -> None:
+    """Requests submitted at different times to transformers' continuous batching come back each with the
+    answer of plain greedy decoding; a sampled one (a retry) goes through batched generate. (The backend
+    opens this stream on CUDA only; here it is built on the CPU directly, warm-up about a minute.)"""
+    from promem_fast.backends.llm_transformers import TransformersStream
+
+    assert backend.open_stream() is None  # on the CPU the engine uses batched generate
+    if not hasattr(backend.model, "init_continuous_batching"):
+        pytest.skip("this transformers has no continuous batching (init_continuous_batching)")
+    stream = TransformersStream(backend)
+    texts = ["hello there", "tell me about the weather today", "x"]
+    try:
+        stream.submit(0, _request(texts[0], max_tokens=6))
+        stream.submit(1, _request(texts[1], max_tokens=9))
+        answers: dict[int, Any] = {}
+        answers.update(stream.complete(5.0))
+        stream.submit(2, _request(texts[2], max_tokens=4))
+        stream.submit(3, _request(texts[0], max_tokens=6, temperature=0.8, seed=4))
+        deadline = time.monotonic() + 120
+        while stream.pending() and time.monotonic() < deadline:
+            answers.update(stream.complete(1.0))
+    finally:
+        stream.close()
+    assert sorted(answers) == [0, 1, 2, 3]
+    for key, (text, budget) in enumerate(zip(texts, (6, 9, 4))):
+        ids = backend.encode(_request(text).messages)
+        expected = _reference_greedy(backend, ids, budget)
+        assert backend.tokenizer.decode([t for t in expected if t not in backend.eos_ids],
+                                        skip_special_tokens=True) == answers[key].text, key
+    sampled = backend.generate([_request(texts[0], max_tokens=6, temperature=0.8, seed=4)])[0]
+    assert answers[3].text == sampled.text

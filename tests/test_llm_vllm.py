@@ -154,3 +154,82 @@ def test_missing_vllm_names_the_gpu_extra(monkeypatch: pytest.MonkeyPatch) -> No
 
     with pytest.raises(MissingDependency, match=r"promem-fast\[gpu\]"):
         VLLMBackend(LLMConfig(backend="vllm", model="some/model"))
+
+
+# ------------------------------------------------------------------------------- the engine loop (continuous)
+def test_stream_adds_requests_to_the_engine_loop_and_hands_back_each_as_it_finishes(fake_vllm) -> None:
+    backend = _backend()
+    stream = backend.open_stream()
+    messages = _request("one two three").messages
+    ids = backend.encode(messages, "2025-05-01")
+    # the template got the session's day and printed it ("Today Date: 01 May 2025"): 3 more words + 2 frames
+    assert len(ids) == backend.count_tokens(messages) + 5
+    stream.submit(0, _request("one two three", max_tokens=8, prompt_ids=tuple(ids)))  # 3 tokens: 3 steps
+    stream.submit(1, _request("four five", max_tokens=2))  # cut at 2 tokens: 2 steps
+    engine = backend.llm.llm_engine
+    assert [r[0] for r in engine.added] == ["promem-0", "promem-1"]
+    assert engine.added[0][1] == ids  # the ids counted are the ids sent
+    assert all(p.output_kind is fake_vllm.RequestOutputKind.FINAL_ONLY for _, _, p in engine.added)
+    assert stream.complete(None) == []
+    ((key, short),) = stream.complete(None)
+    assert (key, short.completion_tokens, short.finish_reason) == (1, 2, "length")
+    stream.submit(2, _request("six", max_tokens=1))  # added while request 0 is still running
+    finished = dict(stream.complete(None))
+    assert sorted(finished) == [0, 2] and finished[0].prompt_tokens == len(ids)
+    assert stream.pending() == 0 and engine.steps == 3
+
+
+def test_stream_request_the_engine_refuses_fails_alone(fake_vllm, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = _backend(context_length=20)
+    stream = backend.open_stream()
+    engine = backend.llm.llm_engine
+    real_add = engine.add_request
+
+    def picky(request_id, prompt, params, **kw):
+        if params.seed == 13:
+            raise ValueError("grammar does not compile")
+        return real_add(request_id, prompt, params, **kw)
+
+    monkeypatch.setattr(engine, "add_request", picky)
+    stream.submit(0, _request("a", seed=13))
+    stream.submit(1, _request("w " * 20, max_tokens=4))
+    stream.submit(2, _request("b", max_tokens=1))
+    done = dict(stream.complete(None))
+    assert isinstance(done[0], BackendError) and "grammar does not compile" in str(done[0])
+    assert isinstance(done[1], ContextOverflow)
+    assert done[2].completion_tokens == 1
+
+
+def test_stream_step_of_a_dead_engine_is_unavailable_and_close_aborts(fake_vllm, monkeypatch) -> None:
+    backend = _backend()
+    stream = backend.open_stream()
+    stream.submit(0, _request("a"))
+    stream.close()
+    assert backend.llm.llm_engine.aborted == ["promem-0"]
+    stream.submit(1, _request("b"))
+
+    class EngineDeadError(Exception):
+        pass
+
+    def dead():
+        raise EngineDeadError("core gone")
+
+    monkeypatch.setattr(backend.llm.llm_engine, "step", dead)
+    with pytest.raises(BackendUnavailable, match="core gone"):
+        stream.complete(None)
+
+
+def test_the_continuous_engine_drives_vllm_through_its_engine_loop_with_the_session_date(fake_vllm) -> None:
+    from conftest import make_session, scripted_config
+    from promem_fast.engine import Engine
+
+    backend = _backend(context_length=4096)
+    cfg = scripted_config()
+    session = make_session("s", "Ann", [("I moved to Lisbon.", "Nice.")], timestamp="2025-03-14T09:30:00")
+    Engine(cfg, llm=backend).extract([session])
+    assert backend.llm.calls == []  # no batch generate: every request went through add_request / step
+    added = backend.llm.llm_engine.added
+    assert added
+    words = {v: k for k, v in backend.tokenizer.vocab.items()}
+    for _, ids, _ in added:
+        assert [words.get(i) for i in ids[:5]] == ["Today", "Date:", "14", "Mar", "2025"]

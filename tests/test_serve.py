@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -80,9 +81,9 @@ def test_reads_of_a_users_memory(a: httpx.Client) -> None:
     sessions = a.get(f"/v1/users/{TOMAS}/sessions").json()["sessions"]
     assert sorted(sessions) == sorted(s.session_id for s in tomas_sessions(3))
     memories = a.get(f"/v1/users/{TOMAS}/memories").json()["memories"]
-    assert memories and all(m["user"] == TOMAS and m["session_id"] in sessions for m in memories)
+    assert memories and all(m["user_id"] == TOMAS and m["session_ids"][0] in sessions for m in memories)
     one = a.get(f"/v1/users/{TOMAS}/memories/{memories[0]['id']}").json()
-    assert one["text"] == memories[0]["text"] and one["history"]
+    assert one == memories[0]
     graph = a.get(f"/v1/users/{TOMAS}/graph").json()
     ids = {n["id"] for n in graph["nodes"]}
     assert {m["id"] for m in memories} <= ids
@@ -95,7 +96,57 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
     assert 0 < len(hits) <= 5
     scores = [h["score"] for h in hits]
     assert scores == sorted(scores, reverse=True)
-    assert all(h["date"] for h in hits) and any(h["details"] for h in hits)
+    assert all(h["valid_from"] for h in hits) and any(h["details"] for h in hits)
+
+
+MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
+                 "reason", "score", "details", "links"}
+
+
+def test_a_hit_has_one_id(a: httpx.Client) -> None:
+    hits = a.post(f"/v1/users/{TOMAS}/search", json={"query": "work"}).json()["hits"]
+    assert hits
+    for hit in hits:
+        assert set(hit) == MEMORY_FIELDS  # no second id (the extracted node's own index) and no copy of the text
+        assert isinstance(hit["id"], int) and hit["user_id"] == TOMAS
+
+
+def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
+    node = a.get(f"/v1/users/{TOMAS}/memories").json()["memories"][0]["id"]
+    chain = a.get(f"/v1/users/{TOMAS}/memories/{node}/history").json()
+    assert (chain["id"], [m["id"] for m in chain["nodes"]], chain["edges"]) == (node, [node], [])  # never replaced
+    assert a.get(f"/v1/users/{TOMAS}/memories/999999/history").status_code == 404
+    reply = a.post("/v1/users/Timed/sessions", json={"sessions": [dict(maya_session("t-1"), user="Timed")]})
+    job = wait_job(a, reply.json()["job_id"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", job["created"]), job["created"]
+    assert job["user_id"] == "Timed"
+    assert a.delete("/v1/users/Timed").json()["deleted"] > 0  # the module's other tests count acme's sessions
+
+
+def test_serve_says_where_it_listens_and_logs_each_request(served: tuple[Server, dict[str, str]],
+                                                           a: httpx.Client) -> None:
+    server, keys = served
+    a.get("/v1/users")
+    log = server.log.read_text()
+    assert f"listening on {server.url}/ (page), {server.url}/docs (API)" in log
+    assert re.search(r'"GET /v1/users HTTP/1.1" 200', log)
+    assert all(key not in log for key in keys.values())  # the key travels in a header, never into the log
+
+
+def test_openapi_schemas_are_typed(served: tuple[Server, dict[str, str]]) -> None:
+    spec = httpx.get(served[0].url + "/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    search = spec["paths"]["/v1/users/{user_id}/search"]["post"]
+    assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Hits"}
+    assert set(schemas["Memory"]["properties"]) == MEMORY_FIELDS
+    assert schemas["SearchQuery"]["properties"]["k"]["default"] == 10
+    assert {"as_of", "since", "until"} <= set(schemas["SearchQuery"]["properties"])
+    assert set(schemas["Answer"]["properties"]) == {"question", "answer", "as_of", "error", "memories"}
+    for path, verbs in spec["paths"].items():  # every /v1 reply is described, none left as an untyped object
+        for verb, op in verbs.items():
+            if path.startswith("/v1") and path != "/v1/export":
+                ok = next(code for code in op["responses"] if code.startswith("2"))
+                assert "$ref" in op["responses"][ok]["content"]["application/json"]["schema"], (verb, path)
 
 
 def rounds(server: Server) -> float:
@@ -106,10 +157,12 @@ def rounds(server: Server) -> float:
 
 def test_answer_runs_on_the_one_shared_engine(served: tuple[Server, dict[str, str]], a: httpx.Client) -> None:
     before = rounds(served[0])
-    reply = a.post(f"/v1/users/{TOMAS}/answer", json={"questions": ["Where does Tomas Berg work?", "Who?"]})
+    reply = a.post(f"/v1/users/{TOMAS}/answer", json={"question": "Where does Tomas Berg work?"})
     assert reply.status_code == 200, reply.text
-    answers = reply.json()["answers"]
-    assert len(answers) == 2 and all(x["prediction"] for x in answers)
+    answer = reply.json()
+    assert answer["question"] == "Where does Tomas Berg work?" and answer["answer"]
+    assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no evaluation fields (gold, ...)
+    assert answer["memories"] and set(answer["memories"][0]) == {"id", "memory", "session_id", "day", "score"}
     assert rounds(served[0]) > before  # the worker's engine ran the QA programs (no second engine)
 
 
@@ -132,7 +185,7 @@ def test_deletes_of_a_node_a_session_and_a_user(a: httpx.Client) -> None:
     # d-2 said the same as d-1: its saying of the removed memory stands in for it now
     after = a.get(f"/v1/users/{user}/memories").json()["memories"]
     assert node not in [m["id"] for m in after] and len(after) == len(memories)
-    assert {m["text"] for m in after} == {m["text"] for m in memories}
+    assert {m["memory"] for m in after} == {m["memory"] for m in memories}
     assert a.delete(f"/v1/users/{user}/sessions/d-1").json()["deleted"] > 0
     assert a.get(f"/v1/users/{user}/sessions").json() == {"sessions": ["d-2"]}
     assert a.delete(f"/v1/users/{user}/sessions/d-1").status_code == 404
@@ -168,8 +221,9 @@ def test_health_and_metrics(served: tuple[Server, dict[str, str]], a: httpx.Clie
 
 def test_openapi_lists_the_versioned_routes(served: tuple[Server, dict[str, str]]) -> None:
     spec = httpx.get(served[0].url + "/openapi.json").json()
-    assert {"/v1/users/{user}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user}/search", "/v1/users/{user}/answer",
-            "/v1/users/{user}/graph", "/v1/export"} <= set(spec["paths"])
+    assert {"/v1/users/{user_id}/sessions", "/v1/jobs/{job_id}", "/v1/users/{user_id}/search",
+            "/v1/users/{user_id}/answer", "/v1/users/{user_id}/graph", "/v1/export",
+            "/v1/users/{user_id}/memories/{node_id}/history"} <= set(spec["paths"])
     docs = httpx.get(served[0].url + "/docs")
     assert docs.status_code == 200 and "/static/swagger/swagger-ui-bundle.js" in docs.text
     assert "https://" not in docs.text  # served from the package: works with no internet
@@ -184,7 +238,7 @@ ROUTES = [
     ("GET", f"/v1/users/{TOMAS}/sessions", None),
     ("GET", f"/v1/users/{TOMAS}/graph", None),
     ("POST", f"/v1/users/{TOMAS}/search", {"query": "work"}),
-    ("POST", f"/v1/users/{TOMAS}/answer", {"questions": ["What?"]}),
+    ("POST", f"/v1/users/{TOMAS}/answer", {"question": "What?"}),
     ("POST", f"/v1/users/{TOMAS}/sessions", {"sessions": [maya_session()]}),
     ("GET", "/v1/export", None),
     ("DELETE", f"/v1/users/{TOMAS}", None),
@@ -256,7 +310,7 @@ def test_too_many_requests_get_429_with_retry_after(served: tuple[Server, dict[s
     ("GET", f"/v1/users/{TOMAS}/sessions", None),
     ("GET", f"/v1/users/{TOMAS}/graph", None),
     ("POST", f"/v1/users/{TOMAS}/search", {"query": "work", "k": 5}),
-    ("POST", f"/v1/users/{TOMAS}/answer", {"questions": ["Where does Tomas Berg work?"]}),
+    ("POST", f"/v1/users/{TOMAS}/answer", {"question": "Where does Tomas Berg work?"}),
     ("DELETE", f"/v1/users/{TOMAS}", None),
     ("DELETE", f"/v1/users/{TOMAS}/sessions/SESSION", None),
     ("GET", f"/v1/users/{TOMAS}/memories/NODE", None),
@@ -312,11 +366,11 @@ def graph_pixels(png: Path) -> tuple[int, int]:
 def test_the_web_page_draws_the_graph_and_finds_memories(served: tuple[Server, dict[str, str]], a: httpx.Client,
                                                         tmp_path: Path) -> None:
     server, keys = served
-    url = f"{server.url}/#key={keys['a']}&user={TOMAS.replace(' ', '%20')}&q=hospital"
+    url = f"{server.url}/#key={keys['a']}&user={TOMAS.replace(' ', '%20')}&q=promotion"
     dom = chromium(url, "--dump-dom")
     graph = a.get(f"/v1/users/{TOMAS}/graph").json()
     assert f'data-nodes="{len(graph["nodes"])}"' in dom
-    results = dom.count("<li>")
+    results = len(re.findall(r"<li[ >]", dom))
     assert results > 0 and f'data-results="{results}"' in dom and "data-error" not in dom
     shot = Path(os.environ.get("PROMEM_PAGE_SCREENSHOT", tmp_path / "page.png"))  # docs/serve-page.png
     chromium(url, f"--screenshot={shot}")
@@ -328,29 +382,49 @@ def test_the_web_page_draws_the_graph_and_finds_memories(served: tuple[Server, d
 
 
 # ---------------------------------------------------------------------------------------------- client
-def test_the_python_client_has_the_store_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
+def test_the_python_client_has_the_memory_verbs(served: tuple[Server, dict[str, str]], tmp_path: Path) -> None:
     from promem_fast.client import Client, ServerError
 
     server, keys = served
     with Client(server.url, keys["b"]) as client:
-        assert client.add(MAYA, [maya_session("maya-2")])["done"] == 1
+        assert client.add(maya_session("maya-2"), user_id=MAYA)["done"] == 1
         assert client.users() == [MAYA]
-        assert client.sessions(MAYA) == ["maya-1", "maya-2"]
-        hits = client.search(MAYA, "beagle Biscuit", k=3)
-        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["text"]
-        memories = client.get_all(MAYA)
-        assert client.get(MAYA, memories[0]["id"])["text"] == memories[0]["text"]
+        assert client.sessions(user_id=MAYA) == ["maya-1", "maya-2"]
+        hits = client.search("beagle Biscuit", user_id=MAYA, k=3)
+        assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["memory"] and set(hits[0]) == MEMORY_FIELDS
+        memories = client.get_all(user_id=MAYA)
+        assert client.get(memories[0]["id"], user_id=MAYA) == memories[0]
         # maya-2 says what maya-1 said: its saying was merged into the memory, so the history holds both
-        history = client.history(MAYA, memories[0]["id"])
-        assert [(h["id"], h["session_id"]) for h in history][0] == (memories[0]["id"], "maya-1")
-        assert [h["session_id"] for h in history] == ["maya-1", "maya-2"]
-        assert {n["id"] for n in client.graph(MAYA)["nodes"]} >= {m["id"] for m in memories}
+        history = client.history(memories[0]["id"], user_id=MAYA)
+        assert history["nodes"][0]["id"] == memories[0]["id"] and history["nodes"][0]["session_ids"][0] == "maya-1"
+        assert [e["kind"] for e in history["edges"]] == ["duplicate"]
+        assert {n["id"] for n in client.graph(user_id=MAYA)["nodes"]} >= {m["id"] for m in memories}
+        reply = client.answer("What is the name of Maya's beagle?", user_id=MAYA)
+        assert reply["question"] == "What is the name of Maya's beagle?" and reply["answer"]
         assert client.export(tmp_path / "globex.jsonl") == 2
-        assert client.delete(user=MAYA, session="maya-2") > 0
-        assert client.sessions(MAYA) == ["maya-1"]
+        assert client.delete(memories[0]["id"], user_id=MAYA) == {"deleted": 1}
+        assert client.delete(user_id=MAYA, session_id="maya-2")["deleted"] > 0
+        assert client.sessions(user_id=MAYA) == ["maya-1"]
         with pytest.raises(ServerError) as refused:
-            client.search(TOMAS, "work")
+            client.search("work", user_id=TOMAS)
         assert refused.value.status == 404
+
+
+def test_the_client_adds_a_conversation_given_as_messages_once(served: tuple[Server, dict[str, str]]) -> None:
+    from promem_fast.client import Client
+
+    server, keys = served
+    chat = [{"role": "user", "content": "I started learning the cello in March."},
+            {"role": "assistant", "content": "How are the lessons going?"}]
+    with Client(server.url, keys["b"]) as client:
+        assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1
+        assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1  # the same id: stored once
+        (session,) = client.sessions(user_id="Cellist")
+        assert session.startswith("msg-")
+        assert "cello" in client.search("music lessons", user_id="Cellist", k=1)[0]["memory"]
+        client.add(chat, user_id="Cellist", date="2025-05-01")  # another day: another conversation
+        assert len(client.sessions(user_id="Cellist")) == 2
+        assert client.delete(user_id="Cellist")["deleted"] > 0
 
 
 def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:

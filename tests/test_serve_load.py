@@ -20,7 +20,7 @@ import pytest
 
 from conftest import tomas_sessions, scripted_config
 from promem_fast.engine import Engine
-from serve_server import Server, new_key, wait_job
+from serve_server import Server, children, new_key, running, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,9 @@ def test_16_clients_share_one_engine(tmp_path: Path) -> None:
     for session in client_sessions(0, SESSIONS):
         alone.extract([session])
     alone_per_session = sum(alone.summary.backend_calls.values()) / SESSIONS
-    assert alone_per_session / (calls / total) > 5
+    # The continuous driver sends what each backend's queue holds as soon as the backend is free (no round
+    # barrier), so calls are smaller and more numerous than in rounds; sharing still cuts them several fold.
+    assert alone_per_session / (calls / total) > 2
     quantiles = statistics.quantiles(latencies, n=100)
     print(f"\nload: {CLIENTS} clients x {SESSIONS} sessions in {wall:.1f} s = {total / wall:.1f} sessions/s; "
           f"search under load p50 {1e3 * quantiles[49]:.1f} ms, p99 {1e3 * quantiles[98]:.1f} ms "
@@ -144,7 +146,13 @@ def test_kill_9_mid_load_then_restart_loses_and_duplicates_nothing(tmp_path: Pat
     while time.monotonic() < deadline and metrics(server).get('promem_sessions_total{outcome="done"}', 0) < 20:
         time.sleep(0.05)
     done_before = metrics(server)['promem_sessions_total{outcome="done"}']
+    engine_processes = children(server.proc.pid)
+    assert engine_processes  # the engine runs in a process of its own
     server.kill()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(running(pid) for pid in engine_processes):
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in engine_processes)  # nothing left writing behind a killed server
     stop.set()
     for t in threads:
         t.join(60)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, tomas_sessions
-from test_serve import chromium, needs_chromium
+from test_serve import MEMORY_FIELDS, chromium, needs_chromium
 from promem_fast.cli import main
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
@@ -39,6 +39,10 @@ def test_keys_are_created_listed_revoked_and_stored_only_as_digests(
     assert secret not in json.dumps(listed)
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 0
     assert ring.check(key) is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", listed[0]["created"])  # ISO 8601, not Unix
+    assert main(["keys", "list", "--db", str(path)]) == 0
+    (revoked,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert revoked["revoked"] >= revoked["created"] and revoked["revoked"].endswith("+00:00")
     assert main(["keys", "revoke", "--db", str(path), listed[0]["id"]]) == 2
     assert "no live key" in capsys.readouterr().err
     assert main(["keys", "create", "--db", str(path), "--tenant", "bad tenant!"]) == 2
@@ -73,7 +77,7 @@ def test_the_written_page_draws_every_node_in_chromium(tmp_path: Path) -> None:
     word = max(re.findall(r"[A-Za-z]+", chosen["nodes"][0]["text"]), key=len)
     dom = chromium(page.as_uri() + f"#q={word}", "--dump-dom")
     assert f'data-nodes="{len(chosen["nodes"])}"' in dom and f'data-edges="{len(chosen["edges"])}"' in dom
-    assert 'data-results="0"' not in dom and "<li>" in dom
+    assert 'data-results="0"' not in dom and re.search(r"<li[ >]", dom)
 
 
 def tool_result(result: Any) -> Any:
@@ -83,7 +87,7 @@ def tool_result(result: Any) -> Any:
     return value["result"] if set(value) == {"result"} else value
 
 
-def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
+def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
     import anyio
     from mcp import Client, StdioServerParameters
 
@@ -100,14 +104,33 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     async def converse() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-            assert {"add", "search", "answer"} <= names
-            added = tool_result(await client.call_tool("add", {"user": user, "sessions": [session.to_dict()]}))
+            assert {"add", "search", "answer", "list", "history", "delete"} <= names
+            added = tool_result(await client.call_tool("add", {"user_id": user, "messages": [session.to_dict()]}))
             assert (added["state"], added["done"]) == ("finished", 1)
-            hits = tool_result(await client.call_tool("search", {"user": user, "query": "promotion", "k": 3}))
-            assert 0 < len(hits) <= 3 and all(h["user"] == user for h in hits)
-            answers = tool_result(await client.call_tool("answer", {"user": user, "questions": ["What changed?"]}))
-            assert len(answers) == 1
-            missing = await client.call_tool("search", {"user": "Nobody", "query": "x"})
+            hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
+            assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
+            assert set(hits[0]) == MEMORY_FIELDS  # the HTTP API's shape: one id, the text once
+            answer = tool_result(await client.call_tool("answer", {"user_id": user, "question": "What changed?"}))
+            assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no gold, no budget counts
+            listed = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert {h["id"] for h in hits} <= {m["id"] for m in listed}
+            chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert (chain["id"], [m["id"] for m in chain["nodes"]]) == (hits[0]["id"], [hits[0]["id"]])
+            gone = tool_result(await client.call_tool("delete", {"user_id": user, "memory_id": hits[0]["id"]}))
+            assert gone == {"deleted": 1}
+            after = tool_result(await client.call_tool("list", {"user_id": user}))
+            assert len(after) == len(listed) - 1 and hits[0]["id"] not in {m["id"] for m in after}
+            again = await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]})
+            assert again.is_error and "no such memory" in str(again.content)
+            chat = [{"role": "user", "content": "I keep two goats on my balcony in Bergen."},
+                    {"role": "assistant", "content": "Goats on a balcony!"}]
+            said = tool_result(await client.call_tool("add", {"user_id": "Goatherd", "messages": chat,
+                                                              "date": "2025-05-04"}))
+            assert (said["state"], said["done"], said["user_id"]) == ("finished", 1, "Goatherd")
+            goats = tool_result(await client.call_tool("list", {"user_id": "Goatherd"}))
+            assert goats and all(m["valid_from"].startswith("2025-05-04") for m in goats)
+            assert any("goats" in m["memory"] for m in goats)
+            missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})
             assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
 
     anyio.run(talk)
@@ -115,7 +138,7 @@ def test_mcp_tools_add_search_and_answer_over_stdio(tmp_path: Path) -> None:
     from promem_fast.store import MemoryStore
 
     with MemoryStore(tmp_path / "m.db") as store:  # written under the tenant given on the command line
-        assert store.users(tenant="acme") == [user] and store.users(tenant="default") == []
+        assert store.users(tenant="acme") == [user, "Goatherd"] and store.users(tenant="default") == []
 
 
 def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,8 @@ from promem_fast.cli import main
 from promem_fast.store import MemoryStore
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
+MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
+                 "reason", "score", "details", "links"}
 
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(
@@ -32,11 +34,18 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
     assert main(["search", probe["text"], "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
                  *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(hits) == 3 and hits[0]["text"] == probe["text"] and hits[0]["session_id"] == probe["session_id"]
+    assert len(hits) == 3 and hits[0]["memory"] == probe["text"] and hits[0]["session_ids"] == [probe["session_id"]]
 
     assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
-    assert reply["prediction"] and reply["retrieved"]
+    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "as_of", "error", "memories"}
+
+    assert main(["search", "work", "--db", str(db), "--user-id", user, "--json", *SCRIPTED]) == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(hits) == 10 and all(set(h) == MEMORY_FIELDS for h in hits)  # the HTTP API's default k and shape
+    assert main(["search", "work", "--db", str(db), "--user", "Nobody Atall", *SCRIPTED]) == 1
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.strip() == f"promem: no memory for user 'Nobody Atall' in {db} (tenant default)"
 
     dump = tmp_path / "memory.jsonl"
     assert main(["export", str(dump), "--db", str(db)]) == 0
@@ -76,3 +85,35 @@ def test_resuming_with_a_store_adds_the_graphs_already_written(tmp_path: Path) -
     assert main(["extract", str(source), "-o", str(graphs), "--resume", "--db", str(db), *SCRIPTED]) == 0
     with MemoryStore(db, read_only=True) as store:
         assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]
+
+
+def test_list_history_and_delete_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import scripted_config
+    from store_helpers import graph
+
+    db = tmp_path / "memory.db"
+    with MemoryStore(db, scripted_config(), update_judge="off") as store:
+        store.add([graph("s1", "Ana", ["Ana keeps bees in Porto.", "Ana sings in a choir."]),
+                   graph("s2", "Ana", ["Ana bought a red kayak."], timestamp="2025-02-01T09:00:00")])
+    assert main(["list", "--db", str(db), "--user-id", "Ana", "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(m["memory"], m["session_ids"]) for m in listed] == [
+        ("Ana keeps bees in Porto.", ["s1"]), ("Ana sings in a choir.", ["s1"]), ("Ana bought a red kayak.", ["s2"])]
+    assert all(set(m) == MEMORY_FIELDS for m in listed)
+    choir = listed[1]["id"]
+    assert main(["history", str(choir), "--db", str(db)]) == 0
+    chain = json.loads(capsys.readouterr().out)
+    assert (chain["id"], [n["memory"] for n in chain["nodes"]], chain["edges"]) == (
+        choir, ["Ana sings in a choir."], [])
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--memory-id", str(choir), *SCRIPTED[:2]]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert main(["list", "--db", str(db), "--user-id", "Ana"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == ["Ana keeps bees in Porto.", "Ana bought a red kayak."]
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--memory-id", str(choir), *SCRIPTED[:2]]) == 1
+    assert capsys.readouterr().err.strip() == f"promem: 'Ana' has no memory #{choir} in {db}"
+    assert main(["history", str(choir), "--db", str(db)]) == 1
+    assert main(["delete", "--db", str(db), "--user-id", "Ana", "--session-id", "s2", *SCRIPTED[:2]]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert main(["list", "--db", str(db), "--user-id", "Bo"]) == 1
+    assert "no memory for user 'Bo'" in capsys.readouterr().err

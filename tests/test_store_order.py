@@ -148,3 +148,24 @@ def test_kill_9_and_resume_rounds_give_the_links_of_an_uninterrupted_run(
     assert len(killed_at) >= 3, f"the run finished before most kill points ({killed_at})"
     finished(extract(inputs, out, db, 1, "--resume"))
     assert links(db) == reference
+
+
+def test_the_service_fed_in_reverse_order_in_uneven_posts_gives_the_same_links(
+        inputs: Path, tmp_path: Path, reference: dict[str, set[tuple[str, ...]]]) -> None:
+    from serve_server import Server, new_key, wait_job
+
+    db = tmp_path / "memory.db"
+    key = new_key(db, "acme")
+    server = Server(db)
+    try:
+        with server.client(key) as http:
+            records = [json.loads(line) for line in inputs.read_text().splitlines()][::-1]
+            for user in ("Ines", "Maya", "Ben"):
+                mine = [r for r in records if r["user"] == user]
+                for part in (mine[:1], mine[1:7], mine[7:]):
+                    reply = http.post(f"/v1/users/{user}/sessions", json={"sessions": part})
+                    assert reply.status_code == 202, reply.text
+                    assert wait_job(http, reply.json()["job_id"])["done"] == len(part)
+    finally:
+        server.stop()
+    assert links(db) == reference

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-
 from conftest import scripted_config
-from promem_fast.backends.base import NLIResult
-from promem_fast.testing.llm_scripted import ScriptedLLM
-from promem_fast.engine import Engine
-from promem_fast.testing.eval_rules import EVAL_RULES
-from promem_fast.store import MemoryStore
 from store_helpers import graph
+
+from promem_fast.backends.base import NLIResult
+from promem_fast.engine import Engine
+from promem_fast.store import MemoryStore
+from promem_fast.testing.eval_rules import EVAL_RULES
+from promem_fast.testing.llm_scripted import ScriptedLLM
 
 BOSTON = "Tom has his home in Boston."
 NURSE = "Tom works as a nurse at Mercy Hospital."
@@ -184,7 +184,7 @@ def test_a_store_of_schema_1_gains_validity_times_from_its_own_dates(tmp_path: P
     for pk, sid, ts in [(1, "s1", "9:00 am on 15 January, 2024"), (2, "s2", "2024-03-02T10:00:00+01:00")]:
         raw.execute("INSERT INTO sessions VALUES (?, 1, ?, ?, 'promem', '[]', '{}')", (pk, sid, ts))
     raw.execute("INSERT INTO nodes (id, session_pk, user_id, local_id, text, date, data) VALUES "
-                f"(1, 1, 1, 0, ?, '2024-01-15', '{{}}'), (2, 2, 1, 0, ?, NULL, '{{}}')", (BOSTON, DENVER))
+                "(1, 1, 1, 0, ?, '2024-01-15', '{}'), (2, 2, 1, 0, ?, NULL, '{}')", (BOSTON, DENVER))
     raw.execute("UPDATE nodes SET superseded_by = 2 WHERE id = 1")
     raw.execute("INSERT INTO supersedes VALUES (1, 2, 'llm')")
     raw.execute("COMMIT")
@@ -199,10 +199,11 @@ def test_a_store_of_schema_1_gains_validity_times_from_its_own_dates(tmp_path: P
 class TableNLI:
     """Hand-written NLI labels for this fixture's (premise, hypothesis) pairs; any other pair is neutral."""
 
-    LABELS = {(DENVER, BOSTON): "contradiction", (FINTECH, FINTECH): "entailment",
-              (FINTECH, NURSE): "contradiction", (BIKE, HONDA): "contradiction", (BIKE, VESPA): "contradiction",
-              # one way only: the bike entails nothing back, so this pair is no duplicate
-              (HONDA, BIKE): "entailment"}
+    LABELS: ClassVar[dict[tuple[str, str], str]] = {
+        (DENVER, BOSTON): "contradiction", (FINTECH, FINTECH): "entailment",
+        (FINTECH, NURSE): "contradiction", (BIKE, HONDA): "contradiction", (BIKE, VESPA): "contradiction",
+        # one way only: the bike entails nothing back, so this pair is no duplicate
+        (HONDA, BIKE): "entailment"}
 
     def entail(self, pairs: Any) -> list[NLIResult]:
         out = []
@@ -245,3 +246,24 @@ def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the
     with open_store(tmp_path / "m.db") as store, engine() as eng:
         store.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)  # another user's session
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
+
+
+def test_asking_ahead_for_several_sessions_gives_the_links_of_one_at_a_time_in_fewer_rounds(
+        tmp_path: Path) -> None:
+    jobs, homes = ["nurse", "surgeon", "porter"], ["Boston", "Denver"]
+    days = [graph(f"d{day}", "Tom", [f"Tom works at the Mercy hospital as a {jobs[day % 3]} on night shifts.",
+                                     f"Tom lives in a small flat in {homes[day % 2]} near the old harbour.",
+                                     f"Tom keeps {day + 1} plants on his balcony."],
+                  timestamp=f"2024-02-{day + 1:02d}T09:00:00") for day in range(12)]
+    found, calls = [], []
+    for lookahead in (1, 8):
+        config = scripted_config()
+        llm = ScriptedLLM(config.llm)
+        with MemoryStore(tmp_path / f"{lookahead}.db", config, update_lookahead=lookahead) as store, \
+                Engine(config, llm=llm) as eng:
+            store.add(days, engine=eng)
+            found.append(state(store))
+        calls.append(len(llm.calls))
+    assert found[0] == found[1]
+    assert sum(1 for row in found[0] if row[3] is not None) >= 20  # jobs, homes and plant counts replaced
+    assert calls[0] == 11 and calls[1] <= 3  # one judge run per session after the first, against a few

@@ -29,11 +29,11 @@ MAX_LINES = 450
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "prompts", "native", "jsonl", "io", "models",
-     "manifest", "summary", "isolation"),
+     "manifest", "summary", "isolation", "progress", "shapes", "names", "private"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
-    ("engine", "calibration"),
+    ("engine", "driver", "calibration"),
     ("store", "memory"),
     ("eval", "distributed"),
     ("serve", "client"),

@@ -1,6 +1,7 @@
 """The four small protocols every model service implements.
 
-The engine only ever talks to these. Each method is batch-first: it takes every pending request of one
+The engine only ever talks to these. Each method is batch-first (an LLM backend may add the
+submit/complete :class:`GenerationStream`, which the continuous driver prefers): it takes every pending request of one
 kind from all sessions in flight, so a GPU backend can fill its batch and a CPU backend can sort by length.
 A backend must answer a request the same way whatever else is in the batch (the engine's output is
 promised to be independent of batch size and window).
@@ -41,6 +42,12 @@ class GenerationRequest:
     max_tokens: int
     seed: int = 0
     temperature: float = 0.0
+    prompt_ids: tuple[int, ...] | None = None
+    """The prompt already rendered and tokenized by the backend's :class:`Encoder` ``encode`` (backends that
+    have one); a backend sends these ids as they are, so the ids the engine counted are the ids sent."""
+    date: str | None = None
+    """The session's date (``2025-05-01``) for chat templates that write a date of their own into the
+    system header (Llama 3.1's "Today Date"), so the header agrees with the date the prompt gives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,36 @@ class LLMBackend(Protocol):
     def count_tokens(self, messages: Sequence[Message]) -> int: ...
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]: ...
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """An LLM backend that can render and tokenize a prompt once, ahead of sending it: the engine calls
+    ``encode`` off the generation thread's critical path and puts the ids in
+    :attr:`GenerationRequest.prompt_ids`, which ``generate`` / ``submit`` then send unchanged."""
+
+    def encode(self, messages: Sequence[Message], date: str | None = None) -> list[int]: ...
+
+
+@runtime_checkable
+class GenerationStream(Protocol):
+    """Submit/complete: requests go in one at a time as sessions post them, answers come out as they finish.
+
+    ``submit`` must not block on generation; ``complete`` waits up to ``timeout`` seconds (``None``: until
+    at least one request finishes, when any is pending) and returns the requests finished since the last
+    call as ``(key, Completion or the exception that request raised)``, in any order. An exception raised
+    by ``complete`` itself means the backend is gone. An LLM backend offers one through ``open_stream()``;
+    one that has none (or whose ``open_stream`` returns None) is driven through ``generate`` by the
+    engine's batch adapter.
+    """
+
+    def submit(self, key: int, request: GenerationRequest) -> None: ...
+
+    def complete(self, timeout: float | None) -> list[tuple[int, Completion | BaseException]]: ...
+
+    def pending(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

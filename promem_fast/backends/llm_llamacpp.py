@@ -62,6 +62,7 @@ import numpy as np
 
 from promem_fast.deps import require
 from promem_fast.backends._llamacpp_grammar import gbnf_for
+from promem_fast.backends._message_cache import template_date
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, ConfigError, ContextOverflow, MissingDependency
@@ -240,10 +241,11 @@ class LlamaCppLLM:
         return self._llm.detokenize([token], special=True).decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------------------------ tokens
-    def _prompt_tokens(self, messages: Sequence[Message]) -> list[int]:
-        """The chat prompt with the generation prompt, as the token ids that are decoded."""
+    def _prompt_tokens(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
+        """The chat prompt with the generation prompt, as the token ids that are decoded (``date``: the
+        session's day, for templates that print a date of their own)."""
         try:
-            prompt = self._formatter(messages=[dict(m) for m in messages]).prompt
+            prompt = self._formatter(messages=[dict(m) for m in messages], **template_date(date)).prompt
         except Exception as exc:  # the template's own raise_exception and Jinja errors alike
             raise BackendError(f"the chat template of {self.model_path.name} rejected the messages: {exc}") from exc
         return self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
@@ -251,6 +253,10 @@ class LlamaCppLLM:
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Exactly the ``prompt_tokens`` that :meth:`generate` reports for the same messages."""
         return len(self._prompt_tokens(messages))
+
+    def encode(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
+        """The ids :meth:`generate` decodes for a request with these messages and date (rendered once)."""
+        return self._prompt_tokens(messages, date)
 
     # -------------------------------------------------------------------------------- generation
     def _grammar(self, schema: Mapping[str, Any]) -> bytes:
@@ -264,7 +270,8 @@ class LlamaCppLLM:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Answers in input order. Every prompt is checked against the window before any decoding, and
         :class:`ContextOverflow` names the first that does not fit (prompts are never cut)."""
-        prompts = [self._prompt_tokens(r.messages) for r in requests]
+        prompts = [list(r.prompt_ids) if r.prompt_ids is not None else self._prompt_tokens(r.messages, r.date)
+                   for r in requests]
         for index, (tokens, request) in enumerate(zip(prompts, requests)):
             if request.max_tokens < 1:
                 raise ValueError(f"request {index} of the batch: max_tokens must be >= 1, got {request.max_tokens}")

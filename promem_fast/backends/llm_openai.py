@@ -38,7 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.client import HTTPException
@@ -132,7 +132,7 @@ class OpenAICompatLLM:
         self._models: list[dict[str, Any]] | None = None
         self._tokenize: bool | None = None
         """Whether the server counts chat tokens itself; ``None`` until first asked."""
-        self._counts: MessageCache[int] = MessageCache(self._count)
+        self._counts: MessageCache[int] = MessageCache(lambda messages, _date: self._count(messages))
         """Prompt sizes by content: the engine measures a prompt, then sends it."""
         self._warned_usage = False
 
@@ -320,6 +320,10 @@ class OpenAICompatLLM:
                 f"request {position} of the batch: {n} prompt tokens + max_tokens {request.max_tokens} exceed "
                 f"the context window of {self.context_length} tokens ({self.model} at {self.base_url})")
 
+    def open_stream(self) -> OpenAIStream:
+        """Submit/complete with up to ``max_concurrency`` requests in flight (the continuous driver's way in)."""
+        return OpenAIStream(self)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Every request checked against the window first, then sent with bounded concurrency."""
         if not requests:
@@ -328,3 +332,39 @@ class OpenAICompatLLM:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promem-openai") as pool:
             self._run_all(pool, self._check_fits, requests)
             return self._run_all(pool, self._complete, requests)
+
+
+class OpenAIStream:
+    """Requests sent as they are submitted, ``max_concurrency`` at once from one long-lived pool of threads;
+    ``complete`` returns those whose answer came back. The engine checks each prompt against the window
+    before submitting it. A server gone for good (:class:`BackendUnavailable` after the retries) ends the
+    run; any other failure fails its own request."""
+
+    def __init__(self, backend: OpenAICompatLLM) -> None:
+        self._backend = backend
+        self._pool = ThreadPoolExecutor(max_workers=max(1, backend.config.max_concurrency),
+                                        thread_name_prefix="promem-openai")
+        self._futures: dict[Future[Completion], int] = {}
+
+    def submit(self, key: int, request: GenerationRequest) -> None:
+        self._futures[self._pool.submit(self._backend._complete, key, request)] = key
+
+    def pending(self) -> int:
+        return len(self._futures)
+
+    def complete(self, timeout: float | None) -> list[tuple[int, Completion | BaseException]]:
+        if not self._futures:
+            return []
+        done, _ = wait(list(self._futures), timeout=timeout, return_when=FIRST_COMPLETED)
+        out: list[tuple[int, Completion | BaseException]] = []
+        for future in done:
+            key = self._futures.pop(future)
+            exc = future.exception()
+            if isinstance(exc, BackendUnavailable):
+                raise exc
+            out.append((key, exc if exc is not None else future.result()))
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._futures.clear()

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
-COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "serve",
-                            "calibrate")
+COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "memories",
+                            "serve", "calibrate")
 """Modules of :mod:`promem_fast.cli`, in the order their subcommands appear in ``promem --help``."""
 
 
@@ -32,10 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so a reader that went away is caught below
+        return status
     except KeyboardInterrupt:
         print("promem: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (promem config | head): stop quietly, as cat does
+        _silence_stdout()
+        return 141
     except Exception as exc:  # the CLI's last line of defence: one clear line, the traceback with -vv
         from promem_fast.errors import PromemError
 
@@ -43,3 +49,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"promem: {exc}", file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered for the closed
+    pipe cannot print a second error on the way out."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -85,8 +85,8 @@ def _add_benchmark(actions: Any, kind: str) -> None:
                         "writes OUT/retrieval-<kind>.json and .md)")
     p.add_argument("--k", default="1,5,10,20", metavar="K,K,…", help="with --retrieval: the k of recall@k")
     p.add_argument("--time-aware", action="store_true",
-                   help="with --retrieval: also rank as of each question's date (reported as not measured while "
-                        "the store has no time-aware search)")
+                   help="with --retrieval: also measure with each question seeing only the memories that held at "
+                        "its time (the store's as_of)")
     if kind == "halumem":
         p.add_argument("--update-points", choices=_ROUTINGS, default="official",
                        help="official (default, as HaluMem's own evaluation): a gold point with is_update and "
@@ -148,7 +148,8 @@ def _retrieval(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--k takes integers separated by commas, got {args.k!r}") from None
     result = run_retrieval(args.kind, args.data, build_config(args), out_dir=args.out_dir, limit=args.limit,
-                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware)
+                           sessions=args.sessions, graphs_path=args.graphs, ks=ks, time_aware=args.time_aware,
+                           users=args.users, tau_path=args.tau)
     print(render(result))
     print(f"retrieval: {args.out_dir / f'retrieval-{args.kind}.json'}")
     return 0

@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from promem_fast.cli.store_io import key_arg
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("export", help="write each graph of an output file as node-link JSON or GraphML, "
@@ -16,6 +18,7 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=["node-link", "graphml"], default="node-link")
     p.add_argument("--db", type=Path, help="export this memory store instead of a graphs file")
     p.add_argument("--tenant", help="with --db: only this tenant (default: all)")
+    key_arg(p)
     p.set_defaults(func=cmd_export)
 
 

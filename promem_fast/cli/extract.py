@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.cli.store_io import key_arg
 from promem_fast.distributed.cli import add_arguments as add_ray_arguments
 
 
@@ -28,6 +29,7 @@ def register(sub: Any) -> None:
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
     p.add_argument("--db", type=Path, help="also add each graph to this memory store as it is written")
+    key_arg(p)
     config_args(p)
     add_ray_arguments(p)
     p.set_defaults(func=cmd_extract)
@@ -43,9 +45,11 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     if args.ray is not None:
+        from promem_fast.cli.store_io import ingest_into
         from promem_fast.distributed.cli import run
 
-        return run(args, config)
+        status = run(args, config)  # with --db, the driver then adds every shard's graphs, as ingest DIR does
+        return ingest_into(args, config, args.output) if status == 0 and args.db is not None else status
     source = Path(args.input)
     check_input(source)
     files = RunFiles(Path(args.output))

@@ -7,25 +7,54 @@ from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import store_args
+from promem_fast.shapes import DEFAULT_K
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("search", help="the memory entries of a user closest to a query")
     p.add_argument("query")
     store_args(p)
-    p.add_argument("--user", required=True)
-    p.add_argument("-k", type=int, default=20, help="entries to return (default 20)")
+    user_arg(p)
+    p.add_argument("-k", type=int, default=DEFAULT_K, help=f"entries to return (default {DEFAULT_K})")
     p.add_argument("--history", action="store_true", help="include entries that newer ones superseded")
-    p.add_argument("--json", action="store_true", help="one JSON object per entry")
+    time_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per entry (the HTTP API's shape)")
     config_args(p)
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("ask", help="answer a question about a user from their memory")
     p.add_argument("question")
     store_args(p)
-    p.add_argument("--user", required=True)
+    user_arg(p)
+    time_args(p)
     p.add_argument("--json", action="store_true", help="the answer with the memories it was shown, as JSON")
     config_args(p)
     p.set_defaults(func=cmd_ask)
+
+
+def user_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-id", "--user", dest="user", required=True, help="the user whose memory is meant")
+
+
+def time_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--as-of", help="the question's time (ISO 8601; default now)")
+    parser.add_argument("--since", help="only memories said on or after this day (ISO 8601)")
+    parser.add_argument("--until", help="only memories said on or before this day (ISO 8601)")
+
+
+def given_time(args: argparse.Namespace) -> dict[str, str]:
+    """The time options given, as keywords for the store (those left out are not passed)."""
+    return {name: getattr(args, name) for name in ("as_of", "since", "until") if getattr(args, name) is not None}
+
+
+def unknown_user(store: Any, args: argparse.Namespace) -> bool:
+    """Says so on stderr when the store has no such user: searching a misspelt name is an error, not an
+    empty result."""
+    import sys
+
+    if args.user in store.users(tenant=args.tenant):
+        return False
+    print(f"promem: no memory for user {args.user!r} in {args.db} (tenant {args.tenant})", file=sys.stderr)
+    return True
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -33,16 +62,21 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from promem_fast.store import MemoryStore
 
-    with MemoryStore(args.db, build_config(args), read_only=True) as store:
-        hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history)
+    from promem_fast import shapes
+
+    with MemoryStore(args.db, build_config(args), read_only=True, key_file=args.key_file) as store:
+        if unknown_user(store, args):
+            return 1
+        hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
+                            **given_time(args))
     for hit in hits:
         if args.json:
-            print(json.dumps(hit.to_dict(), ensure_ascii=False))
+            print(json.dumps(hit.memory(), ensure_ascii=False))
         else:
             old = f"  (superseded by {hit.superseded_by})" if hit.superseded_by is not None else ""
             print(f"{hit.score:.3f}  [{hit.date or 'undated'}] {hit.body()}  #{hit.node_id} {hit.session_id}{old}")
     if not hits:
-        print(f"no memory for user {args.user!r} (tenant {args.tenant})")
+        print(f"no memory of {args.user!r} matches (tenant {args.tenant})")
     return 0
 
 
@@ -53,14 +87,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from promem_fast.engine import Engine
     from promem_fast.store import MemoryStore
 
+    from promem_fast import shapes
+
     config = build_config(args)
-    with MemoryStore(args.db, config, read_only=True) as store, Engine(config, embedder=store.embedder) as engine:
-        (reply,) = store.answer(args.user, [args.question], engine=engine, tenant=args.tenant)
+    with MemoryStore(args.db, config, read_only=True, key_file=args.key_file) as store:
+        if unknown_user(store, args):
+            return 1
+        with Engine(config, embedder=store.embedder) as engine:
+            (row,) = store.answer(args.user, [args.question], engine=engine, tenant=args.tenant, **given_time(args))
+    reply = shapes.answer(row)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
-    elif reply["prediction"] is None:
+    elif reply["answer"] is None:
         print(f"promem: no answer: {reply['error']}", file=sys.stderr)
         return 1
     else:
-        print(reply["prediction"])
+        print(reply["answer"])
     return 0

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.cli.store_io import key_arg
+from promem_fast.serve.jobs import DEFAULT_RETENTION_S
 
 
 def register(sub: Any) -> None:
@@ -20,6 +22,12 @@ def register(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=20.0, help="requests per second per API key (0: no limit)")
     p.add_argument("--burst", type=int, default=40, help="requests a key may send at once before --rate applies")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.add_argument("--job-retention", type=float, default=DEFAULT_RETENTION_S, metavar="SECONDS",
+                   help="keep a finished job's record (user, session ids, errors) this long (default: 7 days)")
+    p.add_argument("--engine-nice", type=int, default=10, metavar="N",
+                   help="CPU priority the engine process lowers itself by, so requests go first on busy cores "
+                        "(0: the server's own priority; default 10)")
+    key_arg(p)
     judge_arg(p)
     config_args(p)
     p.set_defaults(func=cmd_serve)
@@ -34,11 +42,13 @@ def register(sub: Any) -> None:
     revoke.add_argument("key_id")
     for q in (create, listing, revoke):
         q.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
+        key_arg(q)
     k.set_defaults(func=cmd_keys)
 
     m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
     m.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
     m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
+    key_arg(m)
     judge_arg(m)
     config_args(m)
     m.set_defaults(func=cmd_mcp)
@@ -60,12 +70,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from promem_fast.serve.app import create_app
     from promem_fast.serve.service import Service
 
+    from promem_fast.serve.guards import redact_logs
+
     uvicorn = require("uvicorn", "serve")
     config = build_config(args)
     config.progress = False
-    service = Service(args.db, config, update_judge=args.update_judge)
+    service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
+                      job_retention_s=args.job_retention, engine_nice=args.engine_nice)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    url = f"http://{args.host}:{args.port}"
+    print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
+          flush=True)
+    # info: uvicorn's start-up line and one access line per request (method, path, status; never a key)
+    server = uvicorn.Config(app, host=args.host, port=args.port, log_level="debug" if args.verbose >= 2 else "info")
+    redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")  # after Config, which sets up uvicorn's logging
+    uvicorn.Server(server).run()
     return 0
 
 
@@ -73,14 +92,17 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from promem_fast.serve import db
     from promem_fast.serve.keys import KeyRing
 
-    with closing(db.connect(args.db)) as conn:
+    with closing(db.connect(args.db, key_file=args.key_file)) as conn:
         ring = KeyRing(conn)
         if args.keys_command == "create":
             print(ring.create(args.tenant, args.name))
             return 0
         if args.keys_command == "list":
+            from promem_fast.shapes import iso_instant
+
             for row in ring.list():
-                print(json.dumps(row))
+                times = {"created": iso_instant(row["created"]), "revoked": iso_instant(row["revoked"])}
+                print(json.dumps({**row, **times}))
             return 0
         revoked = ring.revoke(args.key_id)
     if not revoked:
@@ -95,7 +117,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     config.progress = False
-    service = Service(args.db, config, update_judge=args.update_judge)
+    service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file)
     service.start()
     try:
         build_server(service, args.tenant).run("stdio")

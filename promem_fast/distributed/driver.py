@@ -23,7 +23,7 @@ from typing import Any
 
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import (
-    Shard, cross_shard_duplicates, files, is_complete, plan, write_shard,
+    Shard, count_sessions, cross_shard_duplicates, files, input_files, is_complete, plan, write_shard,
 )
 from promem_fast.distributed.summary import DistributedSummary, summary_to_dict
 from promem_fast.errors import InputError, PromemError
@@ -31,6 +31,8 @@ from promem_fast.errors import InputError, PromemError
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+SHARD_SESSIONS = 1000
+"""The largest shard cut when ``shard_sessions`` is not given."""
 SHARD_RETRIES = 3
 """Times a shard is retried on a restarted actor after its actor died; a shard that kills every actor it
 meets (a crash in a native backend on one input) then stops the run instead of retrying forever."""
@@ -38,7 +40,7 @@ meets (a crash in a native backend on one input) then stops the run instead of r
 
 def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, config: EngineConfig | None = None,
             address: str | None = "auto", actors: int = 1, gpus_per_actor: float | None = None,
-            cpus_per_actor: float = 1, shard_sessions: int = 1000, parquet: bool = False,
+            cpus_per_actor: float = 1, shard_sessions: int | None = None, parquet: bool = False,
             overwrite: bool = False) -> DistributedSummary:
     """Extract memory graphs for JSONL / Parquet ``inputs`` (files, or directories of shards) on Ray.
 
@@ -48,13 +50,15 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     belongs to (``ray start``) or starts a local one; otherwise a Ray address. When Ray is already
     initialised in this process that session is used and left running. ``gpus_per_actor``: ``None`` reserves
     one GPU per actor when the chat model runs on vLLM (one vLLM per GPU) and none otherwise.
+    ``shard_sessions``: ``None`` cuts shards of at most :data:`SHARD_SESSIONS`, small enough that every actor
+    gets one (the same input and actor count give the same cut, so the same command resumes).
     """
     config = (config or EngineConfig()).validate()
     if actors < 1:
         raise PromemError("--actors must be >= 1")
     paths = [Path(inputs)] if isinstance(inputs, (str, Path)) else [Path(p) for p in inputs]
     out = Path(out_dir)
-    shards = plan(paths, shard_sessions)
+    shards = _cut(paths, shard_sessions, actors)
     if out.exists() and not out.is_dir():
         raise PromemError(f"{out} exists and is not a directory; --ray writes a directory of shard files")
     out.mkdir(parents=True, exist_ok=True)
@@ -127,6 +131,24 @@ def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineCon
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _cut(paths: list[Path], shard_sessions: int | None, actors: int) -> list[Shard]:
+    """The shards of the run; a warning says why, when some of the actors asked for can get no shard."""
+    sessions = count_sessions(input_files(paths))
+    size = shard_sessions if shard_sessions is not None else max(1, min(SHARD_SESSIONS, -(-sessions // actors)))
+    shards = plan(paths, size)
+    if len(shards) < actors:
+        if sessions <= len(shards):
+            why = f"the input holds {sessions} sessions"
+        elif shard_sessions is not None:
+            why = (f"--shard-sessions {shard_sessions} cuts {sessions} sessions into {len(shards)} shards; leave it "
+                   f"out, or pass {-(-sessions // actors)}, to give each actor one")
+        else:  # Parquet row groups are never split
+            why = f"the {sessions} sessions are in {len(shards)} runs of whole Parquet row groups"
+        log.warning("%d actors asked for, %d shards to run: %d actors get no work (%s)", actors, len(shards),
+                    actors - len(shards), why)
+    return shards
 
 
 def _taken(ray: Any, shards: list[Shard], ids_of: Callable[..., Any], max_turn_chars: int) -> dict[str, list[str]]:

@@ -85,6 +85,20 @@ def plan(inputs: list[Path], shard_sessions: int) -> list[Shard]:
     return shards
 
 
+def count_sessions(paths: list[Path]) -> int:
+    """Records in the input files: non-blank JSONL lines, Parquet rows."""
+    total = 0
+    for path in paths:
+        if path.suffix in PARQUET_SUFFIXES:
+            from promem_fast.deps import require
+
+            total += require("pyarrow.parquet", "ray", "pyarrow").ParquetFile(path).metadata.num_rows
+            continue
+        with open(path, "rb") as handle:
+            total += sum(1 for raw in handle if raw.strip())
+    return total
+
+
 def _jsonl_cuts(path: Path, size: int) -> Iterator[tuple[int, int, int]]:
     """Byte ranges holding ``size`` non-blank lines each (the last may hold fewer)."""
     start = offset = 0

@@ -19,7 +19,7 @@ def summary_to_dict(summary: RunSummary) -> dict[str, Any]:
             "edges": summary.edges, "details": summary.details, "stats": summary.stats.to_dict(),
             "wall_seconds": summary.wall_seconds, "rounds": summary.rounds,
             "backend_calls": dict(summary.backend_calls), "backend_seconds": dict(summary.backend_seconds),
-            "load_seconds": summary.load_seconds}
+            "load_seconds": summary.load_seconds, "engine_seconds": summary.engine_seconds}
 
 
 def _add(into: RunSummary, data: dict[str, Any]) -> None:
@@ -27,6 +27,7 @@ def _add(into: RunSummary, data: dict[str, Any]) -> None:
         setattr(into, key, getattr(into, key) + int(data[key]))
     into.wall_seconds += float(data["wall_seconds"])
     into.load_seconds += float(data["load_seconds"])
+    into.engine_seconds += float(data.get("engine_seconds", 0.0))  # absent from shards of older versions
     into.stats.merge(RunStats.from_dict(data["stats"]))
     for kind, n in data["backend_calls"].items():
         into.backend_calls[kind] = into.backend_calls.get(kind, 0) + int(n)

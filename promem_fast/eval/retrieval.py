@@ -14,14 +14,14 @@ What "grounded in the evidence" means depends on what the benchmark annotates:
   turns, so a memory counts when it comes from a session that holds the evidence. That is a coarser figure
   (any memory of the right session), stated as such.
 
-It measures the retrieval stack (extraction, embedder, store, ranking), not answers. Time-aware ranking
-(searching as of the question's date) is a column of its own once the store offers it; until then the
-report says it was not measured.
+It measures the retrieval stack (extraction, embedder, store, ranking), not answers. ``--time-aware``
+adds the same table with each question seeing only the memories that held at its time (the store's
+``as_of``: said by then and not yet replaced). The evaluation store judges no updates across sessions, so
+the two differ only where a question's time precedes memories of its history.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -35,24 +35,20 @@ from promem_fast.context import RunContext
 from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.requests import Embed, Failure, Program
+from promem_fast.store import MemoryStore
 from promem_fast.store.evaluation import evaluation_index
+from promem_fast.store.timeline import iso_time
 from promem_fast.types import MemoryGraph
 
 from .datasets import load_benchmark
 from .provenance import provenance
 from promem_fast.store.qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
 from .records import Benchmark, Question
+from .split import apply_tau, select_users
 from .variants import KINDS, PathLike
 
 RECALL_KS: tuple[int, ...] = (1, 5, 10, 20)
 """The k of recall@k reported by default (20 is the paper's QA top-k)."""
-
-
-def time_aware_available() -> bool:
-    """Whether the store can search as of a date (``MemoryStore.search(..., as_of=...)``)."""
-    from promem_fast.store import MemoryStore
-
-    return "as_of" in inspect.signature(MemoryStore.search).parameters
 
 
 def evidence_level(kind: str) -> str:
@@ -137,9 +133,11 @@ def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str,
                                                      for c in categories}}
 
 
-def evidence_recall(engine: Engine, bench: Benchmark, graphs: Sequence[MemoryGraph], index: RetrievalIndex, *,
-                    kind: str, ks: Sequence[int] = RECALL_KS) -> dict[str, Any]:
-    """Per-question first-hit ranks and recall@k tables for every question of ``bench`` with evidence."""
+def evidence_recall(engine: Engine, bench: Benchmark, graphs: Sequence[MemoryGraph],
+                    index: RetrievalIndex | Callable[[Question], RetrievalIndex], *, kind: str,
+                    ks: Sequence[int] = RECALL_KS) -> dict[str, Any]:
+    """Per-question first-hit ranks and recall@k tables for every question of ``bench`` with evidence;
+    ``index`` is the store's memory, or a function giving the memory each question sees (time-aware)."""
     level = evidence_level(kind)
     turns = unit_turns(graphs)
     asked = [q for q in bench.questions if _has_evidence(q, level)]
@@ -147,7 +145,8 @@ def evidence_recall(engine: Engine, bench: Benchmark, graphs: Sequence[MemoryGra
 
     def programs() -> Iterator[tuple[Question, Callable[[RunContext], Program[Any]]]]:
         for q in asked:
-            yield q, partial(_first_hit_job, q, index, level, turns, depth)
+            seen = index(q) if callable(index) else index
+            yield q, partial(_first_hit_job, q, seen, level, turns, depth)
 
     rows = []
     for q, outcome in engine.run(programs()):
@@ -161,29 +160,55 @@ def evidence_recall(engine: Engine, bench: Benchmark, graphs: Sequence[MemoryGra
             **recall_table(rows, ks), "questions": rows}
 
 
+def _as_of(store: MemoryStore, graphs: dict[str, MemoryGraph]) -> Callable[[Question], RetrievalIndex]:
+    """For a question, the store's memories holding at its time (one index per distinct time, reused); a
+    question whose time cannot be read sees the current memories (counted in the result)."""
+    cache: dict[str | None, RetrievalIndex] = {}
+    sessions = list(graphs)
+
+    def index(question: Question) -> RetrievalIndex:
+        when = iso_time(question.question_time)
+        if when not in cache:
+            cache[when] = store.retrieval_index(sessions, tenant="eval", as_of=when)
+        return cache[when]
+
+    return index
+
+
 def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_dir: PathLike = "eval-out",
                   limit: int | None = None, sessions: int | None = None, graphs_path: PathLike | None = None,
-                  ks: Sequence[int] = RECALL_KS, time_aware: bool = False, llm: Any = None) -> dict[str, Any]:
+                  ks: Sequence[int] = RECALL_KS, time_aware: bool = False, llm: Any = None,
+                  users: str | None = None, tau_path: PathLike | None = None) -> dict[str, Any]:
     """Extract (or reuse) the graphs of ``kind``'s benchmark, store them, and measure evidence recall@k;
-    writes ``OUT/retrieval-<kind>.json`` and ``OUT/retrieval-<kind>.md``."""
+    writes ``OUT/retrieval-<kind>.json`` and ``OUT/retrieval-<kind>.md``. ``users`` and ``tau_path`` as
+    for :func:`~.runner.run_eval`."""
     from .runner import extract_graphs
 
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
     if not ks or any(k < 1 for k in ks):
         raise ConfigError("--k takes positive integers, e.g. 1,5,10,20")
-    bench = load_benchmark(kind, data_path, limit, sessions=sessions)
+    bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
+    if tau_path is not None:
+        config, _ = apply_tau(config, tau_path, bench)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"full-r{config.compression.rate:g}" if config.compression.enabled else "full"  # as run_eval names it
     graphs_file = Path(graphs_path or out / f"graphs-{kind}-{tag}.jsonl")
+    ks = sorted(set(ks))
+    store_path = out / f"store-{kind}-retrieval.db"
+    timed: dict[str, Any] | None = None
     with Engine(config, llm=llm) as engine:
         graphs = extract_graphs(engine, bench, graphs_file)
-        index = evaluation_index(engine, graphs.values(), out / f"store-{kind}-retrieval.db")
-        plain = evidence_recall(engine, bench, list(graphs.values()), index, kind=kind, ks=sorted(set(ks)))
-    timed = {"measured": False, "reason": (
-        "the store has no time-aware search yet (MemoryStore.search takes no as_of)" if not time_aware_available()
-        else "time-aware ranking is not wired into this evaluation yet")} if time_aware else None
+        index = evaluation_index(engine, graphs.values(), store_path)
+        plain = evidence_recall(engine, bench, list(graphs.values()), index, kind=kind, ks=ks)
+        if time_aware:
+            with MemoryStore(store_path, engine.config, embedder=engine.services.embedder, update_judge="off",
+                             read_only=True) as store:
+                undated = sum(iso_time(q.question_time) is None for q in bench.questions)
+                timed = {"measured": True, "questions_without_a_readable_time": undated,
+                         **evidence_recall(engine, bench, list(graphs.values()), _as_of(store, graphs), kind=kind,
+                                           ks=ks)}
     result = {"kind": kind, "benchmark": bench.name, "data": str(data_path), "limit": limit,
               "session_limit": sessions, "graphs": str(graphs_file), "without_time": plain, "with_time": timed,
               "provenance": provenance(config, [data_path])}
@@ -195,7 +220,6 @@ def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_d
 def render(result: dict[str, Any]) -> str:
     """The markdown table of a retrieval result: recall@k per category, without time-aware ranking."""
     plain = result["without_time"]
-    ks = plain["ks"]
     what = ("one of its evidence turns grounds one of the top-k memories" if plain["level"] == "turn" else
             "one of the top-k memories comes from a session holding its evidence (HaluMem and LongMemEval "
             "annotate evidence per point or session, not per turn: a coarser, session-level figure)")
@@ -203,14 +227,22 @@ def render(result: dict[str, Any]) -> str:
              f"A retrieval-stack figure (extraction, embedder, store, ranking; no answer is generated): the share "
              f"of questions for which {what}. Data `{result['data']}`; "
              f"{plain['questions_without_evidence']} questions without evidence left out.", "",
-             "| Category | n | " + " | ".join(f"recall@{k}" for k in ks) + " |",
+             *_recall_rows(plain)]
+    timed = result.get("with_time")
+    if timed is None:
+        return "\n".join(lines + ["", "Time-aware retrieval: not asked for (`--time-aware`).", ""])
+    lines += ["", "Time-aware: only the memories holding at each question's time (the store's `as_of`: said "
+                  "by then and not yet replaced), ranked the same way.", "",
+              *_recall_rows(timed)]
+    return "\n".join(lines + [""])
+
+
+def _recall_rows(table: dict[str, Any]) -> list[str]:
+    """A recall table as markdown rows: one per category, then all questions."""
+    ks = table["ks"]
+    lines = ["| Category | n | " + " | ".join(f"recall@{k}" for k in ks) + " |",
              "| --- | --- | " + " | ".join("---" for _ in ks) + " |"]
-    rows = [*plain["by_category"].items(), ("all", plain["overall"])]
-    for name, row in rows:
+    for name, row in [*table["by_category"].items(), ("all", table["overall"])]:
         cells = ["-" if row[f"recall@{k}"] is None else f"{100 * row[f'recall@{k}']:.2f}" for k in ks]
         lines.append(f"| {name} | {row['n']} | " + " | ".join(cells) + " |")
-    timed = result.get("with_time")
-    lines += ["", "Time-aware retrieval: " + ("not asked for." if timed is None else
-                                               f"not measured: {timed['reason']}." if not timed["measured"]
-                                               else "see with_time in the JSON."), ""]
-    return "\n".join(lines)
+    return lines

@@ -8,13 +8,15 @@ whether another tenant has it or nobody does.
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
+from promem_fast.serve import schemas as api
+from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.service import NotFound, Service
@@ -23,32 +25,13 @@ require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
-from starlette.background import BackgroundTask
 
 STATIC = Path(__file__).resolve().parent / "static"
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 
-User = Annotated[str, PathParam(min_length=1, max_length=256, description="the user whose memory is meant")]
-NodeId = Annotated[int, PathParam(description="a memory's id")]
-
-
-class AddSessions(BaseModel):
-    """Sessions of one user, in the input format of ``promem extract`` (``user`` may be left out)."""
-
-    sessions: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
-
-
-class SearchQuery(BaseModel):
-    query: str = Field(min_length=1, max_length=4000)
-    k: int = Field(default=10, ge=1, le=200)
-
-
-class Questions(BaseModel):
-    questions: list[str] = Field(min_length=1, max_length=64)
 
 
 _bearer = HTTPBearer(auto_error=False)
@@ -57,6 +40,8 @@ _bearer = HTTPBearer(auto_error=False)
 def caller(request: Request, bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
     """The key's caller (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``); declared as a bearer scheme so the
     OpenAPI page offers to authorize. 401 for a bad key, 429 past the key's rate."""
+    if key_in_url(request):
+        raise HTTPException(401, URL_KEY_REFUSED, headers=UNAUTHORIZED)
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
@@ -69,6 +54,12 @@ def caller(request: Request, bearer: Annotated[HTTPAuthorizationCredentials | No
 
 
 Who = Annotated[Caller, Depends(caller)]
+
+
+def scope(body: api.TimeScope) -> dict[str, str]:
+    """The time arguments a request gave, as keywords for the service (those left out are not passed)."""
+    return {name: value for name, value in body.model_dump(include={"as_of", "since", "until"}).items()
+            if value is not None}
 
 
 def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_body: int = 8 * 1024 * 1024) -> Any:
@@ -88,71 +79,78 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     app.state.service = service
     app.state.limiter = limiter
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller)])
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller), Depends(text_body)])
 
-    @v1.post("/users/{user}/sessions", status_code=202, summary="Queue sessions of a user for extraction")
-    def add(body: AddSessions, user: User, who: Who) -> Any:
-        job, rejected = service.submit(who.tenant, user, body.sessions)
+    @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
+             summary="Queue sessions of a user for extraction")
+    def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
+        job, rejected = service.submit(who.tenant, user_id, body.sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)
         return {"job_id": job, "accepted": len(body.sessions) - len(rejected), "rejected": rejected}
 
-    @v1.get("/jobs/{job_id}", summary="Progress of a job")
+    @v1.get("/jobs/{job_id}", response_model=api.Job, summary="Progress of a job")
     def job(job_id: Annotated[str, PathParam(max_length=64)], who: Who) -> Any:
         return service.job(who.tenant, job_id)
 
-    @v1.get("/users", summary="Users with memory")
+    @v1.get("/users", response_model=api.Users, summary="Users with memory")
     def users(who: Who) -> Any:
         return {"users": service.users(who.tenant)}
 
-    @v1.get("/users/{user}/memories", summary="All memories of a user")
-    def memories(user: User, who: Who,
+    @v1.get("/users/{user_id}/memories", response_model=api.Memories,
+            summary="All memories of a user")
+    def memories(user_id: User, who: Who,
                  history: Annotated[bool, Query(description="include superseded versions")] = False) -> Any:
-        return {"memories": service.memories(who.tenant, user, history=history)}
+        return {"memories": service.memories(who.tenant, user_id, history=history)}
 
-    @v1.get("/users/{user}/memories/{node_id}", summary="One memory and its versions")
-    def memory(node_id: NodeId, user: User, who: Who) -> Any:
-        return service.memory(who.tenant, user, node_id)
+    @v1.get("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="One memory")
+    def memory(node_id: NodeId, user_id: User, who: Who) -> Any:
+        return service.memory(who.tenant, user_id, node_id)
 
-    @v1.delete("/users/{user}/memories/{node_id}", summary="Delete one memory")
-    def delete_memory(node_id: NodeId, user: User, who: Who) -> Any:
-        return {"deleted": service.delete(who.tenant, user, node=node_id)}
+    @v1.get("/users/{user_id}/memories/{node_id}/history", response_model=api.History,
+            summary="What a memory replaced and what replaced it")
+    def history(node_id: NodeId, user_id: User, who: Who) -> Any:
+        return service.history(who.tenant, user_id, node_id)
 
-    @v1.get("/users/{user}/sessions", summary="Sessions stored for a user")
-    def sessions(user: User, who: Who) -> Any:
-        return {"sessions": service.sessions(who.tenant, user)}
+    @v1.delete("/users/{user_id}/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory")
+    def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
+        return {"deleted": service.delete(who.tenant, user_id, node=node_id)}
 
-    @v1.delete("/users/{user}/sessions/{session_id}", summary="Delete one session's memory")
-    def delete_session(session_id: str, user: User, who: Who) -> Any:
-        return {"deleted": service.delete(who.tenant, user, session=session_id)}
+    @v1.get("/users/{user_id}/sessions", response_model=api.Sessions, summary="Sessions stored for a user")
+    def sessions(user_id: User, who: Who) -> Any:
+        return {"sessions": service.sessions(who.tenant, user_id)}
 
-    @v1.delete("/users/{user}", summary="Delete all memory of a user")
-    def delete_user(user: User, who: Who) -> Any:
-        return {"deleted": service.delete(who.tenant, user)}
+    @v1.delete("/users/{user_id}/sessions/{session_id}", response_model=api.Deleted,
+               summary="Delete one session's memory")
+    def delete_session(session_id: SessionId, user_id: User, who: Who) -> Any:
+        return {"deleted": service.delete(who.tenant, user_id, session=session_id)}
 
-    @v1.post("/users/{user}/search", summary="Memories nearest a query")
-    def search(body: SearchQuery, user: User, who: Who) -> Any:
-        return {"hits": service.search(who.tenant, user, body.query, body.k)}
+    @v1.delete("/users/{user_id}", response_model=api.Deleted, summary="Delete all memory of a user")
+    def delete_user(user_id: User, who: Who) -> Any:
+        return {"deleted": service.delete(who.tenant, user_id)}
 
-    @v1.post("/users/{user}/answer", summary="Answer questions from a user's memory")
-    def answer(body: Questions, user: User, who: Who) -> Any:
-        return {"answers": service.answer(who.tenant, user, body.questions)}
+    @v1.post("/users/{user_id}/search", response_model=api.Hits,
+             summary="Memories nearest a query")
+    def search(body: api.SearchQuery, user_id: User, who: Who) -> Any:
+        return {"hits": service.search(who.tenant, user_id, body.query, body.k, **scope(body))}
 
-    @v1.get("/users/{user}/graph", summary="A user's memory graph as JSON")
-    def graph(user: User, who: Who) -> Any:
-        return service.graph(who.tenant, user)
+    @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
+    def answer(body: api.Question, user_id: User, who: Who) -> Any:
+        return service.answer(who.tenant, user_id, body.question, **scope(body))
+
+    @v1.get("/users/{user_id}/graph", response_model=api.Graph, summary="A user's memory graph as JSON")
+    def graph(user_id: User, who: Who) -> Any:
+        return service.graph(who.tenant, user_id)
 
     @v1.get("/export", summary="The tenant's whole memory as JSONL")
     def export(who: Who) -> Any:
-        with tempfile.NamedTemporaryFile(prefix="promem-export-", suffix=".jsonl", delete=False) as handle:
-            target = Path(handle.name)
-        try:
-            service.export(who.tenant, target)
-        except BaseException:  # no response will remove it
-            target.unlink(missing_ok=True)
-            raise
-        return FileResponse(target, media_type="application/x-ndjson", filename="promem-export.jsonl",
-                            background=BackgroundTask(target.unlink, missing_ok=True))
+        reader = service.export(who.tenant)  # already unlinked: nothing is left behind whatever the client does
+
+        def chunks() -> Iterator[bytes]:
+            with reader:
+                yield from iter(lambda: reader.read(1 << 16), b"")
+        return StreamingResponse(chunks(), media_type="application/x-ndjson",
+                                 headers={"Content-Disposition": 'attachment; filename="promem-export.jsonl"'})
 
     app.include_router(v1)
 

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from promem_fast.errors import PromemError
+from promem_fast.store.connection import open_db
 
 SCHEMA_VERSION = 1
 
@@ -46,20 +47,20 @@ CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
 """
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
-    """A connection with the settings every user of the file needs: WAL (readers never block the worker's
-    writes), a busy timeout instead of instant 'database is locked' errors, and the schema in place."""
-    if not Path(path).parent.is_dir():
-        raise PromemError(f"{path}: folder {Path(path).parent} does not exist")
-    conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA busy_timeout=30000")
-    conn.executescript(_SCHEMA)
-    row = conn.execute("SELECT value FROM serve_meta WHERE key='schema_version'").fetchone()
-    if row is None:
-        conn.execute("INSERT OR IGNORE INTO serve_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-    elif int(row[0]) > SCHEMA_VERSION:
-        raise PromemError(f"{path}: the service tables are of schema version {row[0]}, newer than this "
-                          f"promem_fast understands ({SCHEMA_VERSION}); upgrade promem_fast")
+def connect(path: str | Path, *, key_file: str | Path | None = None) -> sqlite3.Connection:
+    """A connection for the queue and the keys (see :func:`~promem_fast.store.connection.open_db`), with
+    ``synchronous=FULL``: a 202 promises that the accepted sessions survive a power cut, so every queue commit
+    reaches the disk before it returns. The service tables are created if missing."""
+    conn = open_db(path, synchronous="FULL", key_file=key_file)
+    try:
+        conn.executescript(_SCHEMA)
+        row = conn.execute("SELECT value FROM serve_meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            conn.execute("INSERT OR IGNORE INTO serve_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise PromemError(f"{path}: the service tables are of schema version {row[0]}, newer than this "
+                              f"promem_fast understands ({SCHEMA_VERSION}); upgrade promem_fast")
+    except BaseException:
+        conn.close()
+        raise
     return conn

@@ -4,6 +4,9 @@ A job is one request's sessions for one user. Each session row moves ``pending``
 worker) -> ``done`` or ``failed``. A restart puts ``running`` rows back to ``pending``, so nothing accepted is
 lost; the store skips a session it already holds, so a session run twice (claimed, stored, killed before it
 was marked done) still ends with exactly one graph.
+
+Job records name a user and session ids, so they go when that user is deleted (:meth:`JobQueue.cancel`, which
+also cancels the user's queued and running sessions) and, finished, after the operator's retention period.
 """
 
 from __future__ import annotations
@@ -13,10 +16,33 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from promem_fast.store.connection import transaction
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+"""How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""
+
+EXPIRY_EVERY_S = 60.0
+"""How often the worker's polling looks for expired jobs (a shorter retention looks more often)."""
+
+STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job WHERE q.tenant = ? AND j.user = ? "
+                "AND q.session_id = ? AND q.state = 'running' LIMIT 1")
+"""Whether a finished session may still be stored: its claimed row is still running (a delete of its user or
+session cancelled it). Run inside the store's write transaction, so a delete is before it or after the write."""
+
+
+
+def still_wanted(conn: sqlite3.Connection, tenant: str, graph: Any) -> bool:
+    """The store writer's guard (``MemoryStore.write_guard``): a graph is stored only while its claimed queue
+    row is still running; see :data:`STILL_WANTED`."""
+    return conn.execute(STILL_WANTED, (tenant, graph.user, graph.session_id)).fetchone() is not None
+
+
+_DRAINED = "DELETE FROM serve_jobs WHERE user = '' AND id NOT IN (SELECT job FROM serve_queue)"
+"""Removes the blanked jobs of a deleted user once the engine has finished their last cancelled session."""
 
 
 @dataclass(frozen=True)
@@ -33,28 +59,23 @@ class Claimed:
 class JobQueue:
     """Submit, claim, finish and report jobs; safe to share between request threads and the worker."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, retention_s: float = DEFAULT_RETENTION_S) -> None:
         self._conn = conn
         self._lock = threading.Lock()
+        self.retention_s = retention_s
+        self._next_expiry = 0.0
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction on the shared connection, all or nothing."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn, self._lock)
 
     def recover(self) -> int:
-        """Put sessions a previous process had claimed back in line; returns how many."""
-        with self._lock:
-            cur = self._conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'")
+        """Put sessions a previous process had claimed back in line (cancelled ones go); returns how many."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM serve_queue WHERE state='cancelled'")
+            conn.execute(_DRAINED)
+            cur = conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'")
         return cur.rowcount
 
     def submit(self, tenant: str, user: str, sessions: list[dict[str, Any]]) -> str:
@@ -69,7 +90,10 @@ class JobQueue:
         return job
 
     def claim(self, limit: int) -> list[Claimed]:
-        """Up to ``limit`` pending sessions, oldest first, marked running."""
+        """Up to ``limit`` pending sessions, oldest first, marked running. (The worker asks at least once per
+        poll, so this is also where finished jobs past the retention period are removed.)"""
+        if time.monotonic() >= self._next_expiry:
+            self.expire()
         if limit <= 0:
             return []
         with self._transaction() as conn:
@@ -80,34 +104,75 @@ class JobQueue:
 
     def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
         """Mark sessions done (error None) or failed, in one transaction. A done session's payload is dropped
-        (its memory is in the store now); a failed one keeps it, to be looked at or sent again."""
+        (its memory is in the store now); a failed one keeps it, to be looked at or sent again. A session
+        cancelled while it ran is removed now that the engine is done with it."""
         now = time.time()
         with self._transaction() as conn:
-            conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=?",
-                             [(now, seq) for seq, error in outcomes if not error])
-            conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=?",
-                             [(error, now, seq) for seq, error in outcomes if error])
+            conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=? "
+                             "AND state='running'", [(now, seq) for seq, error in outcomes if not error])
+            conn.executemany("UPDATE serve_queue SET state='failed', error=?, finished=? WHERE seq=? AND "
+                             "state='running'", [(error, now, seq) for seq, error in outcomes if error])
+            gone = conn.executemany("DELETE FROM serve_queue WHERE seq=? AND state='cancelled'",
+                                    [(seq,) for seq, _ in outcomes])
+            if gone.rowcount:
+                conn.execute(_DRAINED)
+
+    def cancel(self, tenant: str, user: str, session_id: str | None = None) -> int:
+        """Cancel the user's queued and running sessions (or only one session's) and remove their records.
+
+        Queued sessions are deleted; running ones stay in the queue as ``cancelled``, with their session id
+        and payload blanked, until the engine finishes them, and are not stored then (the store's write
+        checks :data:`STILL_WANTED` in its own transaction). Deleting a whole user also blanks the user's
+        name on the jobs whose sessions are still running and deletes every other job of theirs. Returns
+        the sessions that were pending or running."""
+        scope = "job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND user = ?)"
+        params: tuple[str, ...] = (tenant, user)
+        if session_id is not None:
+            scope, params = scope + " AND session_id = ?", (*params, session_id)
+        with self._transaction() as conn:
+            (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "
+                                   "('pending', 'running')", params).fetchone()
+            conn.execute(f"UPDATE serve_queue SET state='cancelled', session_id='', payload='', error=NULL "
+                         f"WHERE {scope} AND state='running'", params)
+            conn.execute(f"DELETE FROM serve_queue WHERE {scope} AND state != 'cancelled'", params)
+            conn.execute("UPDATE serve_jobs SET user='' WHERE tenant = ? AND user = ? AND id NOT IN "
+                         "(SELECT job FROM serve_queue WHERE state != 'cancelled')", (tenant, user))
+            conn.execute(_DRAINED)
+        return int(live)
+
+    def expire(self) -> int:
+        """Remove jobs whose every session finished more than ``retention_s`` ago; returns how many."""
+        cutoff = time.time() - self.retention_s
+        with self._transaction() as conn:
+            old = [job for (job,) in conn.execute(
+                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running', 'cancelled')) "
+                "= 0 AND MAX(finished) < ?", (cutoff,))]
+            conn.executemany("DELETE FROM serve_queue WHERE job = ?", [(job,) for job in old])
+            conn.executemany("DELETE FROM serve_jobs WHERE id = ?", [(job,) for job in old])
+        self._next_expiry = time.monotonic() + min(EXPIRY_EVERY_S, self.retention_s / 2)
+        return len(old)
 
     def depth(self) -> int:
-        """Sessions accepted and not finished yet (pending or running)."""
+        """Sessions accepted and not finished yet (pending or running, or cancelled and still running)."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running')").fetchone()
+                "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running', 'cancelled')").fetchone()
         return int(row[0])
 
     def status(self, tenant: str, job: str) -> dict[str, Any] | None:
         """A job's progress, or None when ``tenant`` has no such job (another tenant's looks the same)."""
         with self._lock:
-            head = self._conn.execute("SELECT user, created, total FROM serve_jobs WHERE id=? AND tenant=?",
-                                      (job, tenant)).fetchone()
+            head = self._conn.execute("SELECT user, created, total FROM serve_jobs WHERE id=? AND tenant=? AND "
+                                      "user != ''", (job, tenant)).fetchone()
             if head is None:
                 return None
-            rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? ORDER BY seq",
-                                      (job,)).fetchall()
+            rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? AND "
+                                      "state != 'cancelled' ORDER BY seq", (job,)).fetchall()
         counts = {state: 0 for state in ("pending", "running", "done", "failed")}
         for _, state, _ in rows:
             counts[state] += 1
-        finished = counts["done"] + counts["failed"] == head[2]
-        return {"job_id": job, "user": head[0], "created": head[1], "total": head[2], **counts,
-                "state": "finished" if finished else ("queued" if counts["pending"] == head[2] else "running"),
+        total = len(rows)  # the sessions accepted, less any whose memory was deleted since
+        finished = counts["done"] + counts["failed"] == total
+        return {"job_id": job, "user": head[0], "created": head[1], "total": total, **counts,
+                "state": "finished" if finished else ("queued" if counts["pending"] == total else "running"),
                 "errors": [{"session_id": sid, "error": err} for sid, state, err in rows if state == "failed"]}

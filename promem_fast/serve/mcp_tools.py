@@ -1,4 +1,5 @@
-"""``promem mcp``: add, search and answer as Model Context Protocol tools (the official ``mcp`` SDK).
+"""``promem mcp``: the memory verbs as Model Context Protocol tools (the official ``mcp`` SDK): add, search,
+answer, list, history and delete, with the arguments and result shapes of the HTTP API (:mod:`promem_fast.shapes`).
 
 The server runs over stdio for one local agent, so the tenant is the operator's choice on the command line;
 it shares :class:`~promem_fast.serve.service.Service` with the HTTP API (same queue, same worker, same
@@ -13,6 +14,7 @@ from typing import Any
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.serve.service import NotFound, Service
+from promem_fast.shapes import DEFAULT_K, as_sessions
 
 ADD_TIMEOUT_S = 600.0
 """How long the add tool waits for its sessions to be extracted before it reports the job as still running."""
@@ -26,13 +28,14 @@ def build_server(service: Service, tenant: str) -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("promem", instructions="Long-term memory of users: add dialogue sessions, search the "
-                       "memory of a user, answer questions from it.")
+                       "memory of a user, answer questions from it, list, trace or delete memories.")
 
-    def guarded(fn: Any, *args: Any) -> Any:
+    def guarded(fn: Any, user_id: str) -> Any:
         try:
-            return fn(*args)
-        except NotFound:
-            raise ToolError(f"no memory for user {args[0]!r}") from None
+            return fn(user_id)
+        except NotFound as exc:
+            what = f"no memory for user {user_id!r}" if str(exc) == "user" else f"{user_id!r} has no such {exc}"
+            raise ToolError(what) from None
         except PromemError as exc:
             raise ToolError(str(exc)) from exc
 
@@ -48,19 +51,49 @@ def build_server(service: Service, tenant: str) -> Any:
         return {**status, "rejected": rejected}
 
     @server.tool()
-    async def add(user: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
-        """Extract and store the memory of dialogue sessions of a user. Each session is an object with
-        session_id, optional timestamp and turns: [{"role": "user"|"assistant", "text": "..."}]."""
-        return await anyio.to_thread.run_sync(add_and_wait, user, sessions)
+    async def add(user_id: str, messages: list[dict[str, Any]], date: str | None = None) -> dict[str, Any]:
+        """Extract and store the memory of a user's dialogue: one conversation as messages [{"role": "user" |
+        "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list of sessions (each with
+        session_id, optional timestamp and turns: [{"role", "text"}])."""
+        return await anyio.to_thread.run_sync(add_and_wait, user_id, as_sessions(messages, date))
 
     @server.tool()
-    async def search(user: str, query: str, k: int = 10) -> list[dict[str, Any]]:
-        """The memories of a user nearest to a query, with their details, links and dates."""
-        return await anyio.to_thread.run_sync(guarded, lambda u, q: service.search(tenant, u, q, k), user, query)
+    async def search(user_id: str, query: str, k: int = DEFAULT_K, as_of: str | None = None,
+                     since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
+        """The memories of a user nearest to a query, best first, with their details, links and dates.
+        as_of: the question's time (ISO 8601); since/until: only memories said in that window of days."""
+        when = _given(as_of=as_of, since=since, until=until)
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.search(tenant, u, query, k, **when), user_id)
 
     @server.tool()
-    async def answer(user: str, questions: list[str]) -> list[dict[str, Any]]:
-        """Answers to questions from the memory of a user."""
-        return await anyio.to_thread.run_sync(guarded, lambda u, q: service.answer(tenant, u, q), user, questions)
+    async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,
+                     until: str | None = None) -> dict[str, Any]:
+        """The answer to a question from the memory of a user, with the memories it was drawn from.
+        as_of: the question's time (ISO 8601; default now)."""
+        when = _given(as_of=as_of, since=since, until=until)
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, question, **when), user_id)
+
+    @server.tool(name="list")
+    async def list_memories(user_id: str, history: bool = False) -> list[dict[str, Any]]:
+        """All current memories of a user, oldest first (with history: replaced versions too)."""
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.memories(tenant, u, history=history),
+                                              user_id)
+
+    @server.tool()
+    async def history(user_id: str, memory_id: int) -> dict[str, Any]:
+        """What a memory replaced and what replaced it: {"id", "nodes" (oldest first), "edges"}."""
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.history(tenant, u, memory_id), user_id)
+
+    @server.tool()
+    async def delete(user_id: str, memory_id: int | None = None, session_id: str | None = None) -> dict[str, int]:
+        """Delete one memory, one session's memory, or (given neither) all memory of a user."""
+        if memory_id is not None and session_id is not None:
+            raise ToolError("delete takes a memory_id or a session_id, not both")
+        return {"deleted": await anyio.to_thread.run_sync(
+            guarded, lambda u: service.delete(tenant, u, session=session_id, node=memory_id), user_id)}
 
     return server
+
+
+def _given(**when: str | None) -> dict[str, str]:
+    return {name: value for name, value in when.items() if value is not None}

@@ -6,12 +6,16 @@ stores what.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from promem_fast.types import RunStats
+
+log = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60.0
 """Sessions per second are measured over the last minute."""
@@ -20,11 +24,13 @@ RATE_WINDOW_S = 60.0
 class Metrics:
     """Thread-safe counters filled by the worker and the request handlers."""
 
-    def __init__(self, queue_depth: Callable[[], int], engine_counts: Callable[[], tuple[int, dict[str, int]]]
-                 ) -> None:
+    def __init__(self, queue_depth: Callable[[], int], engine_counts: Callable[[], tuple[int, dict[str, int]]],
+                 remote: Callable[[], dict[str, Any]] | None = None) -> None:
         self._lock = threading.Lock()
         self._queue_depth = queue_depth
         self._engine_counts = engine_counts
+        self._remote = remote
+        """The engine process's :meth:`state` (its worker fills the session counters), when it runs apart."""
         self._finished: deque[float] = deque()
         self._started = time.monotonic()
         self.sessions = {"done": 0, "failed": 0}
@@ -61,8 +67,23 @@ class Metrics:
             recent = [t for t in self._finished if t >= now - RATE_WINDOW_S]
         return len(recent) / max(min(RATE_WINDOW_S, now - self._started), 1e-3)
 
-    def render(self) -> str:
+    def state(self) -> dict[str, Any]:
+        """The worker's counters as plain data (sent from the engine process to the HTTP process)."""
         rounds, calls = self._engine_counts()
+        rate = self.sessions_per_second()
+        with self._lock:
+            return {"sessions": dict(self.sessions), "tokens": [[s, k, n] for (s, k), n in self.tokens.items()],
+                    "failed_steps": self.failed_steps, "users": self.users_per_window_max, "rounds": rounds,
+                    "calls": dict(calls), "rate": rate}
+
+    def render(self) -> str:
+        state = self.state()
+        if self._remote is not None:
+            try:
+                state = self._remote()
+            except Exception as exc:  # the engine process is down: its counters are unknown, say so in the log
+                log.warning("no counters from the engine process: %s", exc)
+        rounds, calls = state["rounds"], state["calls"]
         out: list[str] = []
 
         def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
@@ -71,16 +92,16 @@ class Metrics:
             out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
 
         with self._lock:
-            sessions = dict(self.sessions)
-            tokens = dict(self.tokens)
             requests = dict(self.requests)
-            failed_steps, users = self.failed_steps, self.users_per_window_max
+        sessions = state["sessions"]
+        tokens = {(s, k): n for s, k, n in state["tokens"]}
+        failed_steps, users = state["failed_steps"], state["users"]
         metric("promem_queue_depth", "gauge", "Sessions accepted and not finished (pending or running).",
                [("", self._queue_depth())])
         metric("promem_sessions_total", "counter", "Sessions finished, by outcome.",
                [(f'{{outcome="{k}"}}', v) for k, v in sessions.items()])
         metric("promem_sessions_per_second", "gauge", f"Sessions finished per second over the last "
-               f"{RATE_WINDOW_S:g} s.", [("", self.sessions_per_second())])
+               f"{RATE_WINDOW_S:g} s.", [("", state["rate"])])
         metric("promem_stage_tokens_total", "counter", "LLM tokens per pipeline stage and kind.",
                [(f'{{stage="{s}",kind="{k}"}}', v) for (s, k), v in sorted(tokens.items())])
         metric("promem_failed_steps_total", "counter", "Pipeline steps recorded as failures inside finished "

@@ -1,4 +1,4 @@
-"""Everything one ``promem serve`` process holds: the store, the queue, the keys, the engine and its worker.
+"""Everything one ``promem serve`` holds: the store, the queue, the keys, and the engine process with its worker.
 
 The HTTP routes (:mod:`.app`) and the MCP tools (:mod:`.mcp_tools`) both call this class with a tenant that
 came from a key (or, for MCP over stdio, from the operator), so scoping lives in one place: every method
@@ -8,18 +8,22 @@ takes the tenant first and passes it to the store; none reads a tenant from requ
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from promem_fast import shapes
 from promem_fast.config import EngineConfig
-from promem_fast.errors import InputError
+from promem_fast.errors import InputError, PromemError
+from promem_fast.jsonl import printable
+from promem_fast.private import shred
 from promem_fast.serve import db
-from promem_fast.serve.jobs import JobQueue
+from promem_fast.serve.engine_process import ENGINE_NICE, EngineProcess
+from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
-from promem_fast.serve.worker import EngineGate, Worker
 from promem_fast.store.store import UpdateJudge
-from promem_fast.types import MemoryGraph
 
 log = logging.getLogger(__name__)
 
@@ -31,46 +35,41 @@ class NotFound(LookupError):
 class Service:
     """The memory service over one store file."""
 
-    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm") -> None:
-        from promem_fast.engine import Engine
+    def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S,
+                 engine_nice: int = ENGINE_NICE) -> None:
+        from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
         self.path = Path(path)
         self.config = config
-        self._conns = [db.connect(self.path), db.connect(self.path)]  # each owner serialises its own
-        self.keys = KeyRing(self._conns[0])
-        self.queue = JobQueue(self._conns[1])
-        self.engine = Engine(config)
-        self._embedder = self.engine.services.embedder
-        self._writer = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
-        self.store = MemoryStore(self.path, config, embedder=self._embedder, update_judge=update_judge)
+        self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
+        self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
+        self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
+        self._services = Services(config)
+        """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
+        process, which loads its own copy of the embedder for the graphs it stores."""
+        self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge,
+                                 key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
-        self.metrics = Metrics(self.queue.depth, self._engine_counts)
-        self.worker = Worker(self.engine, self.queue, self.metrics, self._write)
-        self.gate = EngineGate(self.worker)
+        self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
+                                    job_retention_s=job_retention_s, nice=engine_nice)
+        """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
+        self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
+            shred(stale)
         self.worker.start()
 
     def close(self) -> None:
         self.worker.stop()
         self.store.close()
-        self._writer.close()
-        self.engine.close()
+        self._services.close()
         for conn in self._conns:
             conn.close()
-
-    def _engine_counts(self) -> tuple[int, dict[str, int]]:
-        summary = self.engine.summary
-        return summary.rounds, dict(summary.backend_calls)
-
-    def _write(self, tenant: str, graphs: list[MemoryGraph]) -> None:
-        """Store finished sessions. The store skips a session it already has, so one run again after a crash
-        between the store's commit and the queue's still leaves exactly one graph. Update judging runs on
-        the worker's own engine (this is called on the worker's thread, between its rounds)."""
-        self._writer.add(graphs, tenant=tenant, engine=self.engine)
 
     # ------------------------------------------------------------------------------ verbs
     def submit(self, tenant: str, user: str, sessions: list[Any]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -78,6 +77,9 @@ class Service:
         session index, id and field. The job id is None when every session was rejected."""
         from promem_fast.io import session_from_dict
 
+        twins = _duplicates(sessions)
+        if twins:  # which copy is meant is not ours to guess: the whole request is refused
+            return None, twins
         good: list[dict[str, Any]] = []
         rejected: list[dict[str, Any]] = []
         max_chars = self.config.pipeline.max_turn_chars
@@ -86,8 +88,8 @@ class Service:
             try:
                 if isinstance(record, dict) and record["user"] != user:
                     sid = record.get("session_id")
-                    raise InputError("must match the user of the route", session_id=None if sid is None else str(sid),
-                                     field="user")
+                    raise InputError("must match the user of the route",
+                                     session_id=None if sid is None else printable(str(sid)), field="user")
                 session_from_dict(record, max_turn_chars=max_chars)
             except InputError as exc:
                 where = f"sessions[{index}]" + (f".{exc.field}" if exc.field else "")
@@ -95,13 +97,20 @@ class Service:
                                  "error": exc.message})
                 continue
             good.append(record)
-        return (self.queue.submit(tenant, user, good) if good else None), rejected
+        if not good:
+            return None, rejected
+        job = self.queue.submit(tenant, user, good)
+        try:
+            self.worker.wake()
+        except PromemError:  # not running: the job waits in the queue for the next start
+            log.warning("sessions queued while the engine process is down")
+        return job, rejected
 
     def job(self, tenant: str, job_id: str) -> dict[str, Any]:
         found = self.queue.status(tenant, job_id)
         if found is None:
             raise NotFound("job")
-        return found
+        return shapes.job(found)
 
     def users(self, tenant: str) -> list[str]:
         return list(self.store.users(tenant=tenant))
@@ -113,44 +122,81 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [_plain(m) for m in self.store.get_all(self._user(tenant, user), tenant=tenant, history=history)]
+        return [hit.memory() for hit in self.store.hits(self._user(tenant, user), tenant=tenant, history=history)]
+
+    def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
+        """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
+        name = self._user(tenant, user)
+        graph = self.store.history_graph(node_id, tenant=tenant)
+        if not any(m["id"] == node_id and m["user_id"] == name for m in graph["nodes"]):
+            raise NotFound("memory")
+        return graph
 
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
-        """One memory with its versions; only found among the tenant's user's own nodes."""
-        name = self._user(tenant, user)
-        chain = [_plain(h) for h in self.store.history(node_id, tenant=tenant)]
-        for item in chain:
-            if item["id"] == node_id and item["user"] == name:
-                return {**item, "history": chain}
-        raise NotFound("memory")
+        return next(m for m in self.history(tenant, user, node_id)["nodes"] if m["id"] == node_id)
 
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
 
     def delete(self, tenant: str, user: str, *, session: str | None = None, node: int | None = None) -> int:
+        """Remove a memory, a session or a user; returns the memories removed. Deleting a session or a user
+        also cancels its queued and running extraction and removes its job records (so nothing comes back
+        when a running session finishes); 404 only when there was neither memory nor work to remove."""
         if node is not None:
             self.memory(tenant, user, node)
-        elif session is not None and session not in self.sessions(tenant, user):
-            raise NotFound("session")
-        else:
-            self._user(tenant, user)
-        # what the removed memory had replaced is judged again on the worker's engine
-        return int(self.store.delete(tenant=tenant, user=user, session=session, node=node, engine=self.gate))
+            # what the removed memory had replaced is judged again, in the engine process
+            return int(self.worker.call("delete", tenant, user, None, node))
+        cancelled = self.queue.cancel(tenant, user, session)
+        stored = self.store._user_pk(tenant, user) is not None and (
+            session is None or session in self.store.sessions(user, tenant=tenant))
+        if not stored and not cancelled:
+            raise NotFound("session" if session is not None else "user")
+        return int(self.worker.call("delete", tenant, user, session, None)) if stored else 0
 
-    def search(self, tenant: str, user: str, query: str, k: int) -> list[dict[str, Any]]:
-        return [_plain(h) for h in self.store.search(self._user(tenant, user), query, k, tenant=tenant)]
+    def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
+               **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+        return [hit.memory() for hit in hits]
 
-    def answer(self, tenant: str, user: str, questions: list[str]) -> list[dict[str, Any]]:
+    def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)
-        return list(self.store.answer(name, questions, engine=self.gate, tenant=tenant))
+        (reply,) = self.worker.call("answer", tenant, name, [question], when)
+        return shapes.answer(reply)
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
 
-    def export(self, tenant: str, path: Path) -> int:
-        return int(self.store.export(path, tenant=tenant))
+    def export(self, tenant: str) -> BinaryIO:
+        """The tenant's export as an open file that no folder lists: it is written beside the store (the
+        operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
+        before it is sent, so it is gone whenever the client goes away or the process dies."""
+        handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.export-", suffix=".jsonl")
+        os.close(handle)
+        target = Path(name)
+        try:
+            self.store.export(target, tenant=tenant)
+            reader = open(target, "rb")
+        finally:
+            target.unlink(missing_ok=True)
+        return reader
 
 
-def _plain(item: Any) -> dict[str, Any]:
-    """A store result as JSON-able data (hits have ``to_dict``, the rest already are dicts)."""
-    return item.to_dict() if hasattr(item, "to_dict") else dict(item)
+def _duplicates(sessions: list[Any]) -> list[dict[str, Any]]:
+    """A rejection for every session whose id an earlier one of the same request has, naming both positions."""
+    first: dict[str, int] = {}
+    twins = []
+    for index, raw in enumerate(sessions):
+        sid = raw.get("session_id") if isinstance(raw, dict) else None
+        if not isinstance(sid, (str, int)) or isinstance(sid, bool):
+            continue
+        sid = str(sid)
+        if sid in first:
+            twins.append({"index": index, "session_id": printable(sid), "field": f"sessions[{index}].session_id",
+                          "error": f"duplicates sessions[{first[sid]}].session_id; each session of a request "
+                                   "needs its own id"})
+        else:
+            first[sid] = index
+    return twins
+
+

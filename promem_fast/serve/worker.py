@@ -1,15 +1,20 @@
 """The background worker: one engine, fed from the durable queue, shared by every client.
 
 The worker's source claims pending sessions only as the engine's window has room, so sessions of different
-clients enter the same rounds and share every backend batch (continuous batching across requests). When the
-queue is empty but sessions are in flight it yields :data:`~promem_fast.engine.IDLE` so they keep advancing;
-when nothing is in flight it waits on the queue's wakeup event. Question answering runs on the same engine:
-:class:`EngineGate` hands QA programs to the worker, which interleaves them with extraction.
+clients share every backend batch (continuous batching across requests). When the queue is empty but
+sessions are in flight it yields :data:`~promem_fast.engine.IDLE` so they keep advancing; when nothing is in
+flight it waits on the queue's wakeup event. Question answering runs on the same engine: :class:`EngineGate`
+hands QA programs to the worker, which interleaves them with extraction.
+
+Finished graphs go to a writer thread of their own, which stores them (and judges updates, through the
+gate, as programs of the same engine) while the engine's thread goes on settling and posting requests: a
+batch of writes never pauses the sessions in flight.
 """
 
 from __future__ import annotations
 
 import logging
+import queue as queues
 import threading
 import time
 from collections import Counter, deque
@@ -63,8 +68,10 @@ class Worker:
         self._claimed: deque[Claimed] = deque()
         self._in_flight = 0
         self._users: Counter[tuple[str, str]] = Counter()
-        self._stored: list[tuple[Claimed, MemoryGraph]] = []
+        self._stored: queues.SimpleQueue[tuple[Claimed, MemoryGraph] | None] = queues.SimpleQueue()
+        """Finished graphs waiting for the writer thread (None: the worker is stopping)."""
         self._thread: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -72,14 +79,20 @@ class Worker:
         if resumed:
             log.info("resuming %d sessions accepted before the last stop", resumed)
         self._thread = threading.Thread(target=self._loop, name="promem-worker", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="promem-writer", daemon=True)
         self._thread.start()
+        self._writer.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking work; sessions still in flight stay claimed and are resumed at the next start."""
+        """Stop taking work; sessions still in flight, or finished but not stored, stay claimed and are
+        resumed at the next start."""
         self._stop.set()
         self._queue.wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._stored.put(None)
+        if self._writer is not None:
+            self._writer.join(timeout)
 
     @property
     def alive(self) -> bool:
@@ -115,7 +128,6 @@ class Worker:
                     if self._stop.is_set():
                         raise _Stopped
             except _Stopped:  # sessions still in flight stay claimed: the next start runs them again
-                self._flush()
                 self._reset(PromemError("the service is stopping"), requeue=False)
                 return
             except Exception as exc:  # a backend gone, the file busy: fail the waiting calls, requeue, go on
@@ -132,7 +144,6 @@ class Worker:
         self._in_flight = 0
         self._users.clear()
         self._claimed.clear()
-        self._stored.clear()
         if not requeue:
             return
         try:
@@ -148,7 +159,6 @@ class Worker:
         while True:
             if self._stop.is_set():
                 raise _Stopped  # out of the engine's loop now, not after the sessions in flight finish
-            self._flush()
             if self._calls:
                 call = self._calls.popleft()
                 self._running.append(call)
@@ -197,28 +207,43 @@ class Worker:
             self._queue.finish([(item.seq, f"{type(outcome).__name__}: {outcome}")])
             self._metrics.session_done(None, ok=False)
         else:
-            self._stored.append((item, outcome))
+            self._stored.put((item, outcome))
 
-    def _flush(self) -> None:
-        """Store the graphs finished since the last call, one store call per tenant.
+    # ------------------------------------------------------------------------------ the writer
+    def _write_loop(self) -> None:
+        """Store finished graphs as they come, everything waiting at once, one store call per tenant.
 
-        Called when the source is asked for more work, which the engine does after every burst of finished
-        sessions, so the graphs of one round are written (and judged for updates) together: one batch of
-        update-judging requests for many sessions, not one per session.
+        Graphs that finished while the previous batch was being written are written (and judged for
+        updates) together: one batch of update-judging programs for many sessions, not one per session.
         """
-        if not self._stored:
-            return
+        while True:
+            first = self._stored.get()
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._stored.get_nowait())
+                except queues.Empty:
+                    break
+            done = [entry for entry in batch if entry is not None]
+            if done:
+                self._flush(done)
+            if None in batch:
+                return
+
+    def _flush(self, done: list[tuple[Claimed, MemoryGraph]]) -> None:
         by_tenant: dict[str, list[tuple[Claimed, MemoryGraph]]] = {}
-        for item, graph in self._stored:
+        for item, graph in done:
             by_tenant.setdefault(item.tenant, []).append((item, graph))
-        self._stored.clear()
-        for tenant, done in by_tenant.items():
+        for tenant, group in by_tenant.items():
             try:
-                self._write(tenant, [graph for _, graph in done])
-                results = [(item, graph, None) for item, graph in done]
+                self._write(tenant, [graph for _, graph in group])
+                results = [(item, graph, None) for item, graph in group]
             except Exception:  # find the session the store refuses; the others are written one by one
-                log.exception("could not store %d graphs together; storing them one by one", len(done))
-                results = [(item, graph, self._write_one(tenant, graph)) for item, graph in done]
+                if self._stop.is_set():  # the engine is gone for update judging: leave them claimed
+                    log.info("stopping: %d finished sessions are left to the next start", len(group))
+                    continue
+                log.exception("could not store %d graphs together; storing them one by one", len(group))
+                results = [(item, graph, self._write_one(tenant, graph)) for item, graph in group]
             self._queue.finish([(item.seq, error) for item, _, error in results])
             for _, graph, error in results:
                 self._metrics.session_done(graph.stats if error is None else None, ok=error is None)

@@ -20,8 +20,8 @@ from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from .qa import RetrievalIndex
 
+    from .qa import RetrievalIndex
     from .view import StoreView
 
 
@@ -33,10 +33,13 @@ PRESELECT_FACTOR = 4
 
 
 def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
-                    history: bool, scope: tuple[str, tuple[Any, ...]] | None = None) -> RetrievalIndex:
-    """Each wanted session's memories that ``scope`` selects (:func:`.timeline.validity`; default the
-    current ones, all with ``history``) as QA units, with their vectors."""
-    return _retrieval(store, db, wanted, tenant, scope or validity(None, None, None, history=history))[0]
+                    history: bool, scope: tuple[str, tuple[Any, ...]] | None = None, *,
+                    as_of: str | None = None) -> RetrievalIndex:
+    """Each wanted session's memories that ``scope`` selects (:func:`.timeline.validity`; default those
+    holding at ``as_of``, else the current ones, all with ``history``) as QA units, with their vectors."""
+    if scope is None:
+        scope = validity(query_time(as_of, "as_of", end_of_day=True), None, None, history=history)
+    return _retrieval(store, db, wanted, tenant, scope)[0]
 
 
 def _retrieval(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,

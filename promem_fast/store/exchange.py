@@ -33,14 +33,20 @@ from typing import Any
 import numpy as np
 
 from promem_fast.errors import InputError
+from promem_fast.jsonl import decode_line, printable
+from promem_fast.names import name_problem
+from promem_fast.private import open_private
 
 from . import rows
+from .connection import integrity_errors
 
 _LINKS = (("supersede", "supersedes", "old", "new"), ("merge", "merges", "node", "kept"))
 """Link lines: kind, table, and its two node columns (also the line's field names)."""
 
 FORMAT = "promem-store"
 VERSION = 2
+MAX_DIM = 65_536
+"""Largest vector dimension an export may declare (real embedders give a few hundred to a few thousand)."""
 
 
 def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
@@ -60,7 +66,7 @@ def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
 def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, params: tuple[Any, ...]) -> int:
     """The export written to ``tmp``; returns the sessions written (the caller moves it into place)."""
     count = 0
-    with open(tmp, "w", encoding="utf-8") as out:
+    with open_private(tmp, "w", encoding="utf-8") as out:
         out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
         for line in _session_lines(db, scope, params):
             out.write(line + "\n")
@@ -100,49 +106,64 @@ def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | 
     """Add the sessions and links of an export (inside the caller's transaction); returns sessions added."""
     added = 0
     fresh: set[tuple[str, str, str]] = set()
-    with open(path, encoding="utf-8") as lines:
-        header = _parse(path, 1, lines.readline())
-        if header.get("format") != FORMAT:
-            raise InputError(f"not a {FORMAT} export (header {header!r})", file=str(path), line=1, field="format")
-        if int(header.get("version", 0)) > VERSION:
-            raise InputError(f"export version {header['version']} is newer than this promem_fast reads ({VERSION})",
-                             file=str(path), line=1, field="version")
-        dim = header.get("dim")
+    with open(path, "rb") as lines:
+        dim = _header(path, _parse(path, 1, lines.readline()))
         check_dim(dim)
         for number, text in enumerate(lines, start=2):
             if not text.strip():
                 continue
             item = _parse(path, number, text)
+            field = None  # the field being read, named if it is bad
             try:
+                for field in ("tenant", "user"):
+                    _check_name(item[field], path, number, item, field)
+                field = "kind"
                 user_pk = rows.ensure_user(db, item["tenant"], item["user"])
                 if item["kind"] == "session":
+                    field = "session"
                     record = item["session"]
+                    field = "session.session_id"
                     sid = record["session_id"]
+                    _check_name(sid, path, number, item, field)
                     if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
                                   (user_pk, sid)).fetchone():
                         continue
                     vectors = None
                     if item.get("vectors") is not None and dim:
-                        vectors = np.frombuffer(base64.b64decode(item["vectors"]), np.float32).reshape(-1, dim)
+                        field = "vectors"
+                        vectors = np.frombuffer(base64.b64decode(item["vectors"], validate=True),
+                                                np.float32).reshape(-1, dim)
                         if len(vectors) != len(record["nodes"]):
                             raise ValueError(f"{len(vectors)} vectors for {len(record['nodes'])} nodes")
+                    field = "session"
                     rows.insert_session(db, user_pk, record, vectors)
                     fresh.add((item["tenant"], item["user"], sid))
                     added += 1
                 elif item["kind"] == "supersede":
+                    field = "supersede"
                     if (item["tenant"], item["user"], item["new"]["session_id"]) in fresh:
                         old, new = _node(db, user_pk, item["old"]), _node(db, user_pk, item["new"])
                         rows.supersede(db, old, new, item["reason"])
                 elif item["kind"] == "merge":
+                    field = "merge"
                     if (item["tenant"], item["user"], item["node"]["session_id"]) in fresh:
                         rows.merge(db, _node(db, user_pk, item["node"]), _node(db, user_pk, item["kept"]),
                                    item["reason"])
                 else:
                     raise KeyError("kind")
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, *integrity_errors()) as exc:  # bad base64: a ValueError
+                # a missing key names itself; any other fault is in the field being read when it was raised
+                name = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else field
                 raise InputError(f"bad record ({type(exc).__name__}: {exc})", file=str(path), line=number,
-                                 session_id=_session_of(item), field=str(exc).strip("'")) from exc
+                                 session_id=_session_of(item), field=name) from exc
     return added
+
+
+def _check_name(value: Any, path: Path, number: int, item: dict[str, Any], field: str) -> None:
+    """The name rule of :mod:`promem_fast.names` on a user, tenant or session id of an export line."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise InputError(problem, file=str(path), line=number, session_id=_session_of(item), field=field)
 
 
 def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
@@ -153,11 +174,27 @@ def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
     return int(row[0])
 
 
-def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON ({exc.msg})", file=str(path), line=number) from exc
+def _header(path: Path, header: dict[str, Any]) -> int | None:
+    """The vector dimension the export's first line declares, after checking it is our format and version."""
+    def bad(message: str, field: str) -> InputError:
+        return InputError(message, file=str(path), line=1, field=field)
+
+    if header.get("format") != FORMAT:
+        raise bad(f"not a {FORMAT} export (header {printable(repr(header))[:200]})", "format")
+    version, dim = header.get("version", 0), header.get("dim")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise bad(f"must be an integer, got {type(version).__name__}", "version")
+    if version > VERSION:
+        raise bad(f"export version {version} is newer than this promem_fast reads ({VERSION})", "version")
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM):
+        raise bad(f"must be null or an integer from 1 to {MAX_DIM}", "dim")
+    return dim
+
+
+def _parse(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    value = decode_line(raw, str(path), number)
+    if isinstance(value, InputError):
+        raise value
     if not isinstance(value, dict):
         raise InputError("not a JSON object", file=str(path), line=number)
     return value
@@ -165,4 +202,5 @@ def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
 
 def _session_of(item: dict[str, Any]) -> str | None:
     session = item.get("session")
-    return session.get("session_id") if isinstance(session, dict) else None
+    sid = session.get("session_id") if isinstance(session, dict) else None
+    return printable(sid) if isinstance(sid, str) else None

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from promem_fast.errors import InputError
+from promem_fast.names import name_problem
 from promem_fast.types import MemoryGraph
 
 from .records import Hit, turn_key
@@ -32,7 +34,12 @@ def dumps(value: Any) -> str:
 
 
 def ensure_user(db: sqlite3.Connection, tenant: str, user: str) -> int:
-    """The user's row id, creating the tenant and the user when they are new."""
+    """The user's row id, creating the tenant and the user when they are new. The last guard of the name rule
+    (:mod:`promem_fast.names`): every way into the store checks it earlier, naming file and line."""
+    for field, value in (("tenant", tenant), ("user", user)):
+        problem = name_problem(value)
+        if problem is not None:
+            raise InputError(problem, field=field)
     db.execute("INSERT OR IGNORE INTO tenants (name) VALUES (?)", (tenant,))
     (tenant_pk,) = db.execute("SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
     db.execute("INSERT OR IGNORE INTO users (tenant_id, name) VALUES (?, ?)", (tenant_pk, user))
@@ -47,6 +54,9 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
     ``vectors`` holds one row per node (in the graph's node order); ``None`` leaves them to be embedded.
     ``judged=False`` leaves its update verdicts to come (:mod:`.ordering`); an import brings its own links.
     """
+    problem = name_problem(record["session_id"])
+    if problem is not None:
+        raise InputError(problem, session_id=None, field="session_id")
     said_at = iso_time(record.get("timestamp"))
     cur = db.execute(
         "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged) "

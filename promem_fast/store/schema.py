@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from promem_fast.errors import PromemError
+from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
-
-BUSY_TIMEOUT_MS = 60_000
-"""How long a connection waits for another process's write lock before giving up."""
-
-
-class StoreError(PromemError):
-    """A store cannot be opened or used as asked (the message names the file and what is wrong)."""
 
 
 _V1 = """
@@ -142,28 +136,15 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 
 
-def connect(path: str | Path, *, read_only: bool = False) -> sqlite3.Connection:
-    """An autocommit connection (transactions are explicit), foreign keys on, WAL, schema up to date."""
+def connect(path: str | Path, *, read_only: bool = False, key_file: str | Path | None = None) -> sqlite3.Connection:
+    """The store's connection (see :func:`~.connection.open_db`: WAL, foreign keys, secure delete, private
+    file, optional encryption), with the schema brought up to date. ``synchronous=NORMAL``: a graph lost to a
+    power cut is stored again from its output file."""
     target = Path(path)
-    if target.is_dir():
-        raise StoreError(f"{target}: is a folder, not a store file")
-    if read_only:
-        if not target.exists():
-            raise StoreError(f"{target}: no such store (opened read-only, so it is not created)")
-        db = sqlite3.connect(f"file:{target}?mode=ro", uri=True, isolation_level=None,
-                             timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-    else:
-        if target.parent and not target.parent.exists():
-            raise StoreError(f"{target}: folder {target.parent} does not exist")
-        db = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    db = open_db(target, read_only=read_only, synchronous="NORMAL", key_file=key_file)
     try:
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA foreign_keys = ON")
-        if not read_only:
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
         _check_version(db, target, read_only)
-    except sqlite3.DatabaseError as exc:
+    except database_errors() as exc:
         db.close()
         raise StoreError(f"{target}: not a usable store ({exc})") from exc
     except StoreError:
@@ -187,14 +168,9 @@ def _check_version(db: sqlite3.Connection, path: Path, read_only: bool) -> None:
     if read_only:
         raise StoreError(f"{path}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
                          "open it once without read_only")
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db, threading.Lock()):
         version = user_version(db)  # another process may have migrated it while we waited for the lock
         for step in range(version + 1, SCHEMA_VERSION + 1):
             log.info("%s: migrating the store schema to version %d", path, step)
             MIGRATIONS[step](db)
             db.execute(f"PRAGMA user_version = {step}")
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from promem_fast.config import EngineConfig
+from promem_fast.private import shred
 
 from . import rows
+from .connection import checkpoint, transaction
 from .records import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
@@ -32,8 +34,9 @@ if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
     from promem_fast.summary import RunSummary
-    from .qa import RetrievalIndex
     from promem_fast.types import MemoryGraph, Session
+
+    from .qa import RetrievalIndex
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +54,17 @@ class MemoryStore:
 
     ``config`` chooses the embedder (and the models of update judging and answering when no engine is
     passed); ``embedder`` overrides the configured one. ``index``: ``faiss`` / ``numpy`` / ``auto``.
-    ``update_judge``: how a new entry is found to update an older one (``llm`` asks the chat model,
-    ``nli`` takes a contradiction by the NLI model, ``off`` keeps every entry current).
+    ``update_judge``: who says whether a new entry adds, updates or repeats an older one (``llm`` the chat
+    model, ``nli`` the NLI model, ``off`` nobody: all stay current); ``update_lookahead``: pending sessions of
+    a user judged per engine run (default by chat backend, :func:`.ordering.lookahead`).
     """
 
     def __init__(self, path: str | Path, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
                  read_only: bool = False, index: IndexKind = "auto", update_judge: UpdateJudge = "llm",
-                 update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None) -> None:
+                 update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None,
+                 update_lookahead: int | None = None, key_file: str | Path | None = None) -> None:
         from .identity import adopt
+        from .ordering import lookahead
 
         self.path = Path(path)
         self.config = (config or EngineConfig()).validate()
@@ -67,7 +73,9 @@ class MemoryStore:
         self.update_judge = update_judge
         self.update_neighbours = update_neighbours
         self.update_min_cosine = update_min_cosine
-        self._db = connect(self.path, read_only=read_only)
+        self.update_lookahead = max(1, update_lookahead or lookahead(self.config.llm.backend))
+        self._db = connect(self.path, read_only=read_only, key_file=key_file)
+        self.encrypted = key_file is not None  # then no vector index file: it would hold vectors in the clear
         self._embedder = embedder
         self._engine: Engine | None = None
         self._kind = resolve_kind(index)
@@ -80,6 +88,8 @@ class MemoryStore:
             raise
         self.cache_min_vectors = CACHE_MIN_VECTORS
         """Users with at least this many vectors get their index saved next to the store on close."""
+        self.write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None = None
+        """Asked in each session's write transaction whether it is still wanted (see the service's delete)."""
         self._lock = threading.RLock()
         """One store object may serve several threads (a web server's pool): writes and index refreshes
         take turns, so a transaction is never shared and no row enters an index twice."""
@@ -88,7 +98,8 @@ class MemoryStore:
     def close(self) -> None:
         """Close the file; large users' vector indexes are saved first for the next process to read."""
         for user_pk, index in self._indexes.items():
-            if len(index) >= self.cache_min_vectors and len(index) > index.saved and self._current(user_pk, index):
+            if (not self.encrypted and len(index) >= self.cache_min_vectors and len(index) > index.saved
+                    and self._current(user_pk, index)):
                 try:
                     index.save(self._index_file(user_pk), self._store_id)
                 except OSError as exc:  # a cache: a store on a read-only medium just refills next time
@@ -132,14 +143,8 @@ class MemoryStore:
         """One write transaction: all of it is committed, or none of it (a crash rolls it back on reopen)."""
         if self.read_only:
             raise StoreError(f"{self.path}: the store was opened read-only")
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with transaction(self._db, self._lock) as db:
+            yield db
 
     # ------------------------------------------------------------------------------------ ids
     def _user_pk(self, tenant: str, user: str) -> int | None:
@@ -190,12 +195,6 @@ class MemoryStore:
         finally:  # a graph refused halfway leaves the ones before it stored: they are judged all the same
             if not self.read_only:
                 settle(self, pending_users(self._db), engine)
-
-    def settle(self, *, engine: Engine | None = None) -> int:
-        """Judge every session still pending (a run killed between storing and judging); returns how many."""
-        from .ordering import pending_users, settle
-
-        return settle(self, pending_users(self._db), engine)
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
@@ -315,8 +314,8 @@ class MemoryStore:
             (generation,) = row
             found = self._indexes.get(user_pk)
             if found is None or found.generation != generation:
-                found = (VectorIndex.load(self._index_file(user_pk), self._kind, generation, self._dim(),
-                                          self._store_id)
+                found = (not self.encrypted and VectorIndex.load(self._index_file(user_pk), self._kind, generation,
+                                                                 self._dim(), self._store_id)
                          or VectorIndex(self._dim(), self._kind, generation))
                 self._indexes[user_pk] = found
             cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
@@ -328,13 +327,13 @@ class MemoryStore:
                 found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
-                        history: bool = False) -> RetrievalIndex:
+                        history: bool = False, as_of: str | None = None) -> RetrievalIndex:
         """The QA units of these sessions (of any user of ``tenant``) with their stored vectors: what
         evaluation's answer program retrieves from, for :meth:`answer` and ``promem eval`` alike. Sessions
-        the store does not hold are left out (the answer program reports them missing)."""
+        the store does not hold are left out (the answer program reports them missing). ``as_of``: as :meth:`search`."""
         from .answering import retrieval_index
 
-        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history)
+        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history, as_of=as_of)
 
     def _dim(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
@@ -418,6 +417,8 @@ class MemoryStore:
         self._drop_index(user_pk)
         if node is not None or session is not None:
             settle(self, [user_pk], engine)
+        with self._lock:  # the pages the delete replaced leave the -wal file too
+            checkpoint(self._db, self.path)
         return int(count)
 
     def _drop_index(self, user_pk: int) -> None:
@@ -425,10 +426,7 @@ class MemoryStore:
         would otherwise save them again (a deleted user's index would stay on disk for good)."""
         with self._lock:
             self._indexes.pop(user_pk, None)
-        try:
-            self._index_file(user_pk).unlink(missing_ok=True)
-        except OSError as exc:  # a stale file is ignored anyway (its generation no longer matches)
-            log.info("vector index file of user %d not removed: %s", user_pk, exc)
+        shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path, *, tenant: str | None = None) -> int:

@@ -56,10 +56,14 @@ class Outcome:
     supersedes: list[tuple[int, int, str]] = field(default_factory=list)
 
 
-def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pair]:
+def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Sequence[int] = (),
+                    wider: int = 1) -> list[Pair]:
     """The (older, newer) pairs to judge for one session's entries, against the user's memory as it stood
-    after every session judged before it (``judged = 1``: the sessions before it in the canonical order)."""
-    m, floor = store.update_neighbours, store.update_min_cosine
+    after every session judged before it (``judged = 1``: the sessions before it in the canonical order).
+
+    ``also`` (pending sessions taken as judged, with every entry current) and ``wider`` (times as many
+    neighbours) give a guess for a session whose predecessors are not judged yet (:mod:`.ordering`)."""
+    m, floor = store.update_neighbours * wider, store.update_min_cosine
     db = store._db
     fresh = db.execute("SELECT id, text, valid_from, vector FROM nodes WHERE session_pk = ? AND vector IS NOT NULL "
                        "ORDER BY local_id", (session_pk,)).fetchall()
@@ -68,8 +72,8 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pai
     index = store.index(user_pk)
     vectors = from_blobs([v for *_, v in fresh], index.dim)
     eligible = ("SELECT n.id, n.text, n.valid_from FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE "
-                "s.user_id = ? AND s.judged = 1 AND n.session_pk != ? AND n.superseded_by IS NULL AND "
-                "n.merged_into IS NULL AND n.id IN ({})")
+                f"s.user_id = ? AND (s.judged = 1 OR s.id IN ({rows.placeholders(len(also)) or 'NULL'})) AND "
+                "n.session_pk != ? AND n.superseded_by IS NULL AND n.merged_into IS NULL AND n.id IN ({})")
     pairs: list[Pair] = []
     for (new_id, new_text, new_from, _), vector in zip(fresh, vectors, strict=True):
         found: list[tuple[float, str, str, int]] = []
@@ -79,8 +83,9 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int) -> list[Pai
             keep = scores >= floor
             ids, scores = ids[keep], scores[keep]
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            found = [(-score_of[i], when or UNDATED, text, i) for i, text, when in db.execute(
-                eligible.format(rows.placeholders(len(ids))), (user_pk, session_pk, *score_of))] if len(ids) else []
+            found = ([(-score_of[i], when or UNDATED, text, i) for i, text, when in db.execute(
+                eligible.format(rows.placeholders(len(ids))), (user_pk, *also, session_pk, *score_of))]
+                     if len(ids) else [])
             if len(found) >= m or len(ids) < wanted or wanted >= len(index):
                 break  # enough, or every neighbour above the floor was seen
             wanted *= 4
@@ -162,27 +167,21 @@ def decide(pairs: Sequence[Pair], verdicts: Sequence[tuple[str, str]]) -> Outcom
     return outcome
 
 
-def judge_sessions(store: StoreView, batch: Sequence[tuple[str, int, int]], engine: Engine | None
-                   ) -> list[Outcome | None]:
-    """The outcome of each ``(user name, user pk, session pk)``, all in one engine run; ``None`` for a
-    session whose judging crashed (its entries then stay plain additions, logged)."""
-    pairs = [candidate_pairs(store, user_pk, session_pk) for _, user_pk, session_pk in batch]
-    outcomes: list[Outcome | None] = [Outcome() for _ in batch]
-    if not any(pairs):
-        return outcomes
+def judge_pairs(store: StoreView, jobs: Sequence[tuple[Any, str, Sequence[Pair]]], engine: Engine | None
+                ) -> dict[Any, list[tuple[str, str]] | None]:
+    """The verdicts of each job ``(key, user name, pairs)``, all in one engine run; ``None`` for a job whose
+    program crashed (logged)."""
     runner = engine or store.engine()
+    found: dict[Any, list[tuple[str, str]] | None] = {}
 
     def programs() -> Iterable[tuple[int, Callable[[RunContext], Program[Any]]]]:
-        for position, todo in enumerate(pairs):
-            if todo:
-                yield position, partial(judge_program, batch[position][0], todo, store.update_judge)
+        for position, (_, user, pairs) in enumerate(jobs):
+            yield position, partial(judge_program, user, pairs, store.update_judge)
 
     for position, outcome in runner.run(programs()):
         if isinstance(outcome, BaseException):
-            log.error("update check of session %d failed; its entries replace nothing: %s", batch[position][2],
-                      outcome)
-            outcomes[position] = None
-            continue
-        outcomes[position] = decide(pairs[position], outcome)
-    return outcomes
-
+            log.error("update check of %s failed: %s", jobs[position][1], outcome)
+            found[jobs[position][0]] = None
+        else:
+            found[jobs[position][0]] = outcome
+    return found

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from promem_fast.backends.base import TIE_TOLERANCE
+from promem_fast.private import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class VectorIndex:
 
     def save(self, path: Path, store_id: str) -> None:
         """Write the index to ``path`` (atomically: a reader sees the old file or the new one)."""
-        path.parent.mkdir(exist_ok=True)
+        private_dir(path.parent)  # mkstemp makes the file 0600; the folder is the owner's alone too
         handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as out:

@@ -7,7 +7,7 @@ protocol keeps them from importing the class, so the store's modules form no imp
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,8 +17,9 @@ import numpy as np
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from .qa import RetrievalIndex
+    from promem_fast.types import MemoryGraph
 
+    from .qa import RetrievalIndex
     from .records import Hit
     from .vectors import VectorIndex
 
@@ -28,7 +29,9 @@ class StoreView(Protocol):
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
+    update_lookahead: int
     read_only: bool
+    write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None
     _db: sqlite3.Connection
 
     @property

@@ -13,9 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
-__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "StructuredOutputsParams"]
+__all__ = [
+    "LLM", "CompletionOutput", "LLMEngine", "RequestOutput", "RequestOutputKind", "SamplingParams",
+    "StructuredOutputsParams",
+]
 
 ENGINE_ARGS = frozenset({
     "max_model_len", "enable_prefix_caching", "load_format", "max_num_seqs", "max_num_batched_tokens",
@@ -56,6 +59,8 @@ class FakeTokenizer:
     def __init__(self, as_batch_encoding: bool = False) -> None:
         self.as_batch_encoding = as_batch_encoding
         self.vocab: dict[str, int] = {}
+        self.template_kwargs: list[dict[str, Any]] = []
+        """The extra template variables of every render (a real template reads ``date_string``)."""
 
     def _id(self, word: str) -> int:
         return self.vocab.setdefault(word, len(self.vocab) + 10)
@@ -64,7 +69,10 @@ class FakeTokenizer:
                             chat_template: str | None = None, add_generation_prompt: bool = False,
                             continue_final_message: bool = False, tokenize: bool = True,
                             **kwargs: Any) -> Any:
+        self.template_kwargs.append(dict(kwargs))
         ids: list[int] = []
+        if "date_string" in kwargs:  # like Llama 3.1's system header, which prints the date it is given
+            ids += [self._id("Today"), self._id("Date:"), *(self._id(w) for w in str(kwargs["date_string"]).split())]
         for message in conversation:
             ids += [1, self._id("<" + message["role"] + ">")]
             ids += [self._id(w) for w in message["content"].split()]
@@ -81,8 +89,79 @@ class ModelConfig:
 
 
 @dataclass
+class _Running:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    steps_left: int
+
+
+@dataclass
 class LLMEngine:
+    """The engine loop of ``vllm.v1.engine.llm_engine.LLMEngine``: ``add_request``, ``step``, ``abort_request``.
+
+    A request takes one step per generated token, so requests added together finish together and one
+    added later finishes later, while others keep running: outputs come back out of submission order.
+    ``step`` reports finished requests, and under the default ``CUMULATIVE`` output kind the running
+    ones too (``finished=False``), as vLLM does.
+    """
+
     model_config: ModelConfig
+    added: list[tuple[str, list[int], SamplingParams]] = field(default_factory=list)
+    """Every ``add_request`` accepted, in order."""
+    aborted: list[str] = field(default_factory=list)
+    steps: int = 0
+    _running: dict[str, _Running] = field(default_factory=dict)
+    responder: Callable[[list[int], SamplingParams], tuple[str, list[int], str]] | None = None
+
+    def add_request(self, request_id: str, prompt: Any, params: SamplingParams, arrival_time: float | None = None,
+                    lora_request: Any = None, tokenization_kwargs: dict[str, Any] | None = None,
+                    trace_headers: Any = None, priority: int = 0, prompt_text: str | None = None) -> None:
+        if request_id in self._running:
+            raise ValueError(f"request id {request_id} already running")
+        if not isinstance(params, SamplingParams):
+            raise TypeError("params must be SamplingParams")
+        if not (isinstance(prompt, dict) and "prompt_token_ids" in prompt):
+            raise TypeError(f"unsupported prompt {prompt!r}")
+        ids = list(prompt["prompt_token_ids"])
+        if len(ids) > self.model_config.max_model_len:
+            raise ValueError(f"prompt of {len(ids)} tokens is longer than max_model_len")
+        respond = self.responder or LLM.responder
+        _, tokens, _ = respond(ids, params)
+        self.added.append((request_id, ids, params))
+        self._running[request_id] = _Running(request_id, ids, params, max(1, len(tokens)))
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._running)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self._running)
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            if self._running.pop(request_id, None) is not None:
+                self.aborted.append(request_id)
+
+    def step(self) -> list[RequestOutput]:
+        self.steps += 1
+        respond = self.responder or LLM.responder
+        outputs = []
+        for request_id in list(self._running):
+            running = self._running[request_id]
+            running.steps_left -= 1
+            finished = running.steps_left <= 0
+            final_only = running.params.output_kind is RequestOutputKind.FINAL_ONLY
+            if not finished and final_only:
+                continue
+            text, tokens, finish = respond(running.prompt_ids, running.params)
+            outputs.append(RequestOutput(
+                request_id=request_id, prompt=None, prompt_token_ids=list(running.prompt_ids), prompt_logprobs=None,
+                outputs=[CompletionOutput(index=0, text=text if finished else "", token_ids=tokens if finished else [],
+                                          finish_reason=finish if finished else None)],
+                finished=finished))
+            if finished:
+                del self._running[request_id]
+        return outputs
 
 
 def default_responder(prompt_ids: list[int], params: SamplingParams) -> tuple[str, list[int], str]:

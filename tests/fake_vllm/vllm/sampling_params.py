@@ -8,7 +8,16 @@ fails here as it would on a GPU box. Internal fields (set by vLLM after construc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
+
+
+class RequestOutputKind(Enum):
+    """What ``LLMEngine.step`` reports for a running request: everything so far, the new part, or only the end."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 
 @dataclass
@@ -61,6 +70,7 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None
     extra_args: dict[str, Any] | None = None
     bad_words: list[str] | None = None
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

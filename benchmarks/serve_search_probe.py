@@ -1,0 +1,119 @@
+"""One measurement of search latency on a running ``promem serve``, idle and under extraction load.
+
+Run by :mod:`bench_serve_search` in a subprocess (``PYTHONPATH`` chooses which source tree is measured);
+prints one JSON line. A real ``promem serve --profile scripted`` process on 127.0.0.1 (its own SQLite file,
+no rate limit) first stores a probe user's sessions; then 16 other users submit ``--load`` sessions in all,
+and while the server extracts them a client searches the probe user's memories over HTTP on a fixed
+schedule, one search every ``--every-ms`` (50: 20 searches a second). Latency is the client's: request sent to JSON read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from conftest import halumem_sessions  # noqa: E402
+from serve_server import free_port, new_key  # noqa: E402
+
+QUERIES = ("Where does she work?", "What pet does she have?", "Who is her friend?", "What did she buy?")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def searches(http: httpx.Client, seconds: float | None, every_s: float, until: Any = None) -> list[float]:
+    """Latencies (ms) of searches every ``every_s`` for ``seconds``, or while ``until()`` is true."""
+    out: list[float] = []
+    started = time.monotonic()
+    i = 0
+    while until() if until is not None else time.monotonic() - started < (seconds or 0.0):
+        t0 = time.perf_counter()
+        reply = http.post("/v1/users/probe/search", json={"query": QUERIES[i % len(QUERIES)], "k": 10})
+        reply.raise_for_status()
+        reply.json()
+        out.append((time.perf_counter() - t0) * 1e3)
+        i += 1
+        # a fixed schedule, not a pause after each answer: both trees get the same search load
+        time.sleep(max(0.0, started + i * every_s - time.monotonic()))
+    return out
+
+
+def depth(http: httpx.Client, jobs: list[str]) -> bool:
+    """Whether any of ``jobs`` is still being extracted."""
+    return any(http.get(f"/v1/jobs/{job}").json()["state"] != "finished" for job in jobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--load", type=int, default=160)
+    parser.add_argument("--every-ms", type=float, default=50.0)
+    args = parser.parse_args()
+    base = [s.to_dict() for s in halumem_sessions()]
+    users = 16
+    per_user = max(1, args.load // users)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "memory.db"
+        key = new_key(path, "bench")
+        port = free_port()
+        log = open(Path(folder) / "serve.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port",
+                                 str(port), "--profile", "scripted", "--rate", "0"], stdout=log, stderr=log,
+                                env=dict(os.environ))
+        try:
+            http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
+                                timeout=120)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
+            probe = http.post("/v1/users/probe/sessions", json={"sessions": [
+                dict(s, session_id=f"p{j}", user="probe") for j, s in enumerate(base[:4])]}).json()["job_id"]
+            while depth(http, [probe]):
+                time.sleep(0.05)
+            idle = searches(http, 2.0, args.every_ms / 1e3)
+            started = time.monotonic()
+            jobs = [http.post(f"/v1/users/user{u}/sessions", json={"sessions": [
+                dict(base[(u + j) % len(base)], session_id=f"u{u}-{j}", user=f"user{u}") for j in range(per_user)]}
+            ).json()["job_id"] for u in range(users)]
+            last_check = [0.0, True]
+
+            def busy() -> bool:
+                if time.monotonic() - last_check[0] > 0.25:
+                    last_check[:] = [time.monotonic(), depth(http, jobs)]
+                return bool(last_check[1])
+
+            loaded = searches(http, None, args.every_ms / 1e3, until=busy)
+            drain_s = time.monotonic() - started
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+    print(json.dumps({
+        "idle_p50_ms": statistics.median(idle), "idle_p99_ms": percentile(idle, 0.99),
+        "load_p50_ms": statistics.median(loaded), "load_p99_ms": percentile(loaded, 0.99),
+        "load_max_ms": max(loaded), "load_searches": len(loaded), "sessions": users * per_user,
+        "drain_s": drain_s, "sessions_per_s": users * per_user / drain_s,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""The service's engine in a process of its own, so requests never wait on the engine's Python.
+
+In one process, every search had to win the interpreter lock back from the engine's threads each time it
+let go of it (a SQLite call, a socket read), several times per request: under extraction load a search
+that takes milliseconds idle waited hundreds. Here the worker (:mod:`.worker`: the engine, its writer
+thread, the durable queue's consumer) runs in a child process started with ``spawn``; the HTTP process
+keeps the store's readers, the queue's producers and the API. They share only the SQLite file (WAL:
+readers never block the writer) and a pipe that carries the few things that need the engine: answering
+questions, deletions (what a removed memory had replaced is judged again), the engine's counters for
+``/metrics``, a wake-up when sessions are queued, and stop.
+
+The child exits as soon as the pipe closes, so a killed server (``kill -9``) leaves no engine writing
+behind it; sessions it had claimed go back in line at the next start, as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from promem_fast.config import EngineConfig
+from promem_fast.errors import PromemError
+
+log = logging.getLogger(__name__)
+
+ENGINE_NICE = 10
+"""Scheduling priority the engine process lowers itself by (``promem serve --engine-nice``): on a machine
+with fewer free cores than busy threads, the kernel then runs a request's few milliseconds of work first,
+and extraction, which is throughput work, takes the rest. It loses nothing when the cores are otherwise
+idle, but on a machine shared with other busy programs the engine gets less of them (measured here:
+sessions/s down about a third at a load average of 14 on 2 cores)."""
+
+CALL_TIMEOUT_S = 300.0
+"""How long a request waits for the engine process to answer (questions take a few engine steps)."""
+
+
+class EngineProcess:
+    """Parent side: starts the child, forwards calls to it, and knows whether it is up."""
+
+    def __init__(self, path: str | Path, config: EngineConfig, update_judge: str, *,
+                 key_file: str | Path | None = None, job_retention_s: float | None = None,
+                 nice: int = ENGINE_NICE) -> None:
+        self._args = (str(path), config, update_judge, key_file, job_retention_s, nice)
+        self._proc: Any = None
+        self._conn: Any = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._ready = threading.Event()
+        self._gone = threading.Event()
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_child_main, args=(*self._args, child), name="promem-engine", daemon=True)
+        self._proc.start()
+        child.close()
+        threading.Thread(target=self._receive, name="promem-engine-replies", daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self._ready.is_set() and not self._gone.is_set() and self._proc is not None and self._proc.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else int(self._proc.pid)
+
+    def wake(self) -> None:
+        """Sessions were queued: the worker claims them now instead of at its next poll."""
+        self._send((0, "wake", ()))
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method`` in the child (``answer``, ``metrics``) and return its result."""
+        if self._gone.is_set():
+            raise PromemError("the engine process is not running")
+        ident = next(self._ids)
+        event, box = threading.Event(), []
+        self._waiting[ident] = (event, box)
+        try:
+            self._send((ident, method, args))
+            if not event.wait(CALL_TIMEOUT_S):
+                raise PromemError(f"no answer from the engine process within {CALL_TIMEOUT_S:g} s")
+        finally:
+            self._waiting.pop(ident, None)
+        status, value = box[0]
+        if status != "ok":
+            raise PromemError(value)
+        return value
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._send((0, "stop", ()))
+        except PromemError:
+            pass
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            log.warning("the engine process did not stop in %.0f s; terminating it", timeout)
+            self._proc.terminate()
+            self._proc.join(5)
+        self._conn.close()
+
+    def _send(self, message: tuple[int, str, tuple[Any, ...]]) -> None:
+        if self._conn is None:
+            raise PromemError("the engine process is not started")
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except (OSError, ValueError) as exc:
+            raise PromemError(f"the engine process is not running: {exc}") from exc
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                ident, status, value = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            if status == "ready":
+                self._ready.set()
+                continue
+            waiting = self._waiting.get(ident)
+            if waiting is not None:
+                waiting[1].append((status, value))
+                waiting[0].set()
+        self._gone.set()
+        for event, box in list(self._waiting.values()):
+            box.append(("error", "the engine process stopped"))
+            event.set()
+
+
+class SerializedEmbedder:
+    """One embedder shared by the engine's embedding thread and the writer's store, one call at a time: a
+    Rust tokenizer called from two threads at once can fail ("Already borrowed")."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.dim = inner.dim
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Any) -> Any:
+        with self._lock:
+            return self._inner.embed(texts)
+
+    def embed_queries(self, texts: Any) -> Any:
+        with self._lock:
+            return getattr(self._inner, "embed_queries", self._inner.embed)(texts)
+
+    def close(self) -> None:
+        closer = getattr(self._inner, "close", None)
+        if callable(closer):
+            closer()
+
+
+def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: str | Path | None,
+                retention_s: float | None, nice: int, conn: Any) -> None:
+    """The engine process: the worker as it ran in one process, plus the pipe's requests."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the server's priority
+            log.info("could not lower the engine process's priority")
+    from promem_fast.engine import Engine
+    from promem_fast.serve import db
+    from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted
+    from promem_fast.serve.metrics import Metrics
+    from promem_fast.serve.worker import EngineGate, Worker
+    from promem_fast.services import Services
+    from promem_fast.store import MemoryStore
+
+    embedder = SerializedEmbedder(Services(config).embedder)
+    engine = Engine(config, embedder=embedder)
+    writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
+    writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
+    reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
+    jobs = JobQueue(db.connect(path, key_file=key_file), retention_s=retention_s or DEFAULT_RETENTION_S)
+    metrics = Metrics(jobs.depth, lambda: (engine.summary.rounds, dict(engine.summary.backend_calls)))
+    holder: list[EngineGate] = []
+    worker = Worker(engine, jobs, metrics,
+                    lambda tenant, graphs: writer.add(graphs, tenant=tenant, engine=holder[0]))  # type: ignore[arg-type]
+    gate = EngineGate(worker)
+    holder.append(gate)
+    send_lock = threading.Lock()
+
+    def reply(ident: int, status: str, value: Any) -> None:
+        with send_lock:
+            conn.send((ident, status, value))
+
+    def handle(ident: int, method: str, args: tuple[Any, ...]) -> None:
+        try:
+            if method == "answer":
+                tenant, user, questions, when = args
+                value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant,  # type: ignore[arg-type]
+                                                **when))
+            elif method == "delete":
+                tenant, user, session, node = args
+                value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,
+                                          engine=gate))  # type: ignore[arg-type]
+            elif method == "metrics":
+                value = metrics.state()
+            else:
+                raise PromemError(f"unknown engine call {method!r}")
+        except Exception as exc:
+            reply(ident, "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, PromemError) else str(exc))
+            return
+        reply(ident, "ok", value)
+
+    worker.start()
+    reply(0, "ready", None)
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="promem-engine-call")
+    while True:
+        try:
+            ident, method, args = conn.recv()
+        except (EOFError, OSError):  # the server is gone (killed): stop now, as one process would have
+            os._exit(0)
+        if method == "wake":
+            jobs.wakeup.set()
+        elif method == "stop":
+            worker.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for closing in (reader, writer, engine):
+                closing.close()
+            return
+        else:
+            pool.submit(handle, ident, method, args)

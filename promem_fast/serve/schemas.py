@@ -1,0 +1,168 @@
+"""Typed request and response bodies of the HTTP API, so ``/openapi.json`` (and ``/docs``) describe every field.
+
+The response models declare the shapes :mod:`promem_fast.shapes` builds; FastAPI validates each reply against
+them, so a field the shapes stop sending fails the request in tests instead of silently leaving the API.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from promem_fast.shapes import DEFAULT_K
+
+
+# ---------------------------------------------------------------------------------------------- requests
+class AddSessions(BaseModel):
+    """Sessions of one user, in the input format of ``promem extract`` (``user`` may be left out)."""
+
+    sessions: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+
+
+class TimeScope(BaseModel):
+    """When a question is asked: ``as_of`` (ISO 8601; default now) and an optional window of days."""
+
+    as_of: str | None = Field(default=None, max_length=64, description="the question's time (ISO 8601)")
+    since: str | None = Field(default=None, max_length=64, description="only memories said on or after this day")
+    until: str | None = Field(default=None, max_length=64, description="only memories said on or before this day")
+
+
+class SearchQuery(TimeScope):
+    query: str = Field(min_length=1, max_length=4000)
+    k: int = Field(default=DEFAULT_K, ge=1, le=200, description=f"memories to return (default {DEFAULT_K})")
+
+
+class Question(TimeScope):
+    question: str = Field(min_length=1, max_length=4000)
+
+
+# ---------------------------------------------------------------------------------------------- replies
+class Link(BaseModel):
+    relation: str
+    direction: Literal["out", "in"]
+    id: int = Field(description="the linked memory's id")
+    memory: str = Field(description="the linked memory's text")
+
+
+class Memory(BaseModel):
+    """One memory: a search hit (with ``score``), a listed memory or a node of a history."""
+
+    id: int = Field(description="the memory's id: the one to get, delete or ask the history of")
+    memory: str = Field(description="the text")
+    user_id: str
+    session_ids: list[str] = Field(description="every session that said it, the first sayer first")
+    valid_from: str | None = Field(description="when it was said (ISO 8601); null when undated")
+    valid_until: str | None = Field(description="when a newer memory replaced it; null while current")
+    recorded_at: str | None = Field(description="when the store received it (ISO 8601, UTC)")
+    superseded_by: int | None = Field(description="the memory that replaced it; null while current")
+    reason: str | None = Field(description="why it was replaced (the update judge's words)")
+    score: float | None = Field(description="cosine with the query (search only)")
+    details: list[str]
+    links: list[Link]
+
+
+class Hits(BaseModel):
+    hits: list[Memory]
+
+
+class Memories(BaseModel):
+    memories: list[Memory]
+
+
+class Replacement(BaseModel):
+    old: int
+    new: int
+    kind: Literal["update", "duplicate"]
+    reason: str | None
+
+
+class History(BaseModel):
+    id: int
+    nodes: list[Memory] = Field(description="the memories linked to it either way, oldest first")
+    edges: list[Replacement] = Field(description="which memory replaced (or absorbed) which")
+
+
+class Shown(BaseModel):
+    id: int | None
+    memory: str
+    session_id: str
+    day: str | None
+    score: float | None
+
+
+class Answer(BaseModel):
+    question: str
+    answer: str | None = Field(description="null when answering failed (see error)")
+    as_of: str | None = Field(description="the time the memories were taken at")
+    error: str | None
+    memories: list[Shown] = Field(description="the memories the answerer was shown, in that order")
+
+
+class Rejected(BaseModel):
+    index: int
+    session_id: str | None
+    field: str
+    error: str
+
+
+class Accepted(BaseModel):
+    job_id: str
+    accepted: int
+    rejected: list[Rejected]
+
+
+class JobError(BaseModel):
+    session_id: str
+    error: str | None
+
+
+class Job(BaseModel):
+    job_id: str
+    user_id: str
+    state: Literal["queued", "running", "finished"]
+    created: str = Field(description="when the job was accepted (ISO 8601, UTC)")
+    total: int
+    pending: int
+    running: int
+    done: int
+    failed: int
+    errors: list[JobError]
+
+
+class Users(BaseModel):
+    users: list[str]
+
+
+class Sessions(BaseModel):
+    sessions: list[str]
+
+
+class Deleted(BaseModel):
+    deleted: int = Field(description="rows removed")
+
+
+class GraphNode(BaseModel):
+    id: int
+    session_id: str
+    text: str
+    date: str | None
+    turn_id: int | str | None
+    superseded_by: int | None
+
+
+class GraphEdge(BaseModel):
+    source: int
+    target: int
+    relation: str
+
+
+class GraphDetail(BaseModel):
+    node: int
+    text: str
+
+
+class Graph(BaseModel):
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    details: list[GraphDetail]

@@ -1,0 +1,63 @@
+"""The one shape of memory results on every surface: the HTTP API, the Python client, the CLI's ``--json`` and MCP.
+
+The shapes are :class:`promem_fast.Memory`'s (its module docstring lists them): a memory is
+``Hit.memory()``, a history ``MemoryStore.history_graph``; what is left to cut down lives here. A store
+answer carries evaluation's bookkeeping (``gold``, ``dropped_for_budget``) that a user of the memory does not
+need; a job row its times as Unix seconds. :mod:`promem_fast.serve.schemas` declares the same shapes as typed
+OpenAPI models. No third-party import: the CLI uses this without the serve extra.
+
+Times are ISO 8601 everywhere: a day (``2025-03-14``) for when a memory was said, a UTC instant with offset
+(``2025-03-14T09:30:00+00:00``) for when the service did something.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from promem_fast.types import Session
+
+DEFAULT_K = 10
+"""Memories a search returns unless told otherwise, on every surface (the CLI, HTTP, the client, MCP), as
+:class:`promem_fast.Memory`."""
+
+
+def iso_instant(value: float | str | None) -> str | None:
+    """A Unix time as ISO 8601 in UTC (seconds precision); strings pass as they are, ``None`` stays ``None``."""
+    if value is None or isinstance(value, str):
+        return value
+    return datetime.fromtimestamp(float(value), timezone.utc).isoformat(timespec="seconds")
+
+
+def answer(row: dict[str, Any]) -> dict[str, Any]:
+    """A store answer as ``{"question", "answer", "as_of", "error", "memories": [{"id", "memory", "session_id",
+    "day", "score"}]}`` (the memories in the order the answerer was shown them); no evaluation fields."""
+    return {"question": row["question"], "answer": row["prediction"], "as_of": row["as_of"], "error": row["error"],
+            "memories": list(row["memories"])}
+
+
+def job(row: dict[str, Any]) -> dict[str, Any]:
+    """A job's progress with its creation time as ISO 8601."""
+    return {
+        "job_id": row["job_id"], "user_id": row.get("user_id", row.get("user")), "state": row["state"],
+        "created": iso_instant(row.get("created")), "total": row["total"], "pending": row["pending"],
+        "running": row["running"], "done": row["done"], "failed": row["failed"], "errors": list(row["errors"]),
+    }
+
+
+def as_sessions(data: Any, date: str | None = None) -> list[dict[str, Any]]:
+    """What an ``add`` was given (client, MCP), as sessions: a conversation (messages with ``role`` and ``content``)
+    becomes one session whose id is a digest of its messages and date, so adding it twice stores it once."""
+    if isinstance(data, Session):
+        return [data.to_dict()]
+    if isinstance(data, dict):
+        return [dict(data)]
+    items = [s.to_dict() if isinstance(s, Session) else s for s in data]
+    if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
+        digest = hashlib.sha256(json.dumps([items, date], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        session = {"session_id": f"msg-{digest}", "messages": items}
+        return [session if date is None else {**session, "timestamp": date}]
+    return [dict(s) for s in items]
+
