@@ -70,6 +70,12 @@ def session_block(user: str, when: str, dialogue: str | None) -> str:
 MORE = "\n\nAlready listed (do not repeat these; list only what is still missing, or nothing):\n{listed}"
 """The tail of a continuation: the same prompt again, with the items a cut reply already gave."""
 
+DETAILS_ONE = '"details" list holds one short fragment per detail'
+DETAILS_MANY = ('"turns" list holds, for each turn named, {"turn": its number, "details": [one short fragment per '
+                'detail]}')
+"""The detail reply's shape: a flat list for one turn (small models fill it where they leave a nested one
+empty: SmolLM2-135M gave no detail at all in the nested shape), one list per turn for several."""
+
 OWNER_WORDS = "that {user} states; the other speaker's lines are only context, not facts about {user}"
 ANY_WORDS = "stated by either speaker"
 """The detail task's source rule: the owner's own words (default) or the whole turn (the ablation)."""
@@ -105,10 +111,9 @@ TEMPLATES: dict[str, RoleTemplate] = {
             "Task: list the small concrete details {source}, in each turn named below: names of people and "
             "organisations, dates and times, places, quantities and prices, named objects, preferences. "
             "Each detail is a short fragment, not a sentence about the whole conversation. Skip greetings "
-            "and turns that carry no concrete fact."
+            "and anything that carries no concrete fact."
         ),
-        item=('Turns: {turns}{text}\n\nReply with a JSON object whose "turns" list holds, for each turn named, '
-              '{{"turn": its number, "details": [one short fragment per detail]}}.{more}'),
+        item='Turns: {turns}{text}\n\nReply with a JSON object whose {reply}.{more}',
     ),
     "event": RoleTemplate(
         task=(
@@ -287,6 +292,8 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
                relation_types: Sequence[str] = (), turns: Sequence[str] = (), n_items: int = 1) -> dict[str, Any]:
     """The JSON schema of ``role``'s answer; relation schemas bound event numbers to ``n_events``, detail
     schemas the turn labels to ``turns``, the relation-checking ones their answers to ``n_items`` items."""
+    if role == "detail" and len(turns) <= 1:
+        return _string_list("details", max_items)
     if role == "detail":
         turn: dict[str, Any] = {"type": "string", "enum": list(turns)} if turns else {"type": "string"}
         return {

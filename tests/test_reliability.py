@@ -104,7 +104,7 @@ def test_a_turn_longer_than_the_context_is_windowed_not_cut() -> None:
     def towns(fields: dict[str, str]) -> dict[str, Any]:
         found = re.findall(r"Town\d+", fields["text"])  # the window of the turn this request shows
         seen.append(fields["text"])
-        return {"turns": [{"turn": fields["turns"], "details": [found[0], found[-1]] if found else []}]}
+        return {"details": [found[0], found[-1]] if found else []}  # one turn asked: one flat list
 
     graph = Engine(cfg, llm=ScriptedLLM(cfg.llm, rules={"detail": towns})).extract([session])[0]
     assert graph.stats.counts.get("windowed_turns", 0) >= 1

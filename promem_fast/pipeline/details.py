@@ -20,7 +20,9 @@ from typing import Any
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, dedupe, statements, window_text
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import ANY_WORDS, OWNER_WORDS, more_text, render, schema_for, shown_part
+from promem_fast.prompts import (
+    ANY_WORDS, DETAILS_MANY, DETAILS_ONE, OWNER_WORDS, more_text, render, schema_for, shown_part,
+)
 from promem_fast.requests import Cut, Failure, Generate, Program, ReplyError
 from promem_fast.types import Detail
 
@@ -51,7 +53,7 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
         asks = [_Ask(turns, shown_part("The turns", view.dialogue([groups[i] for i in turns]))) for turns in runs]
     else:
         empty = render("detail", view.block, user=view.owner, source=source, turns="0",
-                       text=shown_part("The turn", ""))
+                       text=shown_part("The turn", ""), reply=DETAILS_ONE)
         budget = ctx.prompt_budget("detail", empty)
         for index, group in enumerate(groups):
             pieces = window_text(ctx, "detail", view.turn(group), budget)
@@ -82,7 +84,8 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
 def _fits(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, source: str, turns: list[int]) -> bool:
     """Whether the original text of ``turns`` fits one detail request beside their replies' budget."""
     text = shown_part("The turns", view.dialogue([groups[i] for i in turns]))
-    messages = render("detail", view.block, user=view.owner, source=source, turns="0", text=text)
+    messages = render("detail", view.block, user=view.owner, source=source, turns="0", text=text,
+                      reply=DETAILS_MANY)
     need = ctx.config.pipeline.max_tokens["detail"] * len(turns) + 16
     return ctx.services.count_tokens("detail", messages) + need <= ctx.services.context_length("detail")
 
@@ -96,8 +99,10 @@ def _request(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, sourc
     cp = ctx.config.pipeline
     labels = [_label(groups, i) for i in a.turns]
     listed = [f"turn {labels[k]}: {t}" for k, i in enumerate(a.turns) for t in found.get(i, [])]
+    one = len(labels) == 1
+    listed = [t.split(": ", 1)[1] for t in listed] if one else listed
     messages = render("detail", view.block, user=view.owner, source=source, turns=", ".join(labels), text=a.text,
-                      more=more_text(listed))
+                      reply=DETAILS_ONE if one else DETAILS_MANY, more=more_text(listed))
     room = ctx.services.context_length("detail") - ctx.services.count_tokens("detail", messages) - 16
     budget = max(16, min((cp.max_tokens["detail"] * len(a.turns)) << a.growth, room))
     return Generate(stage="da", role="detail", messages=messages, max_tokens=budget, cut_aware=True,
@@ -114,7 +119,9 @@ def _check(view: DialogueView, groups: list[TurnGroup], mode: str, a: _Ask, repl
     def check(value: dict[str, Any]) -> tuple[dict[int, list[str]], list[str]]:
         out: dict[int, list[str]] = {}
         notes: list[str] = []
-        for entry in value["turns"]:
+        entries = value["turns"] if "turns" in value else [{"turn": _label(groups, a.turns[0]),
+                                                             "details": value["details"]}]
+        for entry in entries:
             i = ordinal.get(str(entry["turn"]))
             if i is None:
                 notes.append(f"dropped the details of turn {entry['turn']!r}, which was not asked for")

@@ -265,9 +265,12 @@ def _details(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
         found += [m.group(0) for m in re.finditer(r"\b(?:at|in|on) [A-Z][\w-]+(?: [A-Z][\w-]+)*", text)]
         seen: list[str] = []
         for item in found:
-            if item not in seen and f"turn {name}: {item}".lower() not in _listed(fields):
+            if item not in seen and f"turn {name}: {item}".lower() not in _listed(fields) \
+                    and item.lower() not in _listed(fields):
                 seen.append(item)
         out.append({"turn": name, "details": seen})
+    if fields.get("reply", "").startswith('"details"'):  # one turn asked, one flat list
+        return {"details": out[0]["details"] if out else []}
     return {"turns": out}
 
 
