@@ -281,14 +281,6 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
         extract(path, tmp_path / "out", config=config())
 
 
-def test_a_store_is_refused_with_ray_rather_than_left_unfed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(2))
-    argv = ["extract", str(path), "-o", str(tmp_path / "out"), "--ray", "--db", str(tmp_path / "m.db"), *SCRIPTED]
-    assert main(argv) == 2
-    assert "--db is not supported with --ray" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists() and not (tmp_path / "m.db").exists()
-
-
 def test_a_pool_the_cluster_cannot_hold_is_refused(cluster: str, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", tomas_sessions(2))
     with pytest.raises(PromemError, match="3 actors x 1 CPUs each need 3 CPUs; the Ray cluster has 2"):

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from conftest import scripted_config
 from locomo_fixture import write_locomo

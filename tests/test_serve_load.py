@@ -171,7 +171,7 @@ def test_kill_9_mid_load_then_restart_loses_and_duplicates_nothing(tmp_path: Pat
                 assert set(accepted[i]) <= set(stored)  # every accepted session
                 # at most the request that was being answered at the kill: committed, its 202 never sent
                 assert set(stored) <= set(sent[i]) and len(stored) - len(accepted[i]) <= 1
-                nodes = Counter(m["session_id"] for m in http.get(f"/v1/users/user{i}/memories",
+                nodes = Counter(m["session_ids"][0] for m in http.get(f"/v1/users/user{i}/memories",
                                                                   params={"history": True}).json()["memories"])
                 reference = {g.session_id: len(g.nodes) for g in engine.extract(
                     s for s in client_sessions(i, 30) if s["session_id"] in stored)}

@@ -17,6 +17,9 @@ as one at the top: it runs later, but it still ties the two modules together, an
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,6 +244,27 @@ def test_every_package_and_top_module_has_a_layer() -> None:
 def test_no_import_runs_up_the_layers() -> None:
     wrong = against_the_layers(imports(PACKAGE))
     assert not wrong, "imports against the layer contract:\n" + "\n".join(wrong)
+
+
+def test_the_product_loads_no_stand_in_until_the_scripted_profile_asks_for_one() -> None:
+    """What the import graph cannot see (an ``importlib`` call, a registry string): every product layer
+    imported, then the ``scripted`` backends created through the registry, in a fresh interpreter."""
+    code = (
+        "import importlib, sys\n"
+        "for name in ('promem_fast', 'promem_fast.cli', 'promem_fast.store.store', 'promem_fast.store.qa',\n"
+        "             'promem_fast.eval.runner', 'promem_fast.eval.judges', 'promem_fast.distributed.driver',\n"
+        "             'promem_fast.serve.app', 'promem_fast.serve.worker', 'promem_fast.backends'):\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('promem_fast.testing')))\n"
+        "from promem_fast.backends import create\n"
+        "from promem_fast.config import EngineConfig\n"
+        "config = EngineConfig.profile('scripted')\n"
+        "print(type(create('llm', 'scripted', config.llm)).__module__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[]", "promem_fast.testing.llm_scripted"]
 
 
 def test_no_import_circles_between_packages() -> None:

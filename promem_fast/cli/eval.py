@@ -129,6 +129,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
           f"{counts['questions']} questions, {counts['graphs']} graphs")
     print(headline(args.kind, result))
     _print_warnings(result["aggregates"])
+    failed = (result["cost"]["extraction"] or {}).get("failed_steps") or {}
+    if failed:
+        print("failed extraction steps: " + "  ".join(f"{stage} {n}" for stage, n in failed.items())
+              + " (see each graph's stats.failures and the report)")
     if counts["failed_answers"] or counts["failed_eval_steps"]:
         print(f"failed answers {counts['failed_answers']}, failed evaluation steps {counts['failed_eval_steps']} "
               f"(see eval_failures in the result)")

@@ -186,6 +186,8 @@ def load_halumem_prompts(path: str | Path) -> HaluMemPrompts:
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             constants[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            constants[node.target.id] = node.value
     texts = {}
     for ours, (name, names) in OFFICIAL.items():
         value = constants.get(name)

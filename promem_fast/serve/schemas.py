@@ -149,6 +149,7 @@ class GraphNode(BaseModel):
     date: str | None
     turn_id: int | str | None
     superseded_by: int | None
+    merged_into: int | None = Field(default=None, description="a later saying of this memory: the one it joined")
 
 
 class GraphEdge(BaseModel):

@@ -14,9 +14,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.backends._text import content_set
 
 from promem_fast.store.qa_prompts import QA_NOT_FOUND
+from promem_fast.testing.overlap import coverage
 
 Rule = Callable[[dict[str, str]], Any]
 
@@ -25,16 +26,9 @@ _LIST_PREFIX = re.compile(r"^\d+\.\s*")
 _REFUSALS = ("not mentioned", "don't know", "do not know", "no information", "not available")
 
 
-def _coverage(text: str, reference: str) -> float:
-    """Share of ``text``'s content words found in ``reference`` (0 when ``text`` has none)."""
-    words = content_words(text)
-    have = content_set(reference)
-    return sum(w in have for w in words) / len(words) if words else 0.0
-
-
 def _best_coverage(text: str, lines: str) -> float:
-    """The best :func:`_coverage` of ``text`` by any single line of ``lines``."""
-    return max((_coverage(text, line) for line in lines.splitlines() if line.strip()), default=0.0)
+    """The best :func:`~.overlap.coverage` of ``text`` by any single line of ``lines``."""
+    return max((coverage(text, line) for line in lines.splitlines() if line.strip()), default=0.0)
 
 
 def _refuses(text: str) -> bool:
@@ -63,8 +57,8 @@ def _qa_dialogue(fields: dict[str, str]) -> dict[str, str]:
     return _answer(fields["excerpts"], fields["question"])
 
 
-def _grade(coverage: float) -> int:
-    return 2 if coverage >= 0.75 else 1 if coverage >= 0.4 else 0
+def _grade(share: float) -> int:
+    return 2 if share >= 0.75 else 1 if share >= 0.4 else 0
 
 
 def _unnumbered(lines: str) -> list[str]:
@@ -78,7 +72,7 @@ def _integrity(fields: dict[str, str]) -> dict[str, int]:
 
 def _accuracy(fields: dict[str, str]) -> dict[str, Any]:
     memory = fields["memory"]
-    return {"score": _grade(_coverage(memory, fields["dialogue"])),
+    return {"score": _grade(coverage(memory, fields["dialogue"])),
             "in_reference": _best_coverage(memory, fields["reference"]) >= 0.5}
 
 
@@ -92,7 +86,7 @@ def _update(fields: dict[str, str]) -> dict[str, str]:
 
 
 def _matches(answer: str, reference: str) -> bool:
-    return _coverage(reference, answer) >= 0.5
+    return coverage(reference, answer) >= 0.5
 
 
 def _halumem_qa(fields: dict[str, str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ from datetime import date, timedelta
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.backends._text import content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
@@ -26,6 +26,7 @@ from promem_fast.prompts import BLOCK, DIALOGUE, PER_ITEM, PREAMBLE, TEMPLATES
 from promem_fast.store.prompts import STORE_TEMPLATES
 from promem_fast.testing.eval_rules import EVAL_RULES
 from promem_fast.testing.nli_lexical import LexicalNLI
+from promem_fast.testing.overlap import coverage
 from promem_fast.testing.store_rules import STORE_RULES
 
 Rule = Callable[[dict[str, str]], Any]
@@ -303,18 +304,12 @@ def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
     return {"facts": [f + "." for f in facts]}
 
 
-def _coverage(text: str, reference: str) -> float:
-    words = content_words(text)
-    have = content_set(reference)
-    return sum(w in have for w in words) / len(words) if words else 0.0
-
-
 def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
     turn, fact = fields["turn"], fields["fact"]
-    if _coverage(fact, turn) < 0.5:
+    if coverage(fact, turn) < 0.5:
         return {"action": "DISCARD", "revised_fact": None}
     candidates = _owner(fields, turn) or [fact]
-    best = max(candidates, key=lambda s: (_coverage(fact, s), -len(s)))
+    best = max(candidates, key=lambda s: (coverage(fact, s), -len(s)))
     return {"action": "REVISE", "revised_fact": best}
 
 
@@ -336,14 +331,14 @@ def _answer_flat(fields: dict[str, str]) -> dict[str, Any]:
         for entry in entries:
             if entry.rstrip(".") in parts:
                 continue
-            if _coverage(parts[0], entry) >= 0.6 and _coverage(parts[1], entry) >= 0.6:
+            if coverage(parts[0], entry) >= 0.6 and coverage(parts[1], entry) >= 0.6:
                 return {"answerable": True, "answer": entry}
     return {"answerable": False, "answer": None}
 
 
 def _verify(fields: dict[str, str]) -> dict[str, bool]:
     dialogue = shown_text(fields)
-    return {"supported": _coverage(fields["source"], dialogue) >= 0.5 and _coverage(fields["target"], dialogue) >= 0.5}
+    return {"supported": coverage(fields["source"], dialogue) >= 0.5 and coverage(fields["target"], dialogue) >= 0.5}
 
 
 DEFAULT_RULES: dict[str, Rule] = {

@@ -32,7 +32,7 @@
     const nodes = (raw.nodes || []).map((n) => ({
       id: String(n.id !== undefined ? n.id : n.node_id), text: n.text || n.memory || "",
       date: n.date || n.valid_from || n.timestamp || raw.timestamp || "",
-      session: n.session_id || raw.session_id || "", superseded: n.superseded_by != null,
+      session: n.session_id || raw.session_id || "", superseded: n.superseded_by != null || n.merged_into != null,
       details: (n.details || []).map((d) => (typeof d === "string" ? d : d.text)).filter((d) => typeof d === "string"),
       links: [],
     }));
