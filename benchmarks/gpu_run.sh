@@ -9,8 +9,10 @@
 #      bf16 (initialised on the GPU, written once to $WORK), 64 sessions, 64 in flight, 64 prompts per
 #      forward pass, ignore_eos with the harness's per-role reply lengths, TimedReplay replies, a random
 #      MiniLM-shaped embedder and the random NLI classifier on the GPU.
+#   3a. the GPU cost model's inputs (benchmarks/results/gpu_model.json, a projection): prefill tokens/s and
+#      decode step times of a random Llama-3.1-8B-shaped model, measured and divided by the assumed ones;
 # Results land in $OUT (the device tool sets it; default out/gpu_run): gpu_run.log (this script's progress),
-# env.txt, nli.json, nli.log, throughput.json, throughput.log. Each step has a timeout inside the overall
+# env.txt, nli.json, nli.log, gpu_check.json, gpu_check.log, throughput.json, throughput.log. Each step has a timeout inside the overall
 # budget, and the harness writes what it measured even when stopped.
 #
 # Time, estimated conservatively (nothing here has run on a GPU yet): native build 20-30 s; NLI step about
@@ -18,7 +20,9 @@
 # imports and tokenizer 15 s, random 8B on the GPU and written as 16 GB of safetensors 45 s, loaded back
 # 40 s, then the run itself, about 250 s for 64 HaluMem-sized sessions if HF generate prefills at 15K
 # tokens/s and decodes a 64-row batch at 35 ms a step (about 2.4M padded prompt tokens and 2,500 decode
-# steps, from a dry run of the same sessions). Total about 7 minutes; BUDGET caps it at 470 s.
+# steps, from a dry run of the same sessions). The cost-model check takes at most 120 s (a random 8B built on the
+# GPU, an 8,192-token prefill, decode steps at batch 1 and 64); the harness gets what is left and, stopped at
+# the budget, still writes what it measured. Total about 8 minutes; BUDGET caps it at 470 s.
 #
 # HaluMem sessions are used when the sample is found (HALUMEM=path, or shared/data/halumem-dev/ inside the
 # checkout, or ../shared/ beside it); on a machine without it the harness generates HaluMem-sized sessions.
@@ -112,6 +116,15 @@ status=${PIPESTATUS[0]}
 log "step NLI ended with status $status"
 (( status == 0 )) || FAILED=1
 
+log "step cost-model check: prefill tokens/s and decode step times vs benchmarks/results/gpu_model.json"
+CHECK=(--gpu H200 --device "$DEVICE")
+(( SMOKE )) && CHECK=(--gpu H200 --device cpu --tiny)
+timeout -k 15 "$(slot 240 120)" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" \
+  --model-json benchmarks/results/gpu_model.json --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log"
+status=${PIPESTATUS[0]}
+log "step cost-model check ended with status $status"
+(( status == 0 )) || FAILED=1
+
 log "step harness: transformers backend, $(left) s left"
 timeout -k 20 "$(slot 10 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
   --device "$DEVICE" --random-embedder "$WORK/embedder" --random-nli "$WORK/nli" "${SESSIONS[@]}" \
@@ -128,13 +141,15 @@ fi
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-for name in ("nli.json", "throughput.json"):
+for name in ("nli.json", "gpu_check.json", "throughput.json"):
     path = out / name
     if not path.is_file():
         print(f"{name}: missing")
         continue
     data = json.loads(path.read_text())
-    if name == "nli.json":
+    if name == "gpu_check.json":
+        print("cost model check (measured / assumed):", data["ratios"], "comparable:", data["comparable"])
+    elif name == "nli.json":
         print("NLI pairs/s by batch size:", {k: v["pairs_per_second"] for k, v in data["batches"].items()},
               f"({data['mean_window_tokens']} tokens per window, {data['device']})")
     else:

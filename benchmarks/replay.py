@@ -20,7 +20,7 @@ from promem_fast.backends.base import (
     Completion, Embedder, GenerationRequest, LLMBackend, Message, NLIBackend, NLIResult,
 )
 from promem_fast.testing.llm_scripted import ScriptedLLM
-from promem_fast.prompts import PREAMBLE, TEMPLATES
+from promem_fast.prompts import TEMPLATES
 
 log = logging.getLogger("throughput")
 
@@ -55,10 +55,10 @@ REPLAY_MAX_TOKENS = 1 << 20
 
 
 def role_of(messages: Sequence[Message]) -> str:
-    """Which of our prompt templates rendered ``messages`` (by its system text; ``?`` if none)."""
-    system = messages[0]["content"] if messages else ""
+    """Which of the pipeline's role templates rendered ``messages`` (by the start of its task; ``?`` if none)."""
+    user = messages[-1]["content"] if messages else ""
     for role, template in TEMPLATES.items():
-        if system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
+        if user.startswith(template.task.split("{", 1)[0]):
             return role
     return "?"
 

@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from promem_fast.prompts import PREAMBLE, TEMPLATES
+from promem_fast.prompts import BLOCK, TEMPLATES
 from promem_fast.types import Session, Turn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ def corpus(sessions: Iterable[Session]) -> list[str]:
     """Tokenizer training text: every distinct message, plus the prompt templates (repeated so their words
     become single tokens, as in any production vocabulary)."""
     texts = list(dict.fromkeys(turn.text for session in sessions for turn in session.turns))
-    templates = [PREAMBLE] + [part for t in TEMPLATES.values() for part in (t.system, t.user)]
+    templates = [BLOCK] + [t.user for t in TEMPLATES.values()]
     return texts + templates * 50
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.common import gather, with_block
 from promem_fast.pipeline.compress import compress_turns
 from promem_fast.pipeline.draft import draft_memory
 from promem_fast.pipeline.events import abstract_events, embed_turns
@@ -70,6 +70,7 @@ def candidates_program(session: Session, ctx: RunContext) -> Program[tuple[list[
     groups = prompt_groups = session.turn_groups()
     if ctx.config.compression.enabled:  # the draft and the events see compressed turns, as in the pipeline
         prompt_groups = yield from compress_turns(view, groups, ctx)
+    view = with_block(view, prompt_groups, ctx, compressed=prompt_groups is not groups)
 
     def events_branch() -> Program[list[str]]:
         vectors = yield from embed_turns(view, groups, "cc")

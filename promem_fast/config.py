@@ -179,8 +179,20 @@ class PipelineConfig:
     """``similarity``: our embedding cut alone (the paper follows LightMem, whose cut needs the compression
     model, so it is not the default on a CPU); ``lightmem`` adds LightMem's attention cut to it (LightMem's
     combined cut); ``auto`` uses ``lightmem`` when ``compression.model`` is set (the gpu profile)."""
-    premise: Premise = "turn"
-    """NLI premise: the whole grounded turn (both speakers) or only the memory owner's messages in it."""
+    premise: Premise = "speaker"
+    """NLI premise: only the memory owner's messages in the grounded turn (``speaker``; the whole turn when
+    the owner said nothing in it), or the whole turn, both speakers (``turn``: the ablation, earlier default)."""
+    detail_source: Premise = "speaker"
+    """Where details come from: what the owner says (``speaker``; the other speaker's lines are context), or
+    the whole turn (``turn``: the ablation, earlier behaviour, which stores the assistant's advice as details)."""
+    dialogue_in_block: bool = True
+    """Put the session's dialogue in the leading block every prompt starts with, each role naming its turns
+    (one prefill of the dialogue per session under a prefix cache). ``false``: the block holds only the
+    owner and the date and each prompt shows its own turns; small models (SmolLM2-135M gave no details and
+    no draft facts when asked about turns in the block) and backends without prefix reuse do better so."""
+    detail_turns_per_request: int = 0
+    """Turns per detail request (0: every turn of the session in one request). Each request's reply budget
+    is ``max_tokens["detail"]`` per turn it names."""
     relation_types: tuple[str, ...] = ("causal", "temporal")
     """Edge types the relation prompt may use: the paper's two, causal (A leads to B) and temporal (A happens
     before B); ``motivational``, ``conditional`` and ``contrastive`` may be added."""
@@ -387,6 +399,7 @@ class EngineConfig:
             (0.0 < p.theta_step and p.theta_start <= p.theta_max, "pipeline.theta_* must rise to theta_max"),
             (p.max_attempts >= 1, "pipeline.max_attempts must be >= 1"),
             (p.max_segment_tokens >= 16, "pipeline.max_segment_tokens must be >= 16"),
+            (p.detail_turns_per_request >= 0, "pipeline.detail_turns_per_request must be >= 0"),
             (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
             (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),

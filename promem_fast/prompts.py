@@ -1,12 +1,16 @@
-"""One prompt template per role, each with the JSON schema of its answer.
+"""The pipeline's prompts: one leading block per session, then one template per role.
 
-The wording is ours. Every extraction prompt names the memory owner and the session date and asks for
-calendar dates instead of relative ones. The event, draft, relation, decomposition and adjudication prompts
-carry one short example of their answer; the detail prompt does not: with SmolLM2-135M its example made 4
-of 12 first replies fail (the model listed the example's details) against 0 of 12 without. Every template
-puts the text that a session's calls share first (the system text, then the dialogue or the entry list)
-and the per-call item last, so prefix caching (vLLM, llama.cpp) reuses the shared part. Schemas bound every
-list with ``maxItems`` so a reply can never run away.
+The wording is ours. Every prompt of a session starts with the same system message, :func:`session_block`:
+the preamble, who the memory owner is, the session date with the calendar-date rule, and the session's
+dialogue. Each role's instructions and its item (the turns, entry or fact it is about) come after it, in the
+user message. A prefix cache (vLLM's, llama.cpp's) therefore holds a session's dialogue once and serves it to
+every role; the roles name the turns they are about (``[turn 3]``) instead of repeating them. A session too
+long for one prompt gets the block without its dialogue, and each role then carries the part it needs.
+
+The event, draft, relation, decomposition and adjudication tasks carry one short example of their answer;
+the detail task does not: with SmolLM2-135M its example made 4 of 12 first replies fail (the model listed
+the example's details) against 0 of 12 without. Schemas bound every list with ``maxItems`` so a reply can
+never run away.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ PREAMBLE = (
 
 @dataclass(frozen=True)
 class Template:
+    """A prompt with its own system text (the evaluation and store prompts, which see no session block)."""
+
     system: str
     user: str
 
@@ -39,17 +45,40 @@ WHO = (
     "The memory owner is {user}: in the dialogue, lines marked \"{user}:\" are {user}'s own words, so \"I\", "
     "\"me\" and \"my\" there mean {user}."
 )
-"""Said in every extraction prompt, so "I" resolves to the owner rather than to whoever the model guesses."""
+"""Said in every prompt, so "I" resolves to the owner rather than to whoever the model guesses."""
 
 WHEN = (
     "The session took place on {when}. Write every date as a calendar date: turn relative times such as "
     "\"yesterday\", \"tomorrow\", \"last week\" or \"in two days\" into dates counted from the session date "
     "(or from the date shown on a turn)."
 )
-"""Said in every extraction prompt that writes facts, so "tomorrow" is stored as the day it meant."""
+"""Said in every prompt, so "tomorrow" is stored as the day it meant."""
+
+BLOCK = PREAMBLE + "\n\n" + WHO + " " + WHEN + "\n\n{shown}"
+"""The leading block shared by every role's prompt of one session (the system message)."""
+
+DIALOGUE = "The dialogue:\n{dialogue}"
+NO_DIALOGUE = "The dialogue is too long to show at once: each task below shows the part of it that it needs."
+
+
+def session_block(user: str, when: str, dialogue: str | None) -> str:
+    """The system message of every pipeline prompt of one session (``dialogue`` None: too long to show)."""
+    shown = DIALOGUE.format(dialogue=dialogue) if dialogue is not None else NO_DIALOGUE
+    return BLOCK.format(user=user, when=when, shown=shown)
+
 
 MORE = "\n\nAlready listed (do not repeat these; list only what is still missing, or nothing):\n{listed}"
-"""The tail of a continuation: the same prompt again, with the items a capped reply already gave."""
+"""The tail of a continuation: the same prompt again, with the items a cut reply already gave."""
+
+DETAILS_ONE = '"details" list holds one short fragment per detail'
+DETAILS_MANY = ('"turns" list holds, for each turn named, {"turn": its number, "details": [one short fragment per '
+                'detail]}')
+"""The detail reply's shape: a flat list for one turn (small models fill it where they leave a nested one
+empty: SmolLM2-135M gave no detail at all in the nested shape), one list per turn for several."""
+
+OWNER_WORDS = "that {user} states; the other speaker's lines are only context, not facts about {user}"
+ANY_WORDS = "stated by either speaker"
+"""The detail task's source rule: the owner's own words (default) or the whole turn (the ablation)."""
 
 RELATION_MEANINGS: dict[str, str] = {
     "causal": "source leads to target",
@@ -60,129 +89,162 @@ RELATION_MEANINGS: dict[str, str] = {
 }
 """The direction of each relation type, stated in the relation, probe and verification prompts."""
 
-TEMPLATES: dict[str, Template] = {
-    "detail": Template(
-        system=(
-            "Task: list the small concrete details stated in one dialogue turn: names of people and "
+
+@dataclass(frozen=True)
+class RoleTemplate:
+    """A role's instructions and item, sent after the session block (the user message)."""
+
+    task: str
+    item: str
+
+    @property
+    def user(self) -> str:
+        return f"{self.task}\n\n{self.item}"
+
+    def render(self, block: str, **fields: Any) -> tuple[Message, ...]:
+        return ({"role": "system", "content": block}, {"role": "user", "content": self.user.format(**fields)})
+
+
+TEMPLATES: dict[str, RoleTemplate] = {
+    "detail": RoleTemplate(
+        task=(
+            "Task: list the small concrete details {source}, in each turn named below: names of people and "
             "organisations, dates and times, places, quantities and prices, named objects, preferences. "
-            "Each detail is a short fragment, not a sentence about the whole conversation. "
-            f"Skip greetings and anything that carries no concrete fact. {WHO} {WHEN}"
+            "Each detail is a short fragment, not a sentence about the whole conversation. Skip greetings "
+            "and anything that carries no concrete fact."
         ),
-        user=('Dialogue turn:\n{turn}\n\nReply with a JSON object whose "details" list holds one short fragment '
-              'per detail.{more}'),
+        item='Turns: {turns}{text}\n\nReply with a JSON object whose {reply}.{more}',
     ),
-    "event": Template(
-        system=(
-            "Task: read a group of dialogue turns that share one topic and state the main events, "
-            "situations or plans of {user} that they reveal. Each event is one standalone sentence in the "
-            f"third person that names {{user}}; keep dates or places when they define the event. {WHO} {WHEN}\n"
+    "event": RoleTemplate(
+        task=(
+            "Task: read the turns below, which share one topic, and state the main events, situations or "
+            "plans of {user} that they reveal. Each event is one standalone sentence in the third person "
+            "that names {user}; keep dates or places when they define the event.\n"
             'Example: on 2024-05-06, "Tom: I start my new job at the bakery next Monday" gives the event '
             '"Tom starts a new job at the bakery on 2024-05-13."'
         ),
-        user=('Turns on one topic:\n{segment}\n\nReply with a JSON object whose "events" list holds one sentence '
-              'per event, each starting with "{user}".{more}'),
+        item=('Turns on one topic: {turns}{text}\n\nReply with a JSON object whose "events" list holds one '
+              'sentence per event, each starting with "{user}".{more}'),
     ),
-    "relation": Template(
-        system=(
-            "Task: given numbered events from one person's conversation, find ordered pairs (source, "
-            "target) that are linked by one of the allowed relation types. Only propose links the events "
-            "clearly support; leave unrelated events unlinked.\n"
+    "relation": RoleTemplate(
+        task=(
+            "Task: given numbered events from {user}'s conversation, find ordered pairs (source, target) "
+            "that are linked by one of the allowed relation types. Only propose links the events clearly "
+            "support; leave unrelated events unlinked.\n"
             'Example: with events "0. Tom hurt his knee." and "1. Tom stopped running.", the link is '
             '{{"source": 0, "relation": "causal", "target": 1}}.'
         ),
-        user=(
+        item=(
             "Events:\n{events}\n\nAllowed relation types:\n{relation_types}\n"
             'Reply as {{"relations": [{{"source": event number, "relation": type, "target": event number}}, ...]}}.'
         ),
     ),
-    "draft": Template(
-        system=(
+    "draft": RoleTemplate(
+        task=(
             "Task: write down every fact the dialogue reveals about {user}: actions, states, plans, "
             "opinions, preferences, relationships and personal data. Resolve pronouns and references so "
-            "each fact stands on its own, and use the name {user} as the subject of every fact. "
-            f"Ignore small talk. Be exhaustive. {WHO} {WHEN}\n"
+            "each fact stands on its own, and name {user} in every fact: as its subject when the fact is "
+            "about {user}, and through their link to {user} when it is about someone else (\"{user}'s "
+            "sister\"). Ignore small talk. Be exhaustive.\n"
             'Example: on 2024-05-06, "Tom: My sister Lea visited me yesterday, she loves sushi" gives the '
-            'facts ["Tom\'s sister is called Lea.", "Lea visited Tom on 2024-05-05.", "Lea loves sushi."].'
+            'facts ["Tom has a sister called Lea.", "Tom\'s sister Lea visited Tom on 2024-05-05.", '
+            '"Tom\'s sister Lea loves sushi."].'
         ),
-        user=('Dialogue:\n{dialogue}\n\nReply with a JSON object whose "facts" list holds one short sentence per '
-              'fact, each starting with "{user}" or naming {user}.{more}'),
+        item=('{text}Reply with a JSON object whose "facts" list holds one short sentence per fact, each naming '
+              '{user}.{more}'),
     ),
-    "decompose": Template(
-        system=(
+    "decompose": RoleTemplate(
+        task=(
             "Task: split one memory statement about {user} into atomic facts. An atomic fact carries exactly "
             "one piece of information (one action, one time, one place, one attribute) and is a full "
             "sentence with its subject. Only split; do not add, infer or reword meaning.\n"
             'Example: "Tom moved to Porto in 2023 for a nursing job." splits into ["Tom moved to Porto.", '
             '"Tom moved in 2023.", "Tom moved for a nursing job."].'
         ),
-        user='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
+        item='Statement: {entry}\n\nReply with a JSON object whose "facts" list holds one sentence per atomic fact.',
     ),
-    "adjudicate": Template(
-        system=(
+    "adjudicate": RoleTemplate(
+        task=(
             "Task: an automatic checker could not confirm a fact about {user} against the dialogue turn it "
             "was taken from. Decide: REVISE when the turn supports the core of the fact but a detail is off "
-            "(a date, a name, an amount), and give the corrected fact in the turn's terms with {user} as its "
-            f"subject; DISCARD when the turn does not support it at all. {WHO} {WHEN}\n"
+            "(a date, a name, an amount), and give the corrected fact with {user} as its subject, every date "
+            "written as a calendar date counted from the turn's date (a fact that already gives the right "
+            "calendar date for the turn's \"yesterday\" or \"next Monday\" is supported as it stands); "
+            "DISCARD when the turn does not support it at all.\n"
             'Example: turn "Tom: I adopted two cats" and fact "Tom adopted three cats." give '
             '{{"action": "REVISE", "revised_fact": "Tom adopted two cats."}}.'
         ),
-        user=(
-            "Dialogue turn:\n{turn}\n\nFact: {fact}\n\n"
+        item=(
+            "The turn:\n{turn}\n\nFact: {fact}\n\n"
             'Reply as {{"action": "REVISE" or "DISCARD", "revised_fact": corrected sentence or null}}.'
         ),
     ),
-    "nli": Template(
-        system=(
+    "nli": RoleTemplate(
+        task=(
             "Task: textual entailment. Say whether the hypothesis follows from the premise alone "
             "(entailment), is contradicted by it (contradiction), or neither (neutral). In the premise, "
             "\"I\" means the person said to be speaking."
         ),
-        user='Premise:\n{premise}\n\nHypothesis: {hypothesis}\n\nReply as {{"label": "entailment" | "neutral" | "contradiction"}}.',
+        item='Premise:\n{premise}\n\nHypothesis: {hypothesis}\n\nReply as {{"label": "entailment" | "neutral" | "contradiction"}}.',
     ),
-    "probe": Template(
-        system=(
-            "Task: two memory entries of {user} may be linked by a relation. Write one specific question "
-            "whose answer is exactly that link, so someone can check whether the link is known."
+    "probe": RoleTemplate(
+        task=(
+            "Task: pairs of memory entries of {user} may be linked by a relation. For each numbered link "
+            "below, write one specific question whose answer is exactly that link, so someone can check "
+            "whether the link is known."
         ),
-        user=(
-            "Entry A: {source}\nEntry B: {target}\nProposed relation: {relation} (A is the source, B the target: "
-            "{meaning}).\n\n"
-            'Reply with a JSON object whose "question" holds the question.'
-        ),
-    ),
-    "answer_flat": Template(
-        system=(
-            "Task: decide whether a question can be answered from a list of memory entries alone, without "
-            "guessing. It is answerable only when the entries state the answer, not when they merely "
-            "mention the same things."
-        ),
-        user=(
-            "Memory entries:\n{entries}\n\nQuestion: {question}\n\n"
-            'Reply as {{"answerable": true or false, "answer": short answer or null}}.'
+        item=(
+            "Links:\n{links}\n\n"
+            'Reply with a JSON object whose "questions" list holds, for each link, {{"link": its number, '
+            '"question": the question}}.'
         ),
     ),
-    "verify_relation": Template(
-        system=(
-            "Task: check against the dialogue whether a proposed link between two facts about {user} is "
+    "answer_flat": RoleTemplate(
+        task=(
+            "Task: decide for each question whether it can be answered from the list of memory entries "
+            "alone (not from the dialogue), without guessing. A question is answerable only when the entries "
+            "state the answer, not when they merely mention the same things."
+        ),
+        item=(
+            "Memory entries:\n{entries}\n\nQuestions:\n{questions}\n\n"
+            'Reply with a JSON object whose "answers" list holds, for each question, {{"question": its number, '
+            '"answerable": true or false, "answer": short answer or null}}.'
+        ),
+    ),
+    "verify_relation": RoleTemplate(
+        task=(
+            "Task: check against the dialogue whether each proposed link between two facts about {user} is "
             "actually supported by what was said."
         ),
-        user=(
-            "Dialogue:\n{dialogue}\n\nFact A: {source}\nFact B: {target}\nProposed link: {relation} (A is the "
-            "source, B the target: {meaning}).\nQuestion about the link: {question}\n\n"
-            'Reply as {{"supported": true or false}}.'
+        item=(
+            "{text}Links:\n{links}\n\n"
+            'Reply with a JSON object whose "links" list holds, for each link, {{"link": its number, '
+            '"supported": true or false}}.'
         ),
     ),
 }
 
 
-def render(role: str, **fields: Any) -> tuple[Message, ...]:
-    """The chat messages of ``role`` with ``fields`` filled in (``more`` is empty unless a continuation)."""
-    return TEMPLATES[role].render(**{"more": "", **fields})
+def render(role: str, block: str, **fields: Any) -> tuple[Message, ...]:
+    """The chat messages of ``role`` after the session ``block``, ``fields`` filled in (``more`` and ``text``
+    are empty unless given: a continuation, a part of a dialogue too long for the block)."""
+    return TEMPLATES[role].render(block, **{"more": "", "text": "", **fields})
 
 
 def example_of(role: str) -> str:
-    """The example in ``role``'s system text ("" when it has none)."""
-    return TEMPLATES[role].system.partition("\nExample:")[2]
+    """The example in ``role``'s task ("" when it has none)."""
+    return TEMPLATES[role].task.partition("\nExample:")[2]
+
+
+def shown_part(label: str, text: str) -> str:
+    """The ``text`` field of a role whose session block has no dialogue: the part it needs, labelled
+    (written after the item's first line)."""
+    return f"\n\n{label}:\n{text}"
+
+
+def part_before(label: str, text: str) -> str:
+    """The same, for a role whose item starts with it (the draft, relation verification)."""
+    return f"{label}:\n{text}\n\n"
 
 
 def more_text(listed: Sequence[str]) -> str:
@@ -194,6 +256,13 @@ def relation_meaning(relation: str) -> str:
     """The direction of ``relation`` as the prompts state it (a configured type we have no wording for
     gets the same neutral wording in the relation, probe and verification prompts)."""
     return RELATION_MEANINGS.get(relation, "source and target are linked this way")
+
+
+def link_line(number: int, source: str, target: str, relation: str, question: str | None = None) -> str:
+    """One numbered link of the probe and verification prompts (the verification adds its question)."""
+    line = (f"{number}. Entry A: {source} | Entry B: {target} | Proposed relation: {relation} (A is the source, "
+            f"B the target: {relation_meaning(relation)})")
+    return line + (f" | Question about the link: {question}" if question is not None else "")
 
 
 def relation_menu(types: Sequence[str]) -> str:
@@ -209,11 +278,35 @@ def _string_list(key: str, max_items: int) -> dict[str, Any]:
     }
 
 
+PER_ITEM: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "probe": ("questions", "link", {"question": {"type": "string", "minLength": 3}}),
+    "answer_flat": ("answers", "question", {"answerable": {"type": "boolean"},
+                                            "answer": {"type": ["string", "null"]}}),
+    "verify_relation": ("links", "link", {"supported": {"type": "boolean"}}),
+}
+"""The relation-checking roles, which answer several numbered items in one reply: the reply's list key, the
+item number's key, and what each item carries."""
+
+
 def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
-               relation_types: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON schema of ``role``'s answer; relation schemas bound event numbers to ``n_events``."""
-    if role == "detail":
+               relation_types: Sequence[str] = (), turns: Sequence[str] = (), n_items: int = 1) -> dict[str, Any]:
+    """The JSON schema of ``role``'s answer; relation schemas bound event numbers to ``n_events``, detail
+    schemas the turn labels to ``turns``, the relation-checking ones their answers to ``n_items`` items."""
+    if role == "detail" and len(turns) <= 1:
         return _string_list("details", max_items)
+    if role == "detail":
+        turn: dict[str, Any] = {"type": "string", "enum": list(turns)} if turns else {"type": "string"}
+        return {
+            "type": "object",
+            "properties": {"turns": {
+                "type": "array", "maxItems": max(len(turns), 1) if turns else max_items,
+                "items": {"type": "object",
+                          "properties": {"turn": turn, "details": {
+                              "type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": max_items}},
+                          "required": ["turn", "details"]},
+            }},
+            "required": ["turns"],
+        }
     if role == "event":
         return _string_list("events", max_items)
     if role in ("draft", "decompose"):
@@ -243,14 +336,13 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
     if role == "nli":
         return {"type": "object", "properties": {"label": {"type": "string",
                 "enum": ["entailment", "neutral", "contradiction"]}}, "required": ["label"]}
-    if role == "probe":
-        return {"type": "object", "properties": {"question": {"type": "string", "minLength": 3}},
-                "required": ["question"]}
-    if role == "answer_flat":
-        return {"type": "object", "properties": {"answerable": {"type": "boolean"},
-                "answer": {"type": ["string", "null"]}}, "required": ["answerable"]}
-    if role == "verify_relation":
-        return {"type": "object", "properties": {"supported": {"type": "boolean"}}, "required": ["supported"]}
+    if role in PER_ITEM:
+        key, index, fields = PER_ITEM[role]
+        number = {"type": "integer", "enum": list(range(max(n_items, 1)))}
+        return {"type": "object", "properties": {key: {
+            "type": "array", "minItems": n_items, "maxItems": max(n_items, 1),
+            "items": {"type": "object", "properties": {index: number, **fields}, "required": [index, *fields][:2]},
+        }}, "required": [key]}
     raise KeyError(f"no schema for role {role!r}")
 
 

@@ -35,6 +35,17 @@ class Generate:
     check: Callable[[Any], tuple[Any, list[str]]] | None = None
     item: str | None = None
     """What the request is about, kept with a failure so the user can see which step failed."""
+    cut_aware: bool = False
+    """The program handles a reply cut by its token budget: such a reply comes back as :class:`Cut`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A reply that ran out of its token budget (finish reason "length"): its parsed and checked value,
+    what was complete of it, or None when nothing of it parsed. Only :attr:`Generate.cut_aware` requests get
+    one; the program continues the list or asks again with a larger budget."""
+
+    value: Any
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -125,5 +136,5 @@ Program = Generator[list[Request], list[Any], T]
 """A session program: yields request lists, receives result lists, returns its final value."""
 
 __all__ = [
-    "Anchor", "Attend", "CleanEdges", "Compress", "Embed", "Entail", "Failure", "Generate", "Match", "NLIResult", "Program", "ReplyError", "Request",
+    "Anchor", "Attend", "CleanEdges", "Compress", "Cut", "Embed", "Entail", "Failure", "Generate", "Match", "NLIResult", "Program", "ReplyError", "Request",
 ]

@@ -123,6 +123,8 @@ class StageStats:
     """LLM generate requests (retries included)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cut_replies: int = 0
+    """Replies that ran out of their token budget (finish reason "length"), continued or asked again."""
     nli_pairs: int = 0
     embedded_texts: int = 0
     seconds: float = 0.0
@@ -131,6 +133,7 @@ class StageStats:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cut_replies += other.cut_replies
         self.nli_pairs += other.nli_pairs
         self.embedded_texts += other.embedded_texts
         self.seconds += other.seconds

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import make_session, scripted_config, tomas_sessions, write_jsonl
 from promem_fast.backends.base import Completion, GenerationRequest
-from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.cli import main
 from promem_fast.config import LLMConfig
 from promem_fast.engine import Engine
@@ -45,7 +45,7 @@ class ThreadedStream:
 
     def _answer(self, request: GenerationRequest, pause: float) -> Completion:
         time.sleep(pause)
-        if self._llm.poison is not None and self._llm.poison in request.messages[-1]["content"]:
+        if self._llm.poison is not None and any(self._llm.poison in m["content"] for m in request.messages):
             raise RuntimeError("CUDA out of memory (simulated)")
         return self._llm.generate([request])[0]
 
@@ -120,8 +120,9 @@ def test_a_backend_answering_out_of_order_from_real_threads_changes_nothing(refe
 
 def garbled_first_attempts(requests: Sequence[GenerationRequest], out: list[Completion]) -> list[Completion]:
     """Every first attempt (seed 0) at a draft request answers prose, so each is sent again (seed 1)."""
-    return [Completion("Sorry, no JSON today.", 10, 5) if r.seed == 0 and "Dialogue:" in r.messages[1]["content"]
-            else o for r, o in zip(requests, out)]
+    return [Completion("Sorry, no JSON today.", 10, 5)
+            if r.seed == 0 and (parse_rendered(r.messages) or ("?",))[0] == "draft" else o
+            for r, o in zip(requests, out)]
 
 
 def test_no_request_is_sent_twice_and_the_same_requests_are_sent_as_in_rounds() -> None:

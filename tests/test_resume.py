@@ -135,7 +135,7 @@ def test_the_manifest_ignores_only_fields_that_cannot_change_results(six: Path) 
     same.max_in_flight, same.max_batch_size, same.progress, same.on_error = 3, 5, True, "stop"
     same.llm.timeout_s = 1.0
     assert Manifest.of_run(six, base).differences(Manifest.of_run(six, same)) == []
-    for field, value in (("tau_comp", 0.5), ("max_attempts", 1), ("premise", "speaker")):
+    for field, value in (("tau_comp", 0.5), ("max_attempts", 1), ("premise", "turn")):
         other = EngineConfig.profile("scripted")
         setattr(other.pipeline, field, value)
         (difference,) = Manifest.of_run(six, base).differences(Manifest.of_run(six, other))

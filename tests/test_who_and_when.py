@@ -99,10 +99,12 @@ def test_without_a_session_date_the_prompts_say_so_and_no_node_gets_a_date() -> 
 def test_the_scripted_model_finds_no_owner_facts_in_a_prompt_that_does_not_name_the_owner() -> None:
     llm = ScriptedLLM()
     view = DialogueView.of(session())
-    from promem_fast.prompts import render
+    from promem_fast.prompts import render, session_block
 
-    named = render("draft", user="Maya Chen", when=view.when, dialogue=view.turn(session().turn_groups()[0]))
-    anonymous = render("draft", user="Maya Chen", when=view.when, dialogue="[turn 0] user: I'm flying to Oslo.")
+    named = render("draft", session_block("Maya Chen", view.when, view.turn(session().turn_groups()[0])),
+                   user="Maya Chen")
+    anonymous = render("draft", session_block("Maya Chen", view.when, "[turn 0] user: I'm flying to Oslo."),
+                       user="Maya Chen")
     replies = llm.generate([GenerationRequest(messages=m, schema=None, max_tokens=256) for m in (named, anonymous)])
     assert "Maya Chen is flying to Oslo on 2025-03-15" in replies[0].text
     assert '"facts": []' in replies[1].text
@@ -204,14 +206,14 @@ def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:
 def test_items_copied_from_the_prompts_example_are_dropped_but_the_same_words_from_the_dialogue_stay() -> None:
     copying = {"event": lambda f: {"events": ["Tom starts a new job at the bakery on 2024-05-13.",
                                               "Maya Chen starts a new job at the bakery."]},
-               "draft": lambda f: {"facts": ["Tom's sister is called Lea.", "Maya Chen adopted a cat named Pixel."]}}
+               "draft": lambda f: {"facts": ["Tom's sister Lea loves sushi.", "Maya Chen adopted a cat named Pixel."]}}
     s = session()
     s = Session(session_id="s", user=s.user, timestamp=s.timestamp,
                 turns=(*s.turns, Turn(3, "user", "I start a new job at the bakery on Monday.", DAY)))
     graph = Engine(scripted_config(mode="promem"), llm=ScriptedLLM(rules=copying)).extract([s])[0]
     # most words of the second event are the example's too, but turn 3 says them: only the example's event goes
     assert [e.text for e in graph.events] == ["Maya Chen starts a new job at the bakery."]
-    assert "Tom's sister is called Lea." not in [n.text for n in graph.nodes]
+    assert "Tom's sister Lea loves sushi." not in [n.text for n in graph.nodes]
     assert graph.stats.counts["repaired_replies"] >= 2
 
 
@@ -229,9 +231,10 @@ def test_a_list_cut_at_the_cap_is_continued_even_when_its_check_dropped_an_item(
 
 
 def test_the_scripted_models_nli_answer_takes_no_speakers_name_as_evidence() -> None:
-    from promem_fast.prompts import render
+    from promem_fast.prompts import render, session_block
 
     premise = "On 2025-03-14, Maya said: Tom moved to Lisbon."
-    asked = [render("nli", premise=premise, hypothesis=h) for h in ("Maya moved to Lisbon.", "Tom moved to Lisbon.")]
+    block = session_block("Maya", "2025-03-14 (Friday)", None)
+    asked = [render("nli", block, premise=premise, hypothesis=h) for h in ("Maya moved to Lisbon.", "Tom moved to Lisbon.")]
     replies = ScriptedLLM().generate([GenerationRequest(messages=m, schema=None, max_tokens=64) for m in asked])
     assert [r.text for r in replies] == ['{"label": "neutral"}', '{"label": "entailment"}']

@@ -24,7 +24,7 @@ from promem_fast.errors import ContextOverflow, PromemError
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import (
-    Anchor, Attend, CleanEdges, Compress, Embed, Entail, Failure, Generate, Match, ReplyError, Request,
+    Anchor, Attend, CleanEdges, Compress, Cut, Embed, Entail, Failure, Generate, Match, ReplyError, Request,
 )
 from promem_fast.services import Services
 from promem_fast.summary import RunSummary
@@ -129,16 +129,21 @@ class Kinds:
         stage.prompt_tokens += outcome.prompt_tokens
         stage.completion_tokens += outcome.completion_tokens
         run.raws[slot].append(outcome.text)
+        cut = outcome.finish_reason == "length"
+        stage.cut_replies += cut
         try:
             value, repairs = parse_reply(outcome.text, request.schema)
             if request.check is not None:
                 value, more = request.check(value)
                 repairs = repairs + more
         except ReplyError as exc:
+            if cut and request.cut_aware:  # nothing usable before the cut: the program asks with more room
+                run.settle(slot, Cut(None))
+                return True
             return self._error(run, slot, exc, request.role)
         if repairs:
             run.ctx.stats.bump("repaired_replies")
-        run.settle(slot, value)
+        run.settle(slot, Cut(value) if cut and request.cut_aware else value)
         return True
 
     def _error(self, run: SessionRun, slot: int, exc: BaseException, role: str) -> bool:

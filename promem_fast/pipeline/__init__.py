@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.anchor import anchor_details
-from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.common import gather, with_block
 from promem_fast.pipeline.compress import compress_turns
 from promem_fast.pipeline.completeness import check_completeness
 from promem_fast.pipeline.details import extract_details
@@ -44,6 +44,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
     prompt_groups = groups
     if ctx.config.compression.enabled:
         prompt_groups = yield from compress_turns(view, groups, ctx)
+    view = with_block(view, prompt_groups, ctx, compressed=prompt_groups is not groups)
 
     if cp.mode == "one-off":
         draft = yield from draft_memory(view, prompt_groups, ctx)

@@ -12,14 +12,35 @@ from promem_fast.backends._text import content_set, content_words
 from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
 from promem_fast.context import RunContext
-from promem_fast.pipeline.views import TurnGroup
-from promem_fast.prompts import example_of, more_text, render, schema_for
-from promem_fast.requests import Entail, Failure, Generate, Program, ReplyError, Request
+from promem_fast.pipeline.views import DialogueView, TurnGroup
+from promem_fast.prompts import PREAMBLE, example_of, more_text, render, schema_for, session_block
+from promem_fast.requests import Cut, Entail, Failure, Generate, Program, ReplyError, Request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TurnGroup", "Listed", "gather", "ask", "listing", "left_full", "entail_requests", "entailed",
-           "window_text", "dedupe", "statements", "same_language"]
+__all__ = ["TurnGroup", "Listed", "gather", "ask", "ask_whole", "listing", "left_full", "entail_requests",
+           "entailed", "window_text", "dedupe", "statements", "same_language", "with_block"]
+
+ROOM_FOR_ITEMS = 2048
+"""Tokens kept free beside the dialogue in the session block for the longest role's instructions and item
+(the flat entry list of relation probing is the longest), on top of the largest reply budget."""
+
+
+def with_block(view: DialogueView, groups: Sequence[TurnGroup], ctx: RunContext, compressed: bool = False
+               ) -> DialogueView:
+    """``view`` with the session block that shows ``groups`` (compressed turns when compression is on: the
+    draft, events and relation checks then read them, while details are asked from the original turns shown
+    in their own requests), or the header alone when the dialogue does not fit the model's context beside the
+    longest reply and item, or when ``pipeline.dialogue_in_block`` is off (each prompt then shows the part of
+    the dialogue it needs)."""
+    cp = ctx.config.pipeline
+    block = session_block(view.owner, view.when, view.dialogue(groups)) if compressed else view.block
+    room = max(cp.max_tokens[r] for r in ("detail", "event", "draft", "relation", "verify_relation"))
+    fits = ctx.text_tokens("draft", block) + room + ROOM_FOR_ITEMS <= ctx.services.context_length("draft")
+    if fits and cp.dialogue_in_block:
+        return replace(view, block=block, shows_dialogue=True, compressed=compressed)
+    return replace(view, block=session_block(view.owner, view.when, None), shows_dialogue=False,
+                   compressed=compressed)
 
 
 def gather(*programs: Program[Any]) -> Program[list[Any]]:
@@ -58,14 +79,48 @@ def ask(requests: list[Request]) -> Program[list[Any]]:
     return (yield requests)
 
 
+MAX_GROWTH = 2
+"""How many times a reply cut by its token budget is asked again, each time with twice the budget."""
+
+
+def ask_whole(ctx: RunContext, requests: list[Generate]) -> Program[list[Any]]:
+    """Results of ``requests``, a reply cut by its token budget asked again with twice the budget (at most
+    :data:`MAX_GROWTH` times). A reply still cut after that keeps what parsed of it, counted as
+    ``cut_kept``; one that never parsed becomes a recorded failure."""
+    results: list[Any] = yield from ask([replace(r, cut_aware=True) for r in requests])
+    for growth in range(1, MAX_GROWTH + 1):
+        again = [i for i, r in enumerate(results) if isinstance(r, Cut)]
+        if not again:
+            break
+        ctx.stats.bump("cut_retried", len(again))
+        retried = yield from ask([replace(requests[i], cut_aware=True, max_tokens=requests[i].max_tokens << growth)
+                                  for i in again])
+        for i, result in zip(again, retried):
+            if isinstance(result, Failure) and result.error.startswith("ContextOverflow"):
+                continue  # no room for a larger budget: the cut reply stands
+            results[i] = result
+    out: list[Any] = []
+    for request, result in zip(requests, results):
+        if isinstance(result, Cut):
+            if result.value is None:
+                result = Failure(stage=request.stage, role=request.role, item=request.item,
+                                 error="Cut: every reply ran out of its token budget before any usable part")
+            else:
+                ctx.stats.bump("cut_kept")
+                result = result.value
+        out.append(result)
+    return out
+
+
 def entail_requests(ctx: RunContext, stage: str, pairs: Sequence[tuple[str, str]],
-                    items: Sequence[str | None]) -> list[Request]:
-    """NLI requests for (premise, hypothesis) pairs: NLI-model requests, or the chat model as judge."""
+                    items: Sequence[str | None], block: str = PREAMBLE) -> list[Request]:
+    """NLI requests for (premise, hypothesis) pairs: NLI-model requests, or the chat model as judge (its
+    prompts after ``block``: the session block, or the preamble alone for checks outside a session)."""
     if ctx.config.nli.backend != "llm":
         return [Entail(stage=stage, premise=p, hypothesis=h, item=it) for (p, h), it in zip(pairs, items)]
     max_tokens = ctx.config.pipeline.max_tokens["nli"]
     schema = schema_for("nli")
-    return [Generate(stage=stage, role="nli", messages=render("nli", premise=p, hypothesis=h), schema=schema,
+    return [Generate(stage=stage, role="nli", messages=render("nli", block, premise=p, hypothesis=h), schema=schema,
                      max_tokens=max_tokens, item=it) for (p, h), it in zip(pairs, items)]
 
 
@@ -80,7 +135,7 @@ def entailed(ctx: RunContext, result: Any) -> bool | None:
 
 
 MAX_CONTINUATIONS = 3
-"""How many times a list that filled ``max_list_items`` is asked for the rest (bounds a looping model)."""
+"""How many times a cut list is asked for the rest (bounds a looping model)."""
 
 
 @dataclass
@@ -95,19 +150,22 @@ class Listed:
 
 def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate]]
             ) -> Program[list[Listed | Failure]]:
-    """The ``key`` lists of several list requests, each asked again while its reply fills the list cap.
+    """The ``key`` lists of several list requests, each asked again while its reply may have been cut.
 
     ``makers[i](more)`` builds request i with ``more`` as its continuation tail (empty the first time).
-    A reply that reaches ``max_list_items`` may have been cut, so the same prompt is sent again with the
-    items so far, asking only for what is missing, until a reply is shorter than the cap or adds nothing.
-    A request whose first reply failed gives its :class:`Failure`; a continuation that failed keeps the
-    items already listed, is recorded (unless it merely did not fit the context) and marks them ``full``.
+    A reply that ran out of its token budget (finish reason "length") or reached ``max_list_items`` was
+    cut, so the same prompt is sent again with the items so far, asking only for what is missing, until a
+    reply ends on its own below the cap or adds nothing; a cut reply of which nothing parsed is asked again
+    with twice the budget. A request whose first reply failed gives its :class:`Failure`; a continuation
+    that failed keeps the items already listed, is recorded (unless it merely did not fit the context) and
+    marks them ``full``.
     """
     cap = ctx.config.pipeline.max_list_items
     got = [Listed([]) for _ in makers]
     # items in each latest reply before its check dropped any: a reply cut at the cap may lose a fragment
     # or an example copy to the check and still have been cut
     replied = [0] * len(makers)
+    growth = [0] * len(makers)
     failed: dict[int, Failure] = {}
 
     def counted(i: int, request: Generate) -> Generate:
@@ -117,13 +175,28 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
             replied[i] = len(value[key])
             return inner(value) if inner is not None else (value, [])
 
-        return replace(request, check=check)
+        return replace(request, check=check, cut_aware=True, max_tokens=request.max_tokens << growth[i])
 
     todo = list(range(len(makers)))
     for _ in range(MAX_CONTINUATIONS + 1):
         results = yield from ask([counted(i, makers[i](more_text(got[i].items))) for i in todo])
         again: list[int] = []
         for i, result in zip(todo, results):
+            cut = isinstance(result, Cut)
+            if cut:
+                ctx.stats.bump("cut_continued")
+                if result.value is None:  # nothing complete before the cut: ask again with more room
+                    if growth[i] < MAX_GROWTH:
+                        growth[i] += 1
+                        again.append(i)
+                    elif not got[i].items:
+                        failed[i] = Failure(stage=makers[i]("").stage, role=makers[i]("").role,
+                                            item=makers[i]("").item,
+                                            error="Cut: every reply ran out of its token budget")
+                    else:
+                        got[i].full = True
+                    continue
+                result = result.value
             if isinstance(result, Failure):
                 if not got[i].items:
                     failed[i] = result
@@ -135,7 +208,7 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
             seen = {" ".join(t.split()).lower() for t in got[i].items}
             fresh = [t for t in result[key] if " ".join(t.split()).lower() not in seen]
             got[i].items.extend(fresh)
-            got[i].full = replied[i] >= cap and bool(fresh)
+            got[i].full = (cut or replied[i] >= cap) and bool(fresh)
             if got[i].full:
                 again.append(i)
         ctx.stats.bump("list_continuations", len(again))

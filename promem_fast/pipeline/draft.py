@@ -1,5 +1,8 @@
-"""Stage 2a: the initial memory draft over the whole session (§3.3), chunked by turns when the session
-does not fit the model's context. A chunk that still overflows is halved and asked again; nothing is cut."""
+"""Stage 2a: the initial memory draft over the whole session (§3.3).
+
+With the dialogue in the session block the draft is one request whose item is only the task. A session too
+long for the block is chunked by turns, each chunk shown in its request; a chunk that still overflows, or
+whose facts fill the list cap, is halved and asked again; nothing is cut."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from collections.abc import Callable
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, statements, window_text
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import render, schema_for
+from promem_fast.prompts import render, schema_for, part_before
 from promem_fast.requests import Failure, Generate, Program
 
 
@@ -42,14 +45,22 @@ def draft_memory(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, s
                  ) -> Program[list[str]]:
     cp = ctx.config.pipeline
     schema = schema_for("draft", max_items=cp.max_list_items)
-    budget = ctx.prompt_budget("draft", render("draft", user=view.owner, when=view.when, dialogue=""))
-    chunks = chunk_turns(view, groups, ctx, budget)
+    whole = view.shows_dialogue
+    if whole:
+        chunks = [view.dialogue(groups)]
+    else:
+        label = "Part of the dialogue"
+        budget = ctx.prompt_budget("draft", render("draft", view.block, user=view.owner, text=part_before(label, "")))
+        chunks = chunk_turns(view, groups, ctx, budget)
     ctx.stats.bump("draft_chunks", len(chunks))
+    in_view = chunks[0] if whole else None
+    """The one text the block already shows (its halves, after a full list, are shown in their requests)."""
 
     def maker(chunk: str, label: str) -> Callable[[str], Generate]:
+        shown = "" if chunk == in_view else part_before("Part of the dialogue", chunk)
         return lambda more: Generate(
             stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"], item=label,
-            messages=render("draft", user=view.owner, when=view.when, dialogue=chunk, more=more),
+            messages=render("draft", view.block, user=view.owner, text=shown, more=more),
             check=statements("facts", chunk, role="draft"))
 
     facts: list[str] = []

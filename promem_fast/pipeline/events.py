@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import TurnGroup, dedupe, left_full, listing, statements, window_text
+from promem_fast.pipeline.common import (
+    TurnGroup, ask_whole, dedupe, left_full, listing, statements, window_text,
+)
 from promem_fast.pipeline.segment import (
     cap_tokens, coarse_boundaries, combine_boundaries, fine_boundaries, segments_from_boundaries,
 )
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import numbered, relation_menu, render, schema_for
+from promem_fast.prompts import numbered, relation_menu, render, schema_for, shown_part
 from promem_fast.requests import Attend, Embed, Failure, Generate, Program, ReplyError
 from promem_fast.types import Event
 
@@ -52,28 +54,37 @@ def segment(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ct
 
 def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
                     with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
-    """Events of every segment in one round, then (optionally) one relation request over all events."""
+    """Events of every segment in one round, then (optionally) one relation request over all events.
+
+    When the session block holds the dialogue a segment's request names its turns instead of showing them."""
     cp = ctx.config.pipeline
     segments = yield from segment(view, groups, vectors, ctx)
     ctx.stats.bump("segments", len(segments))
     schema = schema_for("event", max_items=cp.max_list_items)
-    budget = ctx.prompt_budget("event", render("event", user=view.owner, when=view.when, segment=""))
+    label = "The turns"
+    budget = ctx.prompt_budget("event", render("event", view.block, user=view.owner, turns="0",
+                                               text=shown_part(label, "")))
     makers: list[Callable[[str], Generate]] = []
     owners: list[int] = []
 
-    def maker(piece: str, number: int) -> Callable[[str], Generate]:
+    def maker(piece: str, shown: str, number: int, turns: str) -> Callable[[str], Generate]:
         return lambda more: Generate(
             stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"], item=f"segment {number}",
-            messages=render("event", user=view.owner, when=view.when, segment=piece, more=more),
+            messages=render("event", view.block, user=view.owner, turns=turns, text=shown, more=more),
             check=statements("events", piece, role="event"))
 
     for number, members in enumerate(segments):
         text = "\n".join(view.turn(groups[i]) for i in members)
+        turns = ", ".join(str(groups[i][0]) for i in members)
+        if view.shows_dialogue:
+            makers.append(maker(text, "", number, turns))
+            owners.append(number)
+            continue
         pieces = window_text(ctx, "event", text, budget)
         if len(pieces) > 1:
             ctx.stats.bump("windowed_segments")
         for piece in pieces:
-            makers.append(maker(piece, number))
+            makers.append(maker(piece, shown_part(label, piece), number, turns))
             owners.append(number)
     results = yield from listing(ctx, "events", makers)
     texts_by_segment: dict[int, list[str]] = {}
@@ -94,11 +105,11 @@ def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.nda
     ctx.stats.bump("events", len(events))
     if not with_relations or len(events) < 2:
         return events, []
-    relations = yield from infer_relations(events, ctx)
+    relations = yield from infer_relations(view, events, ctx)
     return events, relations
 
 
-def infer_relations(events: list[Event], ctx: RunContext) -> Program[list[Relation]]:
+def infer_relations(view: DialogueView, events: list[Event], ctx: RunContext) -> Program[list[Relation]]:
     cp = ctx.config.pipeline
     n = len(events)
     types = tuple(cp.relation_types)
@@ -120,10 +131,10 @@ def infer_relations(events: list[Event], ctx: RunContext) -> Program[list[Relati
             raise ReplyError("every proposed edge names a missing event")
         return kept, notes
 
-    (result,) = yield [Generate(stage="rel", role="relation", schema=schema, max_tokens=cp.max_tokens["relation"],
-                                messages=render("relation", events=numbered([e.text for e in events]),
-                                                relation_types=relation_menu(types)),
-                                check=check, item=f"{n} events")]
+    (result,) = yield from ask_whole(ctx, [Generate(
+        stage="rel", role="relation", schema=schema, max_tokens=cp.max_tokens["relation"], check=check,
+        messages=render("relation", view.block, user=view.owner, events=numbered([e.text for e in events]),
+                        relation_types=relation_menu(types)), item=f"{n} events")])
     if isinstance(result, Failure):
         ctx.fail(result)
         return []

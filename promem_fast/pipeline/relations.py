@@ -4,18 +4,22 @@ Candidate edges between events are carried onto the purified entries that cover 
 (self-loops, edges to discarded entries and duplicates removed, in one native call for the whole batch)
 and probed: the LLM writes a question about the link; if the flat entries already answer it the edge
 is implicit and dropped; otherwise the link is checked against the dialogue and kept only if supported.
+Each of the three steps asks about all of a session's links in one request (numbered items, each answered
+once), so relation checking costs three requests per session rather than three per edge.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.backends._text import content_set
-from promem_fast.pipeline.common import TurnGroup, ask
+from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import numbered, relation_meaning, render, schema_for
-from promem_fast.requests import CleanEdges, Failure, Generate, Program
+from promem_fast.prompts import PER_ITEM, link_line, numbered, part_before, render, schema_for
+from promem_fast.requests import CleanEdges, Failure, Generate, Program, ReplyError
 from promem_fast.types import Edge, Event, MemoryEntry
 
 
@@ -48,8 +52,9 @@ def map_edges(relations: list[tuple[int, str, int]], events: list[Event], event_
 
 
 def evidence(view: DialogueView, groups: list[TurnGroup], focus: list[int], ctx: RunContext, budget: int) -> str:
-    """The dialogue for verification: all of it when it fits, else the turns nearest the two grounded
-    turns, added outwards until the budget is used (the statistics count each narrowed prompt)."""
+    """The dialogue for verification when the session block cannot hold it: all of it when it fits, else the
+    turns nearest the two grounded turns, added outwards until the budget is used (the statistics count
+    each narrowed prompt)."""
     texts = [view.turn(g) for g in groups]
     sizes = [ctx.text_tokens("verify_relation", t) + 1 for t in texts]
     if sum(sizes) <= budget:
@@ -81,50 +86,71 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     ctx.stats.bump("edges_cleaned_away", len(src) - len(edges))
     if not edges:
         return []
-    probes = yield [Generate(stage="rel", role="probe", schema=schema_for("probe"), max_tokens=cp.max_tokens["probe"],
-                             messages=render("probe", user=view.owner, source=nodes[s].text,
-                                             target=nodes[t].text, relation=r, meaning=relation_meaning(r)),
-                             item=f"edge {s} -{r}-> {t}")
-                    for s, r, t in edges]
+    questions = yield from _each(ctx, "probe", len(edges), dict(links="\n".join(
+        link_line(k, nodes[s].text, nodes[t].text, r) for k, (s, r, t) in enumerate(edges))), view,
+        [f"edge {s} -{r}-> {t}" for s, r, t in edges])
+    asked = [(edge, q["question"]) for edge, q in zip(edges, questions) if q is not None]
     flat = numbered([n.text for n in nodes])
-    asked: list[tuple[tuple[int, str, int], str]] = []
-    for edge, result in zip(edges, probes):
-        if isinstance(result, Failure):
-            ctx.fail(result)
-            continue
-        asked.append((edge, result["question"]))
-    answers = yield from ask([
-        Generate(stage="rel", role="answer_flat", schema=schema_for("answer_flat"),
-                 max_tokens=cp.max_tokens["answer_flat"], messages=render("answer_flat", entries=flat, question=q),
-                 item=q) for _, q in asked])
+    answers = yield from _each(ctx, "answer_flat", len(asked), dict(
+        entries=flat, questions=numbered([q for _, q in asked])), view, [q for _, q in asked])
     open_questions: list[tuple[tuple[int, str, int], str]] = []
     for (edge, question), result in zip(asked, answers):
-        if isinstance(result, Failure):
-            ctx.fail(result)
-        elif result["answerable"]:
+        if result is None:
+            continue
+        if result["answerable"]:
             ctx.stats.bump("edges_implicit")
         else:
             open_questions.append((edge, question))
-    empty = render("verify_relation", user=view.owner, dialogue="", source="", target="", relation="", meaning="",
-                   question="")
-    budget = ctx.prompt_budget("verify_relation", empty)
-    requests = []
-    for (s, r, t), question in open_questions:
-        dialogue = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
-                            budget - ctx.text_tokens("verify_relation", nodes[s].text + nodes[t].text + question))
-        requests.append(Generate(stage="rel", role="verify_relation", schema=schema_for("verify_relation"),
-                                 max_tokens=cp.max_tokens["verify_relation"], item=question,
-                                 messages=render("verify_relation", user=view.owner, dialogue=dialogue,
-                                                 source=nodes[s].text, target=nodes[t].text, relation=r,
-                                                 meaning=relation_meaning(r), question=question)))
-    verdicts = yield from ask(requests)
+    if view.shows_dialogue:
+        verdicts = yield from _each(ctx, "verify_relation", len(open_questions), dict(links="\n".join(
+            link_line(k, nodes[s].text, nodes[t].text, r, q) for k, ((s, r, t), q) in enumerate(open_questions))),
+            view, [q for _, q in open_questions])
+    else:  # each link with the part of the dialogue near its two facts: one request per link
+        label = "The dialogue near the two facts"
+        budget = ctx.prompt_budget("verify_relation", render("verify_relation", view.block, user=view.owner,
+                                                             text=part_before(label, ""), links=""))
+        singles = []
+        for (s, r, t), question in open_questions:
+            line = link_line(0, nodes[s].text, nodes[t].text, r, question)
+            near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
+                            budget - ctx.text_tokens("verify_relation", line))
+            singles.append(_each(ctx, "verify_relation", 1, dict(text=part_before(label, near), links=line),
+                                 view, [question]))
+        verdicts = [v for (v,) in (yield from gather(*singles))]
     out: list[Edge] = []
     for ((s, r, t), question), result in zip(open_questions, verdicts):
-        if isinstance(result, Failure):
-            ctx.fail(result)
-        elif result["supported"]:
+        if result is None:
+            continue
+        if result["supported"]:
             out.append(Edge(source=s, target=t, relation=r, probe=question))
         else:
             ctx.stats.bump("edges_unsupported")
     ctx.stats.bump("edges_kept", len(out))
     return out
+
+
+def _each(ctx: RunContext, role: str, n: int, fields: dict[str, str], view: DialogueView,
+          items: list[str]) -> Program[list[dict[str, Any] | None]]:
+    """The answers to ``n`` numbered items asked in one request, in item order (None for every item when the
+    request failed, its failure recorded). A reply must answer each item once, else it is asked again."""
+    if n == 0:
+        return []
+    cp = ctx.config.pipeline
+    key, index, _ = PER_ITEM[role]
+
+    def check(value: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+        by_number = {a[index]: a for a in value[key]}
+        if sorted(by_number) != list(range(n)):
+            raise ReplyError(f"{key} must answer items 0..{n - 1} once each, got {sorted(by_number)}")
+        return [by_number[i] for i in range(n)], []
+
+    messages = render(role, view.block, user=view.owner, **fields)
+    room = ctx.services.context_length(role) - ctx.services.count_tokens(role, messages) - 16
+    (result,) = yield from ask_whole(ctx, [Generate(
+        stage="rel", role=role, schema=schema_for(role, n_items=n), messages=messages, check=check,
+        max_tokens=max(cp.max_tokens[role], min(cp.max_tokens[role] * n, room)),
+        item=items[0] if n == 1 else f"{n} items: {items[0]} ...")])
+    if isinstance(result, Failure):
+        ctx.fail(result)
+        return [None] * n
+    return result

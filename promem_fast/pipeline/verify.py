@@ -1,9 +1,11 @@
 """Stage 3: hallucination verification through NLI and atomic decomposition (§3.4).
 
-Each entry is grounded to its best turn by cosine and checked with NLI (turn ⊨ entry). An entry that is
-not entailed is split into atomic facts; each fact is checked on its own, entailed facts are kept and the
+Each entry is grounded to its best turn by cosine and checked with NLI (turn ⊨ entry; by default the
+premise is what the owner said in the turn, relative dates resolved to calendar days). An entry that is not
+entailed is split into atomic facts; each fact is checked on its own, entailed facts are kept and the
 others go to the LLM adjudicator, which revises or discards them. So one bad part never costs the
-whole entry.
+whole entry. An entry the split leaves whole was already atomic: its first verdict stands and it goes
+straight to adjudication, without a second NLI call on the same pair.
 
 Only a model's explicit DISCARD removes content. A step that fails (an NLI call, a decomposition or an
 adjudication that errored or never parsed) keeps what it was checking, marked ``unverified``, with the
@@ -17,7 +19,7 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, dedupe, entail_requests, entailed, same_language, statements,
+    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, same_language, statements,
 )
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.views import DialogueView
@@ -67,7 +69,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
     premises = [view.premise(groups[int(t)], cp.premise) if t >= 0 else "" for t in turn_of]
     ctx.stats.bump("hv_checked", len(entries))
     first = yield from ask(entail_requests(ctx, "hv", [(premises[i], e.text) for i, e in enumerate(entries)],
-                                           [e.text for e in entries]))
+                                           [e.text for e in entries], view.block))
     suspect: list[int] = []
     for i, result in enumerate(first):
         verdict = entailed(ctx, result)
@@ -83,11 +85,13 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         return _ordered(nodes, became)
 
     schema = schema_for("decompose", max_items=cp.max_list_items)
-    decomposed = yield [Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
-                                 messages=render("decompose", user=view.owner, entry=entries[i].text),
-                                 item=entries[i].text, check=statements("facts", entries[i].text, min_words=2))
-                       for i in suspect]
+    decomposed = yield from ask_whole(ctx, [
+        Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
+                 messages=render("decompose", view.block, user=view.owner, entry=entries[i].text),
+                 item=entries[i].text, check=statements("facts", entries[i].text, min_words=2))
+        for i in suspect])
     facts: list[tuple[int, str]] = []
+    flagged: list[tuple[int, str]] = []
     for i, result in zip(suspect, decomposed):
         if isinstance(result, Failure):
             ctx.fail(result)
@@ -98,9 +102,10 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         ctx.stats.bump("hv_split")
         facts.extend((i, f) for f in parts)
         if not parts:  # the entry was already atomic: its first NLI verdict stands, straight to adjudication
-            facts.append((i, entries[i].text))
-    second = yield from ask(entail_requests(ctx, "hv", [(premises[i], f) for i, f in facts], [f for _, f in facts]))
-    flagged: list[tuple[int, str]] = []
+            flagged.append((i, entries[i].text))
+            ctx.stats.bump("hv_atomic_flagged")
+    second = yield from ask(entail_requests(ctx, "hv", [(premises[i], f) for i, f in facts], [f for _, f in facts],
+                                            view.block))
     for (i, fact), result in zip(facts, second):
         verdict = entailed(ctx, result)
         if verdict:
@@ -113,11 +118,12 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
             ctx.stats.bump("hv_unverified")
     if flagged:
         schema = schema_for("adjudicate")
-        rulings = yield [Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
-                                  messages=render("adjudicate", user=view.owner, when=view.when, fact=fact,
-                                                  turn=view.turn(groups[int(turn_of[i])]) if turn_of[i] >= 0 else ""),
-                                  item=fact, check=same_language(fact))
-                         for i, fact in flagged]
+        rulings = yield from ask_whole(ctx, [
+            Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
+                     messages=render("adjudicate", view.block, user=view.owner, fact=fact,
+                                     turn=view.turn(groups[int(turn_of[i])]) if turn_of[i] >= 0 else ""),
+                     item=fact, check=same_language(fact))
+            for i, fact in flagged])
         for (i, fact), result in zip(flagged, rulings):
             if isinstance(result, Failure):
                 ctx.fail(result)

@@ -4,15 +4,20 @@ A model can only resolve "I" to the memory owner and "tomorrow" to a date when t
 owner is and what day it was. So every turn is rendered with its speaker's name (the owner's name for the
 owner's messages, the other speaker's role or name otherwise), every prompt gets the session date, and
 NLI premises say who said what ("Maya Chen said: I moved ..."), which is how a real NLI model can match
-the owner's "I" against a hypothesis about "Maya Chen".
+the owner's "I" against a hypothesis about "Maya Chen". Premises also carry the calendar day of each relative
+date the speaker used ("tomorrow (2029-01-16)"): the facts were written with calendar dates, and an NLI model
+cannot count days, so without it every correctly dated fact would go to decomposition and adjudication.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 
+from promem_fast.prompts import session_block
 from promem_fast.types import Session, Turn
 
 TurnGroup = tuple[int | str, tuple[Turn, ...]]
@@ -60,11 +65,21 @@ class DialogueView:
     day: date | None
     stamp: str | None
     """The session timestamp as given (shown when it cannot be read as a date)."""
+    block: str = ""
+    """The leading block every prompt of the session starts with (:func:`promem_fast.prompts.session_block`)."""
+    shows_dialogue: bool = False
+    """Whether ``block`` holds the whole dialogue (else each prompt carries the part it needs)."""
+    compressed: bool = False
+    """Whether the dialogue in ``block`` is the compressed one (details then show the original turns)."""
 
     @classmethod
     def of(cls, session: Session) -> DialogueView:
-        return cls(owner=session.user, owner_role=session.owner_role, day=parse_day(session.timestamp),
+        """The view with the whole dialogue in its block (:func:`~promem_fast.pipeline.common.with_block`
+        takes it out when the session does not fit the model's context)."""
+        view = cls(owner=session.user, owner_role=session.owner_role, day=parse_day(session.timestamp),
                    stamp=session.timestamp)
+        block = session_block(view.owner, view.when, view.dialogue(session.turn_groups()))
+        return replace(view, block=block, shows_dialogue=True)
 
     @property
     def when(self) -> str:
@@ -78,6 +93,10 @@ class DialogueView:
         """The date kept on each node: ISO when readable, else the timestamp as given."""
         return self.day.isoformat() if self.day is not None else self.stamp
 
+    def dialogue(self, groups: Sequence[TurnGroup]) -> str:
+        """Every turn, one ``[turn 3] Maya Chen: ...`` line per message."""
+        return "\n".join(self.turn(g) for g in groups)
+
     def turn(self, group: TurnGroup) -> str:
         """``[turn 3] Maya Chen: ...`` lines (the turn's own date is added when it is not the session's)."""
         return _render(group, self.owner_role, self.owner, self.day)
@@ -88,15 +107,21 @@ class DialogueView:
         return day.isoformat() if day is not None else self.stamp
 
     def premise(self, group: TurnGroup, mode: str) -> str:
-        """The NLI premise: "On 2029-01-15, Maya Chen said: I ..." for the whole turn, or only the owner's
-        messages when ``mode`` is ``speaker`` (and the turn has some)."""
-        _, messages = group
-        if mode == "speaker":
-            messages = tuple(m for m in messages if m.role == self.owner_role) or messages
-        lines = [f"{_label(m.role, self.owner_role, self.owner)} said: {m.text}" for m in messages]
+        """The NLI premise: "On 2029-01-15, Maya Chen said: I ..." for only the owner's messages when
+        ``mode`` is ``speaker`` (and the turn has some), or for the whole turn; relative dates resolved."""
         day = _turn_day(group) or self.day
+        lines = [f"{_label(m.role, self.owner_role, self.owner)} said: {resolve_dates(m.text, day)}"
+                 for m in self.said(group, mode)]
         head = f"On {day.isoformat()}, " if day is not None else ""
         return head + "\n".join(lines)
+
+    def said(self, group: TurnGroup, mode: str) -> tuple[Turn, ...]:
+        """A turn's messages that count as evidence: the owner's (``speaker``; the whole turn when the owner
+        said nothing in it) or every message (``turn``, the ablation)."""
+        _, messages = group
+        if mode == "speaker":
+            return tuple(m for m in messages if m.role == self.owner_role) or messages
+        return messages
 
 
 def _label(role: str, owner_role: str, owner: str) -> str:
@@ -114,3 +139,49 @@ def _render(group: TurnGroup, owner_role: str, owner: str, day: date | None) -> 
     own_day = _turn_day(group)
     stamp = f" on {own_day.isoformat()}" if own_day is not None and own_day != day else ""
     return "\n".join(f"[turn {tid}{stamp}] {_label(m.role, owner_role, owner)}: {m.text}" for m in messages)
+
+
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+            "ten": 10}
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_COUNT = r"(\d{1,2}|" + "|".join(_NUMBERS) + r"|a)"
+_RELATIVE = re.compile(
+    r"\b(?:the day before yesterday|the day after tomorrow|yesterday|today|tonight|tomorrow"
+    r"|(?:last|next|this coming) (?:" + "|".join(_WEEKDAYS) + r"|week)"
+    r"|" + _COUNT + r" (day|week)s? ago|in " + _COUNT + r" (day|week)s?)\b", re.I)
+
+
+def _offset(phrase: str, day: date) -> date:
+    words = phrase.lower().split()
+    fixed = {"the day before yesterday": -2, "the day after tomorrow": 2, "yesterday": -1, "today": 0,
+             "tonight": 0, "tomorrow": 1}
+    if phrase.lower() in fixed:
+        return day + timedelta(days=fixed[phrase.lower()])
+    calendar_week = words[0] in ("last", "next", "this") and words[-1] == "week"
+    if calendar_week:
+        monday = day - timedelta(days=day.weekday())
+        return monday + timedelta(days=-7 if words[0] == "last" else 7)
+    if words[-1] in _WEEKDAYS:
+        target = _WEEKDAYS.index(words[-1])
+        if words[0] == "last":
+            return day - timedelta(days=(day.weekday() - target - 1) % 7 + 1)
+        return day + timedelta(days=(target - day.weekday() - 1) % 7 + 1)
+    count_word = words[1] if words[0] == "in" else words[0]
+    count = 1 if count_word == "a" else _NUMBERS.get(count_word) or int(count_word)
+    unit = 7 if words[2 if words[0] == "in" else 1].startswith("week") else 1
+    return day + timedelta(days=count * unit * (1 if words[0] == "in" else -1))
+
+
+def resolve_dates(text: str, day: date | None) -> str:
+    """``text`` with the calendar day after each relative date ("tomorrow (2029-01-16)", "last week (the
+    week of 2029-01-08)"), counted from ``day``; unchanged without a day."""
+    if day is None:
+        return text
+
+    def mark(m: re.Match[str]) -> str:
+        found = _offset(m.group(0), day)
+        if re.fullmatch(r"(?:last|next|this coming) week", m.group(0), re.I):
+            return f"{m.group(0)} (the week of {found.isoformat()})"
+        return f"{m.group(0)} ({found.isoformat()})"
+
+    return _RELATIVE.sub(mark, text)

@@ -22,7 +22,7 @@ from promem_fast.backends._text import content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES
-from promem_fast.prompts import PREAMBLE, TEMPLATES
+from promem_fast.prompts import BLOCK, DIALOGUE, PER_ITEM, PREAMBLE, TEMPLATES
 from promem_fast.store.prompts import STORE_TEMPLATES
 from promem_fast.testing.eval_rules import EVAL_RULES
 from promem_fast.testing.nli_lexical import LexicalNLI
@@ -41,41 +41,98 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+_FIELD_PATTERNS = {"turns": r"[^\n]*"}
+"""Fields whose values keep to one line: a detail or event item's turn list, followed by an optional part."""
+
+
+def _match(pattern: str, text: str, known: dict[str, str]) -> dict[str, str] | None:
+    """The values of ``pattern``'s fields in ``text`` (fields in ``known`` must repeat their value)."""
+    regex, here = "", set()
+    for literal, name, _, _ in string.Formatter().parse(pattern):
+        regex += re.escape(literal)
+        if not name:
+            continue
+        if name in known:
+            regex += re.escape(known[name])
+        elif name in here:
+            regex += f"(?P={name})"
+        else:
+            regex += f"(?P<{name}>{_FIELD_PATTERNS.get(name, '.*?')})"
+            here.add(name)
+    found = re.fullmatch(regex, text, re.S)
+    return found.groupdict() if found else None
+
+
 def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | None:
     """The role and field values a rendered prompt was made from (None if it is not one of ours).
 
     Used by the scripted backend, which answers by role and input like a model would, from the prompt alone.
+    A pipeline prompt's fields include those of its session block: ``user``, ``when`` and ``dialogue`` (the
+    dialogue the block shows, "" when it shows none).
     """
     if len(messages) != 2:
         return None
-    system = messages[0]["content"]
-    for role, template in {**TEMPLATES, **EVAL_TEMPLATES, **STORE_TEMPLATES}.items():
-        if not system.startswith(f"{PREAMBLE}\n\n{template.system.split('{', 1)[0]}"):
+    system, user = messages[0]["content"], messages[1]["content"]
+    block = _match(BLOCK, system, {}) if system.startswith(BLOCK.split("{", 1)[0]) else None
+    if system == PREAMBLE:  # a check outside any session (the store's update judge)
+        block = {"dialogue": ""}
+    elif block is not None:
+        shown = block.pop("shown")
+        head = DIALOGUE.split("{", 1)[0]
+        block["dialogue"] = shown[len(head):] if shown.startswith(head) else ""
+        for role, template in TEMPLATES.items():
+            if not user.startswith(template.task.split("{", 1)[0]):
+                continue
+            fields = _match(template.user, user, block)
+            if fields is not None:
+                return role, {**block, **fields}
+        return None
+    for role, other in {**EVAL_TEMPLATES, **STORE_TEMPLATES}.items():
+        if not system.startswith(f"{PREAMBLE}\n\n{other.system.split('{', 1)[0]}"):
             continue
-        fields: dict[str, str] = {}
-        ok = True
-        for text, pattern in ((messages[0]["content"], f"{PREAMBLE}\n\n{template.system}"),
-                              (messages[1]["content"], template.user)):
-            regex, here = "", set()
-            for literal, name, _, _ in string.Formatter().parse(pattern):
-                regex += re.escape(literal)
-                if not name:
-                    continue
-                if name in fields:
-                    regex += re.escape(fields[name])
-                elif name in here:
-                    regex += f"(?P={name})"
-                else:
-                    regex += f"(?P<{name}>.*?)"
-                    here.add(name)
-            found = re.fullmatch(regex, text, re.S)
-            if not found:
-                ok = False
-                break
-            fields.update(found.groupdict())
-        if ok:
-            return role, fields
+        fields = _match(f"{PREAMBLE}\n\n{other.system}", system, {})
+        more = _match(other.user, user, fields) if fields is not None else None
+        if more is not None:
+            return role, {**fields, **more}  # type: ignore[dict-item]
     return None
+
+
+_LINK = re.compile(r"^(?P<n>\d+)\. Entry A: (?P<source>.*?) \| Entry B: (?P<target>.*?) \| Proposed relation: "
+                   r"(?P<relation>\S+) \((?P<meaning>.*?)\)(?: \| Question about the link: (?P<question>.*))?$", re.M)
+_NUMBERED = re.compile(r"^(?P<n>\d+)\. (?P<question>.*)$", re.M)
+
+
+def each_item(role: str, fields: dict[str, str], rule: Rule) -> dict[str, Any]:
+    """A reply to a prompt of numbered items (links, questions): ``rule`` answers each item from the fields
+    that item's line gives, with the prompt's other fields."""
+    key, index, _ = PER_ITEM[role]
+    found = _NUMBERED.finditer(fields["questions"]) if role == "answer_flat" else _LINK.finditer(fields["links"])
+    answers = []
+    for m in found:
+        item = {k: v for k, v in m.groupdict().items() if v is not None and k != "n"}
+        answers.append({index: int(m.group("n")), **rule({**fields, **item})})
+    return {key: answers}
+
+
+def shown_text(fields: dict[str, str]) -> str:
+    """The dialogue a prompt shows: the part in its item when it has one, else the block's dialogue."""
+    text = fields.get("text", "").strip("\n")
+    return text.split(":\n", 1)[1] if text else fields.get("dialogue", "")
+
+
+def turn_lines(fields: dict[str, str], wanted: str) -> dict[str, str]:
+    """The lines of each turn named in ``wanted`` ("3, 4"), from the item's part or the block's dialogue."""
+    names = [t.strip() for t in wanted.split(",") if t.strip()]
+    out: dict[str, list[str]] = {name: [] for name in names}
+    part = fields.get("text", "").strip("\n")
+    if part and len(names) == 1:  # the item shows the one turn it names (or a window of a long one)
+        return {names[0]: part.split(":\n", 1)[1]}
+    for line in (part.split(":\n", 1)[1] if part else fields.get("dialogue", "")).splitlines():
+        m = _LINE.match(line)
+        tid = m.group("tid").split(" on ", 1)[0] if m and m.group("tid") else None
+        if tid in out:
+            out[tid].append(line)
+    return {k: "\n".join(v) for k, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------------ schemas
@@ -110,7 +167,10 @@ class ScriptedLLM:
                 reply: Any = {}
             else:
                 role, fields = parsed
-                reply = self.rules[role](fields) if role in self.rules else {}
+                if role in PER_ITEM and role in self.rules:
+                    reply = each_item(role, fields, self.rules[role])
+                else:
+                    reply = self.rules[role](fields) if role in self.rules else {}
             reply = within_schema(reply, request.schema)
             text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
             n = approx_tokens(text)
@@ -189,24 +249,39 @@ def _rest(items: list[str], fields: dict[str, str]) -> list[str]:
     return [item for item in items if item.strip().lower() not in listed]
 
 
-def _details(fields: dict[str, str]) -> dict[str, list[str]]:
-    text = " ".join(t for _, _, t in lines_of(fields["turn"])) or fields["turn"]
-    found = re.findall(r"\b(?:[A-Z][a-z]+(?: [A-Z][a-z]+)+|\d[\d,.:]*(?: ?(?:am|pm|km|kg|%|years?|months?|days?))?)",
-                       text)
-    found += [m.group(0) for m in re.finditer(r"\b(?:at|in|on) [A-Z][\w-]+(?: [A-Z][\w-]+)*", text)]
-    seen: list[str] = []
-    for item in found:
-        if item not in seen:
-            seen.append(item)
-    return {"details": _rest(seen, fields)}
+def _owner_only(fields: dict[str, str]) -> bool:
+    """Whether the detail task asks for the owner's words only (its source rule names the owner)."""
+    return fields.get("user", "") in fields.get("source", "")
 
 
-def _owner(fields: dict[str, str], text_field: str) -> list[str]:
-    return owner_sentences(fields[text_field], fields.get("user"), day_in(fields.get("when")))
+def _details(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    out = []
+    for name, lines in turn_lines(fields, fields["turns"]).items():
+        said = [(role, text) for _, role, text in lines_of(lines)] or [("", lines)]
+        if _owner_only(fields) and any(role == fields["user"] for role, _ in said):
+            said = [(role, text) for role, text in said if role == fields["user"]]
+        text = " ".join(t for _, t in said)
+        found = re.findall(r"\b(?:[A-Z][a-z]+(?: [A-Z][a-z]+)+|\d[\d,.:]*(?: ?(?:am|pm|km|kg|%|years?|months?|days?))?)",
+                           text)
+        found += [m.group(0) for m in re.finditer(r"\b(?:at|in|on) [A-Z][\w-]+(?: [A-Z][\w-]+)*", text)]
+        seen: list[str] = []
+        for item in found:
+            if item not in seen and f"turn {name}: {item}".lower() not in _listed(fields) \
+                    and item.lower() not in _listed(fields):
+                seen.append(item)
+        out.append({"turn": name, "details": seen})
+    if fields.get("reply", "").startswith('"details"'):  # one turn asked, one flat list
+        return {"details": out[0]["details"] if out else []}
+    return {"turns": out}
+
+
+def _owner(fields: dict[str, str], text: str) -> list[str]:
+    return owner_sentences(text, fields.get("user"), day_in(fields.get("when")))
 
 
 def _events(fields: dict[str, str]) -> dict[str, list[str]]:
-    sentences = _owner(fields, "segment")
+    segment = "\n".join(turn_lines(fields, fields["turns"]).values())
+    sentences = _owner(fields, segment)
     return {"events": _rest(sentences[:1] + ([max(sentences[1:], key=len)] if len(sentences) > 2 else []), fields)}
 
 
@@ -218,7 +293,7 @@ def _relations(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _draft(fields: dict[str, str]) -> dict[str, list[str]]:
-    return {"facts": _rest(_owner(fields, "dialogue")[::2], fields)}
+    return {"facts": _rest(_owner(fields, shown_text(fields))[::2], fields)}
 
 
 def _decompose(fields: dict[str, str]) -> dict[str, list[str]]:
@@ -233,7 +308,7 @@ def _adjudicate(fields: dict[str, str]) -> dict[str, Any]:
     turn, fact = fields["turn"], fields["fact"]
     if coverage(fact, turn) < 0.5:
         return {"action": "DISCARD", "revised_fact": None}
-    candidates = owner_sentences(turn, fields.get("user"), day_in(fields.get("when"))) or [fact]
+    candidates = _owner(fields, turn) or [fact]
     best = max(candidates, key=lambda s: (coverage(fact, s), -len(s)))
     return {"action": "REVISE", "revised_fact": best}
 
@@ -262,7 +337,7 @@ def _answer_flat(fields: dict[str, str]) -> dict[str, Any]:
 
 
 def _verify(fields: dict[str, str]) -> dict[str, bool]:
-    dialogue = fields["dialogue"]
+    dialogue = shown_text(fields)
     return {"supported": coverage(fields["source"], dialogue) >= 0.5 and coverage(fields["target"], dialogue) >= 0.5}
 
 
