@@ -151,12 +151,13 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def adopt(path: Path, command: str) -> None:
     """Make a tool's own JSON output a result file in place: its content stays, its numeric leaves become
-    ``figures`` (``before.load_p99_ms``), and the date and commit are those of the commit that added the
-    file (the measured code is that commit's parent or its own tree)."""
+    ``figures`` (``before.load_p99_ms``), and the date and commit are the ones it records or else those of
+    the commit that added the file (the measured code is that commit's parent or its own tree)."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    added = _git("log", "--diff-filter=A", "--format=%H %aI", "-1", "--", str(path.relative_to(ROOT)))
+    added = _git("log", "--diff-filter=A", "--format=%H %aI", "-1", "--", str(path))
     commit, _, date = (added or "").partition(" ")
-    data.update({"name": path.stem, "date": date or None, "commit": commit or None, "dirty": False,
+    data.update({"name": path.stem, "date": data.get("date") or date or None,
+                 "commit": data.get("commit") or commit or None, "dirty": bool(data.get("dirty", False)),
                  "command": command, "projection": bool(data.get("projection", False)),
                  "figures": _leaves(data), "machine": data.get("machine") or data.get("machine_info") or {}})
     data.setdefault("tables", {})

