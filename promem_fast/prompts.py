@@ -58,11 +58,14 @@ BLOCK = PREAMBLE + "\n\n" + WHO + " " + WHEN + "\n\n{shown}"
 """The leading block shared by every role's prompt of one session (the system message)."""
 
 DIALOGUE = "The dialogue:\n{dialogue}"
-NO_DIALOGUE = "The dialogue is too long to show at once: each task below shows the part of it that it needs."
+NO_DIALOGUE = "The dialogue is not shown here: each task below shows the part of it that it needs."
 
 
 def session_block(user: str, when: str, dialogue: str | None) -> str:
-    """The system message of every pipeline prompt of one session (``dialogue`` None: too long to show)."""
+    """The system message of every pipeline prompt of one session.
+
+    ``dialogue`` None: each prompt shows its own part instead, because the dialogue does not fit the context,
+    or compression or ``pipeline.dialogue_in_block: false`` asks for it."""
     shown = DIALOGUE.format(dialogue=dialogue) if dialogue is not None else NO_DIALOGUE
     return BLOCK.format(user=user, when=when, shown=shown)
 
