@@ -62,8 +62,6 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from promem_fast.store import MemoryStore
 
-    from promem_fast import shapes
-
     with MemoryStore(args.db, build_config(args), read_only=True, key_file=args.key_file) as store:
         if unknown_user(store, args):
             return 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import HTTPException, Request
 from fastapi import Path as PathParam
