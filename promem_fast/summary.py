@@ -53,6 +53,10 @@ class RunSummary:
         lines.append(f"wall {self.wall_seconds:.2f} s (models loaded in {self.load_seconds:.1f} s)  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
                      f"{self.rounds} rounds, backend calls {sum(self.backend_calls.values())}, "
                      f"engine {1e3 * engine / max(self.sessions, 1):.2f} ms/session)")
+        copied = self.stats.counts.get("details_from_prompt", 0)
+        if copied:
+            lines.append(f"details dropped as words of the prompt {copied} (pronouns, speaker names, turn labels, "
+                         "instructions)")
         failures = self.stats.counts.get("failed_steps", 0)
         if failures:
             lines.append(f"failed steps {failures} (see each record's stats.failures)")

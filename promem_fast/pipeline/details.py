@@ -7,6 +7,9 @@ the owner says (the other speaker's lines are context), ``pipeline.detail_source
 speakers. A session too long for the block is asked turn by turn (window by window for a long turn), each
 request showing its turn.
 
+Details that only repeat words of the prompt (a pronoun, a speaker's name, a turn label, the instructions'
+own words) are dropped at the end and counted as ``details_from_prompt`` (:mod:`.detail_check`).
+
 A reply that ran out of its budget or filled a turn's list is continued for the turns it did not finish:
 those after the last turn it reached, and any whose list reached ``max_list_items``.
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, dedupe, statements, window_text
+from promem_fast.pipeline.detail_check import DetailCheck, instruction_text
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import (
     ANY_WORDS, DETAILS_MANY, DETAILS_ONE, OWNER_WORDS, more_text, render, schema_for, shown_part,
@@ -74,9 +78,16 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
         log.warning("details of %d turn(s) still cut when asking for more had to stop",
                     sum(len(a.turns) for a in todo))
         ctx.stats.bump("lists_left_full", len(todo))
+    check = DetailCheck(instruction_text("detail", view.owner, source),
+                        {view.owner, view.owner_role, *(m.role for _, said in groups for m in said)})
     details: list[Detail] = []
     for index in sorted(found):
-        details.extend(Detail(text=t, turn_id=groups[index][0]) for t in dedupe(found[index]))
+        listed = dedupe(found[index])
+        said = "\n".join(m.text for m in view.said(groups[index], cp.detail_source))
+        kept = check.keep(listed, said)
+        if len(kept) < len(listed):
+            ctx.stats.bump("details_from_prompt", len(listed) - len(kept))
+        details.extend(Detail(text=t, turn_id=groups[index][0]) for t in kept)
     ctx.stats.bump("details", len(details))
     return details
 
