@@ -201,3 +201,35 @@ def test_tiny_budget_ends_with_length(llm: Any) -> None:
     assert reply.finish_reason == "length"
     assert reply.completion_tokens == 3
 
+
+
+@pytest.mark.slow
+def test_prefix_reuse_evaluates_less_and_answers_the_same() -> None:
+    """Two prompts of one session share the session block: with reuse the second is evaluated from where
+    they differ, and both answers are those of a backend that evaluates every prompt from scratch."""
+    from promem_fast import prompts
+
+    block = prompts.session_block("Tomás", "2025-03-14 (Friday)", None)
+    turn = prompts.shown_part("The turn", "[turn 0] Tomás: I drive a 2014 Honda Civic to work in Lisbon.")
+    requests = [GenerationRequest(messages=prompts.render("detail", block, user="Tomás", source=prompts.ANY_WORDS,
+                                                          turns="0", text=turn, reply=prompts.DETAILS_ONE),
+                                  schema=DETAILS, max_tokens=24),
+                GenerationRequest(messages=prompts.render("detail", block, user="Tomás", source=prompts.ANY_WORDS,
+                                                          turns="0", text=turn, reply=prompts.DETAILS_ONE,
+                                                          more=prompts.more_text(["a 2014 Honda Civic"])),
+                                  schema=DETAILS, max_tokens=24)]
+    answers = {}
+    for reuse in (True, False):
+        backend = llm_llamacpp.LlamaCppLLM(LLMConfig(backend="llamacpp", context_length=2048, prefix_reuse=reuse))
+        try:
+            assert backend.reuses_prefix is reuse
+            answers[reuse] = backend.generate(requests)
+            sent, evaluated = backend.prompt_tokens_sent, backend.prompt_tokens_evaluated
+        finally:
+            backend.close()
+        assert sent == sum(a.prompt_tokens for a in answers[reuse])
+        if reuse:  # the continuation repeats the first prompt and adds the items already listed at its end
+            assert evaluated <= sent // 2 + 40
+        else:
+            assert evaluated == sent
+    assert answers[True] == answers[False]

@@ -147,7 +147,7 @@ def test_the_manifest_ignores_only_fields_that_cannot_change_results(six: Path) 
     ("pipeline.max_tokens={draft: 512}", True), ("record_timings=true", True), ("llm.model=other.gguf", True),
     ("max_in_flight=3", False), ("max_batch_size=5", False), ("on_error=stop", False), ("fsync=true", False),
     ("llm.timeout_s=1.0", False), ("llm.max_retries=0", False), ("qa_top_k=5", False), ("progress=true", False),
-    ("max_failed_batches=9", False),
+    ("max_failed_batches=9", False), ("llm.prefix_reuse=false", False),
 ])
 def test_single_node_and_ray_resume_agree_on_what_changes_a_result(tmp_path: Path, change: str,
                                                                    changes_result: bool) -> None:

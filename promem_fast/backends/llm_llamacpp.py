@@ -29,7 +29,8 @@ identical logits with and without a reused prefix for SmolLM2 in Q4_1, Q4_0 and 
 one-token batch takes other kernels; so prompts are evaluated in chunks of at least two tokens and a kept
 prefix never reaches into generated tokens. GPU kernels are picked by batch size, so there is no such
 guarantee. So prefix reuse is switched on only after a load-time check finds it bit-exact on the running
-build and machine, never with layers on a GPU; otherwise the KV cache is cleared before every request.
+build and machine, never with layers on a GPU nor with ``llm.prefix_reuse: false``; otherwise the KV cache is
+cleared before every request. ``prompt_tokens_sent`` and ``prompt_tokens_evaluated`` count what reuse saved.
 With reuse on, a batch runs in token order so prompts sharing a prefix are neighbours; answers come back
 in input order.
 
@@ -229,10 +230,15 @@ class LlamaCppLLM:
         self._token_ids = np.arange(self._n_vocab, dtype=np.int32)
         self._exact_upto = 0
         """Leading KV positions that a prompt filled in chunks of two tokens or more (safe to keep)."""
-        self.reuses_prefix = self._prefix_reuse_is_exact()
+        self.prompt_tokens_sent = 0
+        """Prompt tokens of every request answered so far."""
+        self.prompt_tokens_evaluated = 0
+        """Of those, the ones llama.cpp actually evaluated (the rest were served from a kept prefix)."""
+        self.reuses_prefix = config.prefix_reuse and self._prefix_reuse_is_exact()
         logger.info("llama.cpp model %s loaded in %.2fs: window %d tokens (trained %s), %d threads, "
                     "prompt prefix reuse %s", path.name, self.load_seconds, self.context_length, trained, threads,
-                    "on (checked bit-exact)" if self.reuses_prefix else "off")
+                    "on (checked bit-exact)" if self.reuses_prefix else
+                    "off" if config.prefix_reuse else "off (llm.prefix_reuse false)")
 
     def _special_text(self, token: int) -> str:
         """The text of a special token, as the chat template expects it (empty when the model has none)."""
@@ -301,7 +307,8 @@ class LlamaCppLLM:
         generated: list[int] = []
         finish: Literal["stop", "length"] = "length"
         try:
-            self._load_prompt(tokens, reuse=self.reuses_prefix)
+            self.prompt_tokens_evaluated += self._load_prompt(tokens, reuse=self.reuses_prefix)
+            self.prompt_tokens_sent += len(tokens)
             while len(generated) < request.max_tokens:
                 if time.monotonic() > deadline:
                     raise BackendError(
@@ -326,8 +333,8 @@ class LlamaCppLLM:
             finish_reason=finish,
         )
 
-    def _load_prompt(self, tokens: list[int], *, reuse: bool) -> None:
-        """Evaluate ``tokens`` so the next sample follows them.
+    def _load_prompt(self, tokens: list[int], *, reuse: bool) -> int:
+        """Evaluate ``tokens`` so the next sample follows them; returns how many were evaluated.
 
         With ``reuse``, the KV cache of the longest prefix shared with the previous prompt is kept and only
         the rest is evaluated. llama.cpp computes a one-token batch with other kernels than a longer one
@@ -358,6 +365,7 @@ class LlamaCppLLM:
             self._llm.eval(tokens[start:end])
             start = end
         self._exact_upto = len(tokens) if len(tokens) - keep >= 2 else 0
+        return len(tokens) - keep
 
     def _prefix_reuse_is_exact(self) -> bool:
         """Whether a prompt evaluated on top of a cached prefix gets bit-identical logits to the same prompt
