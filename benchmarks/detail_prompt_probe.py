@@ -16,7 +16,10 @@ wordings compared:
 
 Per wording: turns whose reply lists something, items, items that occur word for word in the owner's lines of
 that turn (a name copied back counts, so this is an upper bound on real details), items only the assistant
-said, and replies cut by the budget (the pipeline asks those again with a larger one). A 135M model shows
+said, items the pipeline's detail check keeps (``pipeline/detail_check.py``: no bare pronouns, speaker
+names, turn labels or instruction words), and replies cut by the budget (the pipeline asks those again with a
+larger one). ``before_demo.*`` applies the same check to the 11 details the demo kept on its first session at
+6fb4e48 (recorded in ``results/smollm2_demo.json``). A 135M model shows
 format, not quality: a count here says whether the model lists anything, not whether memory gets better.
 """
 
@@ -37,9 +40,11 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from figures import write_result  # noqa: E402
 from promem_fast import prompts as P  # noqa: E402
 from promem_fast.pipeline.common import PLACEHOLDERS  # noqa: E402
+from promem_fast.pipeline.detail_check import DetailCheck, instruction_text  # noqa: E402
 from promem_fast.types import Message  # noqa: E402
 
 SESSIONS = HERE.parent / "promem_fast" / "data" / "demo_sessions.jsonl"
+BEFORE = HERE / "results" / "smollm2_demo.json"
 DEMO = HERE.parent / "promem_fast" / "data" / "demo.yaml"
 KINDS = ("names of people and organisations, dates and times, places, quantities and prices, named objects, "
          "preferences. Each detail is a short fragment, not a sentence about the whole conversation.")
@@ -74,6 +79,23 @@ def turns_of(session: dict[str, Any]) -> Iterator[tuple[int, str, str, str]]:
         yield tid, shown, own, other
 
 
+def detail_check(user: str) -> DetailCheck:
+    """The pipeline's check of a detail list, for a session of ``user`` with the default source rule."""
+    return DetailCheck(instruction_text("detail", user, P.OWNER_WORDS.format(user=user)), {user, "user", "assistant"})
+
+
+def before_demo(session: dict[str, Any]) -> list[str]:
+    """Of the details the demo kept on its first session at 6fb4e48, those the detail check keeps now."""
+    check = detail_check(session["user"])
+    own = {tid: o for tid, _, o, _ in turns_of(session)}
+    kept = []
+    for entry in json.loads(BEFORE.read_text(encoding="utf-8"))["before"]["details_kept"]:
+        label, item = entry.split(": ", 1)
+        if check.informative(item, own[int(label.removeprefix("turn "))]):
+            kept.append(entry)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sessions", type=int, default=0, help="only the first N demo sessions (0: all)")
@@ -94,11 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         session = json.loads(line)
         day = dt.date.fromisoformat(session["timestamp"][:10])
         when = f"{day.isoformat()} ({day.strftime('%A')})"
+        check = detail_check(session["user"])
         for tid, shown, own, other in turns_of(session):
             for name, messages in wordings(session["user"], when, shown):
                 reply = llm.generate([GenerationRequest(messages=messages, schema=schema, max_tokens=budget)])[0]
                 row = table.setdefault(name, dict.fromkeys(
-                    ("turns", "listing_turns", "items", "in_owner_words", "assistant_only", "cut"), 0))
+                    ("turns", "listing_turns", "items", "in_owner_words", "assistant_only", "kept_by_check", "cut"),
+                    0))
                 row["turns"] += 1
                 log.info("%s turn %s %s: %s", session["session_id"], tid, name, reply.text.strip()[:160])
                 if reply.finish_reason == "length":
@@ -110,12 +134,23 @@ def main(argv: list[str] | None = None) -> int:
                 row["items"] += len(items)
                 row["in_owner_words"] += sum(t.lower() in own for t in items)
                 row["assistant_only"] += sum(t.lower() in other and t.lower() not in own for t in items)
+                kept = check.keep(items, own)
+                row["kept_by_check"] += len(kept)
                 if number == 0:
                     first.setdefault(name, []).extend(f"turn {tid}: {t}" for t in items)
+                    first.setdefault(f"{name}_kept", []).extend(f"turn {tid}: {t}" for t in kept)
     figures = {f"{name}.{key}": value for name, row in table.items() for key, value in row.items()}
-    figures.update({f"{name}.first_session_items": len(items) for name, items in first.items()})
+    figures.update({f"{name}.first_session_items": len(items) for name, items in first.items()
+                    if not name.endswith("_kept")})
+    figures.update({f"{name[:-5]}.first_session_kept": len(items) for name, items in first.items()
+                    if name.endswith("_kept")})
+    before = json.loads(BEFORE.read_text(encoding="utf-8"))["before"]
+    kept_before = before_demo(json.loads(lines[0]))
+    figures.update({"before_demo.details": before["details"], "before_demo.kept_by_check": len(kept_before)})
+    tables = {name: {"first_session": items} for name, items in first.items()}
+    tables["before_demo"] = {"kept_by_check": kept_before}
     write_result("smollm2_detail_probe", figures, "python benchmarks/detail_prompt_probe.py",
-                 tables={name: {"first_session": items} for name, items in first.items()},
+                 tables=tables,
                  note="SmolLM2-135M, one detail request per turn of the demo sessions, greedy; format, not quality")
     return 0
 
