@@ -49,6 +49,10 @@ def test_approximate_search_returns_the_exact_top_ten_of_the_nearest_cluster() -
         rows, scores = index.search(query, 10)
         assert rows.tolist() == [row_of[c * MEMBERS + j] for j in range(10)]
         assert np.allclose(scores, [1.0 - j / 1000.0 for j in range(10)], atol=1e-5)
+    between = np.zeros(DIM, np.float32)  # between clusters 40 and 41, a little nearer 40: their lists both count
+    between[40], between[41] = 1.0, 0.9995
+    rows, _ = index.search(between / np.linalg.norm(between), 10)
+    assert rows.tolist() == [row_of[c * MEMBERS + j] for j in range(5) for c in (40, 41)]  # 40/0, 41/0, 40/1…
     assert np.array_equal(index.vectors(), vectors[order])  # rows kept in the order added across both trainings
 
 
