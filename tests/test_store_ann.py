@@ -93,25 +93,29 @@ def _store(db: Path) -> MemoryStore:
     return MemoryStore(db, config, update_judge="off")
 
 
+def _holds(index_folder: Path, vector: bytes) -> bool:
+    return any(vector in p.read_bytes() for p in index_folder.iterdir())
+
+
 def test_a_deleted_node_leaves_the_approximate_index_and_its_file(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+    db, folder = tmp_path / "m.db", tmp_path / "m.db.vectors"
     with _store(db) as store:
         store.add(SESSIONS)
-        top = store.search("Tom", "candles of list 3", k=5)
-        assert store.index(store._user_pk("default", "Tom") or 0).approximate
-    gone = top[0].node_id
+        top = [h.node_id for h in store.search("Tom", "candles of list 3", k=5)]
+    gone = top[0]
     vector = _stored_vector(db, gone)
-    (saved,) = (tmp_path / "m.db.vectors").iterdir()
-    assert vector in saved.read_bytes()  # the file holds the vectors whole: what must leave it
-    with _store(db) as store:
-        assert store.delete(user="Tom", node=gone) == 1
-        after = store.search("Tom", "candles of list 3", k=5)
-        index = store.index(store._user_pk("default", "Tom") or 0)
-        assert index.approximate and len(index) == 99
-        assert not (index.vectors() == np.frombuffer(vector, np.float32)).all(axis=1).any()
-        assert gone not in [h.node_id for h in after]
-        assert [h.node_id for h in after][:4] == [h.node_id for h in top][1:5]
-    assert all(vector not in p.read_bytes() for p in (tmp_path / "m.db.vectors").iterdir())
+    assert _holds(folder, vector)  # the file holds the vectors whole: what must leave it
+    with _store(db) as writer, _store(db) as reader:
+        user = writer._user_pk("default", "Tom") or 0
+        assert reader.search("Tom", "candles of list 3", k=5)[0].node_id == gone
+        assert writer.delete(user="Tom", node=gone) == 1
+        assert not _holds(folder, vector)  # gone from disk at once, not at the next close
+        for store in (writer, reader):  # the reader's index was built before the delete
+            index = store.index(user)
+            assert index.approximate and len(index) == 99
+            assert not (index.vectors() == np.frombuffer(vector, np.float32)).all(axis=1).any()
+            assert [h.node_id for h in store.search("Tom", "candles of list 3", k=5)][:4] == top[1:5]
+    assert not _holds(folder, vector)
 
 
 def test_an_index_file_of_the_older_hnsw_version_is_rebuilt_and_replaced_by_an_inverted_file(tmp_path: Path) -> None:
