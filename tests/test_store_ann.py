@@ -1,6 +1,6 @@
-"""The inverted file (store/ann.py) that searches large users: the exact top 10 where the answer is known by
-construction, retraining as the user grows, deletes gone from the index and its file, and index files of the
-older HNSW version still read."""
+"""The grouped HNSW index (store/ann.py) that searches large users: the exact top 10 where the answer is known
+by construction, near-duplicates grouped behind one leader and others not, deletes gone from the index and
+its file, and index files of the older plain-HNSW version replaced."""
 
 from __future__ import annotations
 
@@ -13,67 +13,86 @@ import pytest
 from conftest import scripted_config
 from promem_fast.store import MemoryStore
 from promem_fast.store import ann
-from promem_fast.store.vectors import VectorIndex
 from store_helpers import graph
 
 faiss = pytest.importorskip("faiss", reason="needs the cpu extra (faiss-cpu)")
 
-CLUSTERS, MEMBERS, DIM = 400, 50, 512
+CLUSTERS, MEMBERS, SPACE, DIM = 400, 50, 32, 96
+
+
+def _centres() -> np.ndarray:
+    """``CLUSTERS`` random unit vectors in the first ``SPACE`` axes (neighbouring centres at cosine 0.5–0.8,
+    as real sentence vectors are, so a graph walk has somewhere to go)."""
+    centres = np.zeros((CLUSTERS, DIM), np.float32)
+    centres[:, :SPACE] = np.random.default_rng(11).standard_normal((CLUSTERS, SPACE))
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
 
 
 def _clustered() -> np.ndarray:
-    """``CLUSTERS`` tight clusters of ``MEMBERS`` unit vectors: member ``j`` of cluster ``c`` (row
-    ``c·MEMBERS + j``) is ``a_j·e_c + b_j·e_(400 + j)`` with ``a_j = 1 − j/1000``, so its cosine with the
-    axis ``e_c`` is ``a_j``: the nearest ten to ``e_c`` are members 0–9 of cluster ``c``, in that order,
-    and every other cluster is at cosine 0 or less from it."""
+    """``MEMBERS`` unit vectors per centre: member ``j`` of cluster ``c`` (row ``c·MEMBERS + j``) is
+    ``a_j·centre_c + b_j·e_(SPACE + (j + c) mod 64)`` with ``a_j = 1 − j/1000``: its cosine with
+    ``centre_c`` is ``a_j`` (the offset axes are outside the centres' space), so the nearest ten to
+    ``centre_c`` are members 0–9 of cluster ``c`` in that order (0.991 or more, while another cluster's
+    members are at most its centre's cosine with ``centre_c``)."""
+    centres = _centres()
     out = np.zeros((CLUSTERS * MEMBERS, DIM), np.float32)
     for c in range(CLUSTERS):
         for j in range(MEMBERS):
             a = 1.0 - j / 1000.0
-            out[c * MEMBERS + j, c] = a
-            out[c * MEMBERS + j, CLUSTERS + (j + c) % (DIM - CLUSTERS)] = np.sqrt(1.0 - a * a)
+            out[c * MEMBERS + j] = a * centres[c]
+            out[c * MEMBERS + j, SPACE + (j + c) % (DIM - SPACE)] = np.sqrt(1.0 - a * a)
     return out
 
 
 def test_approximate_search_returns_the_exact_top_ten_of_the_nearest_cluster() -> None:
     vectors = _clustered()
-    order = np.random.default_rng(5).permutation(len(vectors))  # every block holds members of every cluster
+    order = np.random.default_rng(5).permutation(len(vectors))
     row_of = np.argsort(order)  # original row → row in the index
     index = ann.ApproximateIndex(DIM)
-    for start in range(0, len(vectors), 4000):  # grown block by block: trained at 4,000, again at 16,000
+    for start in range(0, len(vectors), 4000):  # grown block by block, as the store adds
         index.add(vectors[order[start:start + 4000]])
-    assert index.trained_at == 16_000 and index.lists > ann.NPROBE  # a query reads only part of the lists
+    # a cluster's members are within cosine 0.9 of each other; all members of a cluster that arrive in
+    # the block where its first member does may lead (they were not compared with each other)
+    assert CLUSTERS <= index.graph.ntotal < len(vectors) // 4
+    centres = _centres()
+    assert (centres @ centres.T - 2 * np.eye(CLUSTERS)).max() < 0.95  # no other cluster reaches 0.991
     for c in (0, 7, 123, 250, 399):
-        query = np.zeros(DIM, np.float32)
-        query[c] = 1.0
-        rows, scores = index.search(query, 10)
+        rows, scores = index.search(centres[c], 10)
         assert rows.tolist() == [row_of[c * MEMBERS + j] for j in range(10)]
         assert np.allclose(scores, [1.0 - j / 1000.0 for j in range(10)], atol=1e-5)
-    between = np.zeros(DIM, np.float32)  # between clusters 40 and 41, a little nearer 40: their lists both count
-    between[40], between[41] = 1.0, 0.9995
+    # between the two closest clusters, a little nearer the first: both groups are needed, interleaved
+    near = centres @ centres.T - 2 * np.eye(CLUSTERS)
+    first, second = np.unravel_index(np.argmax(near), near.shape)
+    between = centres[first] + 0.9995 * centres[second]
     rows, _ = index.search(between / np.linalg.norm(between), 10)
-    assert rows.tolist() == [row_of[c * MEMBERS + j] for j in range(5) for c in (40, 41)]  # 40/0, 41/0, 40/1…
-    assert np.array_equal(index.vectors(), vectors[order])  # rows kept in the order added across both trainings
+    assert rows.tolist() == [row_of[c * MEMBERS + j] for j in range(5) for c in (first, second)]
+    assert np.array_equal(index.vectors(), vectors[order])  # rows kept in the order added
 
 
-def test_the_lists_are_trained_again_when_the_user_has_grown_four_fold_even_across_a_restart(
-        tmp_path: Path) -> None:
-    rng = np.random.default_rng(3)
-    vectors = rng.standard_normal((4000, 16)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index = VectorIndex(16, "faiss", 0, approximate_min=1000)
-    index.add(np.arange(1, 1001), vectors[:1000])
-    assert (index._approx.trained_at, index._approx.lists) == (1000, 25)  # 1,000 / 39 lists: FAISS's minimum
-    index.add(np.arange(1001, 3000), vectors[1000:2999])
-    assert (index._approx.trained_at, index._approx.lists) == (1000, 25)  # 2,999 < 4 × 1,000: lists kept
-    index.save(tmp_path / "u.npz", "store")
-    again = VectorIndex.load(tmp_path / "u.npz", "faiss", 0, 16, "store", approximate_min=1000)
-    assert again is not None and again.approximate
-    again.add(np.array([3000]), vectors[2999:3000])
-    assert (again._approx.trained_at, again._approx.lists) == (1000, 25)  # the file remembers 1,000
-    again.add(np.arange(3001, 4001), vectors[3000:])
-    assert (again._approx.trained_at, again._approx.lists) == (4000, 102)  # 4 × 1,000: 4,000 / 39 lists
-    assert np.array_equal(again.vectors(), vectors)
+def _unit(*pairs: tuple[int, float]) -> np.ndarray:
+    v = np.zeros(8, np.float32)
+    for axis, value in pairs:
+        v[axis] = value
+    return v
+
+
+def test_a_near_duplicate_joins_its_leaders_group_and_a_different_vector_leads_its_own() -> None:
+    index = ann.ApproximateIndex(8)
+    index.add(np.stack([_unit((0, 1.0)), _unit((1, 1.0))]))  # two leaders: groups 0 and 1
+    index.add(np.stack([
+        _unit((0, 0.95), (2, np.sqrt(1 - 0.95**2))),  # cosine 0.95 with row 0: joins group 0
+        _unit((1, 0.91), (3, np.sqrt(1 - 0.91**2))),  # 0.91 with row 1: joins group 1
+        _unit((0, 0.85), (4, np.sqrt(1 - 0.85**2))),  # 0.85 with row 0, under 0.9: leads group 2
+        _unit((5, 1.0)),  # far from everything: leads group 3
+    ]))
+    assert index.group.tolist() == [0, 1, 0, 1, 2, 3]
+    assert index.leaders.tolist() == [0, 1, 4, 5]
+    again = ann.ApproximateIndex.deserialize(index.serialize(), 8)  # the store's index file
+    assert again.group.tolist() == [0, 1, 0, 1, 2, 3] and np.array_equal(again.vectors(), index.vectors())
+    again.add(_unit((5, 0.99), (6, np.sqrt(1 - 0.99**2)))[None])  # after a restart: still grouped
+    assert again.group.tolist()[-1] == 3
+    rows, scores = again.search(_unit((5, 1.0)), 2)  # both members of group 3 found through its leader
+    assert rows.tolist() == [5, 6] and np.allclose(scores, [1.0, 0.99])
 
 
 def _stored_vector(db: Path, node: int) -> bytes:
@@ -118,15 +137,15 @@ def test_a_deleted_node_leaves_the_approximate_index_and_its_file(tmp_path: Path
     assert not _holds(folder, vector)
 
 
-def test_an_index_file_of_the_older_hnsw_version_is_rebuilt_and_replaced_by_an_inverted_file(tmp_path: Path) -> None:
+def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     with _store(db) as store:
         store.add(SESSIONS)
         expected = [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)]
     (saved,) = (tmp_path / "m.db.vectors").iterdir()
-    with np.load(saved) as new:  # rewrite it as the HNSW version wrote it: a "graph" and no "trained_at"
+    with np.load(saved) as new:  # rewrite it as the plain HNSW version wrote it: a "graph"
         fields = {"ids": new["ids"], "store_id": new["store_id"], "state": new["state"]}
-        vectors = ann.saved_vectors(new["ivf"], int(new["state"][2]))
+        vectors = ann.ApproximateIndex.deserialize(new["grouped"], int(new["state"][2])).vectors()
     hnsw = faiss.IndexHNSWFlat(vectors.shape[1], 24, faiss.METRIC_INNER_PRODUCT)
     hnsw.add(vectors)
     np.savez(saved, graph=faiss.serialize_index(hnsw), **fields)
@@ -135,4 +154,4 @@ def test_an_index_file_of_the_older_hnsw_version_is_rebuilt_and_replaced_by_an_i
         index = store.index(store._user_pk("default", "Tom") or 0)
         assert index.approximate and np.array_equal(index.vectors(), vectors)
     with np.load(saved) as replaced:
-        assert "ivf" in replaced.files and "graph" not in replaced.files
+        assert "grouped" in replaced.files and "graph" not in replaced.files

@@ -1,64 +1,69 @@
-"""Approximate search for large users: a FAISS inverted-file index (IVF-Flat, inner product).
+"""Approximate search for large users: an HNSW graph over groups of near-duplicate vectors.
 
 Exact search reads every vector of the user per query: about 0.1–0.4 s at a million nodes on one CPU
-thread here (``benchmarks/README.md``). An inverted file splits the vectors into lists around k-means
-centroids; a query compares itself with the centroids, then reads only the ``NPROBE`` nearest lists, with
-exact inner products inside them. It replaced an HNSW graph, which on the same real embeddings padded to a
-million vectors reached recall@10 0.886 after a 21-minute build: a user's memory holds many near-duplicate
-nodes (restated facts, small updates), and tight clusters of near-duplicates are where a graph's greedy
-walk gets lost, while an inverted file keeps such a cluster in one list. Figures for both choices are in
-``benchmarks/results/bench_index.json`` (``python benchmarks/bench_index.py``).
+thread here (``benchmarks/README.md``). This index reads a few thousand instead. Each vector added either
+joins the group of the nearest group leader, when it is at cosine :data:`GROUP_COSINE` or more from it (a
+restated fact, a small update: a near-duplicate), or leads a group of its own. The leaders form a FAISS
+HNSW graph; a query walks the graph to the :data:`PROBE_GROUPS` leaders nearest to it and then scores every
+member of their groups exactly.
 
-The index is built once the user reaches ``EngineConfig.search_approximate_min`` vectors and grows with
-each vector added afterwards. Its lists are trained on the vectors it starts from, so it is trained again,
-from all the vectors it holds, when the user has grown to :data:`RETRAIN_GROWTH` times the size it was
-trained at (see :meth:`ApproximateIndex.add`). It keeps the vectors themselves (the lists hold them
-whole, with a map from row to place), so an exact answer stays possible without a second copy: a fetch
-wider than :data:`MAX_FETCH` reads every list. On a machine where FAISS sees a GPU the user's index moves
-to the GPU instead (:mod:`.vectors`): an exact scan of a million vectors there takes well under a
-millisecond, so the inverted file is only for CPUs.
+Why groups: a plain HNSW graph over all the vectors (this module's previous form) reached recall@10 0.992
+on 61K real MiniLM sentence vectors but 0.886 at a million, where those sentences carry about sixteen
+near-duplicates each: a tight cluster of near-duplicates fills the candidate lists of the graph's
+construction, so the graph's links to the rest of the space stay few and its greedy walk gets lost. An
+inverted file (FAISS IVF-Flat, k-means lists) keeps such a cluster together but on real sentence vectors,
+whose nearest neighbour is typically at cosine 0.67, needed an eighth of its lists read for recall 0.96.
+Grouping gives the graph one node per cluster and keeps every vector scored exactly. Figures for all three:
+``benchmarks/results/bench_index.json`` (this index), ``bench_index_hnsw.json``, ``bench_index_ivf.json``.
+
+Nothing is trained: the groups form as vectors arrive, so a growing user never pays a retraining, and a user
+without near-duplicates gets a plain HNSW graph over all its vectors. The vectors are kept in one array in
+the order added, so an exact scan stays possible without a second copy: a fetch wider than
+:data:`MAX_FETCH` (a user whose nearest nodes were mostly superseded) is answered by it. On a machine where
+FAISS sees a GPU the user's index moves to the GPU instead (:mod:`.vectors`): an exact scan of a million
+vectors there takes well under a millisecond, so this index is only for CPUs.
 """
 
 from __future__ import annotations
 
+import io
 import logging
-import math
 from typing import Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
-LISTS_PER_ROOT = 4
-"""Lists (centroids) per square root of the vectors trained on: 4,000 at a million. More lists make each
-list shorter (less to read per probe) but need more probes for the same recall and cost more to train;
-``4·√N`` is the usual middle, and measured at 10K–1M in ``results/bench_index.json``."""
+GROUP_COSINE = 0.9
+"""A vector at this cosine or more from its nearest leader joins that leader's group. Two sentences that say
+different things rarely come this close with MiniLM (the median nearest other real sentence is at 0.67,
+``results/bench_index.json`` ``real_nn_cosine``), while a reworded or slightly updated fact does; members
+are scored exactly, so a loose group costs only reading a few more vectors."""
 
-MIN_POINTS_PER_LIST = 39
-"""Training vectors per list below which FAISS's k-means warns that its centroids are poor: a small user
-(a test, or a store with a low ``search_approximate_min``) gets fewer, longer lists instead."""
+M = 24
+"""Neighbours per leader in the graph (the base layer gets 2 M). On noisy MiniLM vectors 16 lost recall that
+a larger ``EF_SEARCH`` only partly won back, at the same build time as 24."""
 
-TRAIN_POINTS_PER_LIST = 64
-"""Training sample per list: k-means on all of a million vectors would take many minutes on two cores;
-64 per list (256K vectors for 4,000 lists) places the centroids as well for this use, since every vector
-is then filed under its nearest centroid and read exactly."""
+EF_CONSTRUCTION = 40
+"""Candidates kept while inserting a leader: the slow part of building (at 80 with M 32, 100K vectors took
+about five minutes on two loaded cores). 40 reached recall@10 0.992 on 61K real vectors, where every
+vector is its own leader."""
 
-TRAIN_ITERATIONS = 10
-"""k-means passes: the centroids stop moving much after about ten, and the last passes only cost time."""
+EF_SEARCH = 256
+"""Candidates kept while searching the graph (at least the leaders asked for). On 61,440 real MiniLM
+sentence vectors recall@10 was 0.983 at 128 and 0.992 at 256 (``results/bench_index_hnsw.json``)."""
 
-RETRAIN_GROWTH = 4
-"""An index trained at N vectors is trained again at ``4·N``: the list count (``4·√N``) has doubled by
-then, and lists twice as long as planned would make each query read twice as much. Each training costs
-about as much as the vectors it covers, so over a user's growth the trainings add up to a fixed share of
-the adds (amortised): 50K, 200K, 800K, 3.2M… for a user that starts at the default threshold."""
+PROBE_GROUPS = 64
+"""Leaders whose groups are scored per query (more when a wider fetch asks): the exact top ten of a query
+lies in the groups of a few of its nearest leaders, and 64 groups of about sixteen are a thousand vectors,
+a fraction of the graph walk's cost (``results/bench_index.json``)."""
 
-NPROBE = 64
-"""Lists read per query. Chosen on real MiniLM dialogue embeddings padded to a million with noisy copies:
-the smallest that kept recall@10 at or above 0.99 against exact search, with p99 well under 5 ms on one
-thread (``results/bench_index.json``, figures ``recall_at_10_*`` and ``approx_*_p99_ms``)."""
+ASSIGN_EF = 64
+"""Candidates kept while looking for a new vector's leader. A miss only makes the vector a leader itself
+(one more graph node), so this is smaller than ``EF_SEARCH``."""
 
 MAX_FETCH = 2048
-"""Widest fetch answered approximately; a wider one reads every list (an exact answer)."""
+"""Widest fetch answered through the graph; a wider one scans the stored vectors exactly."""
 
 
 def faiss_module() -> Any:
@@ -68,96 +73,108 @@ def faiss_module() -> Any:
     return require("faiss", "cpu", "faiss-cpu")
 
 
-def lists_for(n: int) -> int:
-    """Lists for an index trained on ``n`` vectors: ``LISTS_PER_ROOT·√n``, at most ``n / MIN_POINTS_PER_LIST``."""
-    return max(1, min(round(LISTS_PER_ROOT * math.sqrt(n)), n // MIN_POINTS_PER_LIST))
+def _graph(dim: int) -> Any:
+    faiss = faiss_module()
+    graph = faiss.IndexHNSWFlat(dim, M, faiss.METRIC_INNER_PRODUCT)
+    graph.hnsw.efConstruction = EF_CONSTRUCTION
+    return graph
 
 
 class ApproximateIndex:
-    """An inverted file (inner product) over normalised vectors, rows numbered in the order they were added.
+    """Normalised vectors, rows numbered in the order they were added, grouped behind an HNSW graph of leaders.
 
-    ``trained_at``: vectors the lists were trained on (0 until the first :meth:`add`)."""
+    ``group[i]``: the group of row ``i``; group ``g`` is led by row ``leaders[g]`` (graph node ``g``)."""
 
-    def __init__(self, dim: int, ivf: Any | None = None, trained_at: int = 0) -> None:
+    def __init__(self, dim: int) -> None:
         self.dim = dim
-        self.ivf = ivf
-        self.trained_at = trained_at
-        self.nprobe = NPROBE
-        """Lists read per query (a benchmark may vary it on one index; the store keeps the default)."""
+        self.graph = _graph(dim)
+        self._vectors = np.zeros((0, dim), np.float32)
+        """Capacity grows by doubling; rows ``len(self)`` and beyond are unused."""
+        self._size = 0
+        self.group = np.zeros(0, np.int64)
+        self.leaders = np.zeros(0, np.int64)
+        self._members: list[list[int]] = []
+        self.probe_groups = PROBE_GROUPS
+        """Groups scored per query (a benchmark may vary it on one index; the store keeps the default)."""
 
     def __len__(self) -> int:
-        return 0 if self.ivf is None else int(self.ivf.ntotal)
-
-    @property
-    def lists(self) -> int:
-        return 0 if self.ivf is None else int(self.ivf.nlist)
+        return self._size
 
     def add(self, vectors: np.ndarray) -> None:
-        """Append rows; the first add trains the lists, and an add that brings the index to
-        ``RETRAIN_GROWTH`` times its training size trains them again on everything held."""
+        """Append rows: each joins the group of its nearest leader at cosine ``GROUP_COSINE`` or more, or leads
+        a new group (checked against the leaders before this call, so two near-duplicates arriving in
+        the same call may both lead)."""
         vectors = np.ascontiguousarray(vectors, np.float32).reshape(-1, self.dim)
-        if self.ivf is not None and len(self) + len(vectors) < RETRAIN_GROWTH * self.trained_at:
-            self.ivf.add(vectors)
+        if not len(vectors):
             return
-        held = self.vectors()
-        self._train(np.concatenate([held, vectors]) if len(held) else vectors)
-
-    def _train(self, vectors: np.ndarray) -> None:
         faiss = faiss_module()
-        n = len(vectors)
-        lists = lists_for(n)
-        ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, lists, faiss.METRIC_INNER_PRODUCT)
-        ivf.cp.niter = TRAIN_ITERATIONS
-        ivf.cp.max_points_per_centroid = TRAIN_POINTS_PER_LIST
-        ivf.cp.seed = 1234
-        ivf.train(vectors)
-        ivf.add(vectors)
-        ivf.make_direct_map()  # row → place in its list: vectors() and its order survive a retrain
-        self.ivf, self.trained_at = ivf, n
-        log.info("inverted file of %d lists trained on %d vectors", lists, n)
+        start = self._size
+        self._reserve(start + len(vectors))
+        self._vectors[start:start + len(vectors)] = vectors
+        self._size += len(vectors)
+        group = np.full(len(vectors), -1, np.int64)
+        if self.graph.ntotal:
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = ASSIGN_EF
+            scores, nearest = self.graph.search(vectors, 1, params=params)
+            close = (nearest[:, 0] >= 0) & (scores[:, 0] >= GROUP_COSINE)
+            group[close] = nearest[close, 0]
+        new = np.flatnonzero(group < 0)
+        group[new] = self.graph.ntotal + np.arange(len(new))
+        if len(new):
+            self.graph.add(vectors[new])
+            self.leaders = np.concatenate([self.leaders, start + new])
+            self._members.extend([] for _ in new)
+        for row, g in enumerate(group.tolist(), start):
+            self._members[g].append(row)
+        self.group = np.concatenate([self.group, group])
+
+    def _reserve(self, rows: int) -> None:
+        if rows > len(self._vectors):
+            grown = np.zeros((max(rows, 2 * len(self._vectors)), self.dim), np.float32)
+            grown[:self._size] = self._vectors[:self._size]
+            self._vectors = grown
 
     def vectors(self) -> np.ndarray:
         """Every vector held, row ``i`` as added ``i``-th."""
-        if self.ivf is None or len(self) == 0:
-            return np.zeros((0, self.dim), np.float32)
-        return self.ivf.reconstruct_n(0, len(self))
+        return self._vectors[:self._size]
 
     def search(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows and inner products of (about) the ``fetch`` nearest vectors to one query, best first."""
-        if self.ivf is None:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        faiss = faiss_module()
-        q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
-        params = faiss.SearchParametersIVF()
-        params.nprobe = self.lists if fetch > MAX_FETCH or fetch >= len(self) else min(self.nprobe, self.lists)
-        scores, rows = self.ivf.search(q, fetch, params=params)
-        keep = rows[0] >= 0
-        return rows[0][keep], scores[0][keep]
+        q = np.ascontiguousarray(query, np.float32).reshape(self.dim)
+        if fetch > MAX_FETCH or fetch >= len(self):
+            rows = np.arange(len(self))
+        else:
+            faiss = faiss_module()
+            wanted = min(int(self.graph.ntotal), max(self.probe_groups, fetch))
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(EF_SEARCH, wanted)
+            _, groups = self.graph.search(q.reshape(1, self.dim), wanted, params=params)
+            rows = np.fromiter((r for g in groups[0] if g >= 0 for r in self._members[g]), np.int64)
+        scores = self._vectors[rows] @ q
+        best = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < len(rows) else np.arange(len(rows))
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return rows[best], scores[best]
 
     def serialize(self) -> np.ndarray:
-        """The lists, their centroids and vectors as bytes (``uint8``), for the user's index file."""
-        if self.ivf is None:
-            raise ValueError("an empty index has nothing to save")
-        return faiss_module().serialize_index(self.ivf)
+        """The vectors, their groups and the leaders' graph as bytes (``uint8``), for the user's index file."""
+        out = io.BytesIO()
+        np.savez(out, vectors=self.vectors(), group=self.group, leaders=self.leaders,
+                 graph=faiss_module().serialize_index(self.graph))
+        return np.frombuffer(out.getvalue(), np.uint8)
 
     @classmethod
-    def deserialize(cls, data: np.ndarray, dim: int, trained_at: int) -> ApproximateIndex:
-        """An index saved by :meth:`serialize` that was trained on ``trained_at`` vectors."""
-        index = _read(data, dim)
-        index.make_direct_map()
-        return cls(dim, index, trained_at)
-
-
-def _read(data: np.ndarray, dim: int) -> Any:
-    faiss = faiss_module()
-    index = faiss.deserialize_index(np.ascontiguousarray(data, np.uint8))
-    if not isinstance(index, faiss.IndexIVFFlat) or index.d != dim:
-        raise ValueError(f"{type(index).__name__} of dimension {index.d}, expected an IndexIVFFlat of {dim}")
-    return index
-
-
-def saved_vectors(data: np.ndarray, dim: int) -> np.ndarray:
-    """The vectors of a saved index in row order, without it (for a store that wants them searched exactly)."""
-    index = _read(data, dim)
-    index.make_direct_map()
-    return index.reconstruct_n(0, int(index.ntotal))
+    def deserialize(cls, data: np.ndarray, dim: int) -> ApproximateIndex:
+        """An index saved by :meth:`serialize`."""
+        with np.load(io.BytesIO(np.ascontiguousarray(data, np.uint8).tobytes())) as saved:
+            vectors, group, leaders = saved["vectors"], saved["group"], saved["leaders"]
+            graph = faiss_module().deserialize_index(np.ascontiguousarray(saved["graph"], np.uint8))
+        if vectors.shape[1:] != (dim,) or graph.d != dim or graph.ntotal != len(leaders) or len(group) != len(vectors):
+            raise ValueError(f"grouped index of dimension {vectors.shape[1:]} does not fit dimension {dim}")
+        found = cls(dim)
+        found.graph, found._vectors, found._size = graph, np.ascontiguousarray(vectors, np.float32), len(vectors)
+        found.group, found.leaders = group.astype(np.int64), leaders.astype(np.int64)
+        order = np.argsort(found.group, kind="stable")
+        bounds = np.searchsorted(found.group[order], np.arange(len(leaders) + 1))
+        found._members = [order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return found
