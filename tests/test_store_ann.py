@@ -91,6 +91,7 @@ def test_a_near_duplicate_joins_its_leaders_group_and_a_different_vector_leads_i
     assert again.group.tolist() == [0, 1, 0, 1, 2, 3] and np.array_equal(again.vectors(), index.vectors())
     again.add(_unit((5, 0.99), (6, np.sqrt(1 - 0.99**2)))[None])  # after a restart: still grouped
     assert again.group.tolist()[-1] == 3
+    again.probe_groups = 1  # the two nearest groups only (as many as the fetch): 3 and one at cosine 0
     rows, scores = again.search(_unit((5, 1.0)), 2)  # both members of group 3 found through its leader
     assert rows.tolist() == [5, 6] and np.allclose(scores, [1.0, 0.99])
 
