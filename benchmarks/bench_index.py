@@ -9,7 +9,7 @@ VectorIndex`, filled the way the store fills it (blocks of 65,536 rows), once ex
 and once approximate (:mod:`promem_fast.store.ann`, forced on from the first block at every size); the
 seconds each fill takes (what a user's first search after a restart without index file, or after a delete,
 costs); recall@10 of the approximate top 10 against the exact top 10 over 1,000 queries (real sentences of
-held-out conversations) at several numbers of groups scored; and single-query latency (``VectorIndex.search``, k = 10, FAISS on one
+held-out conversations) at several graph search widths (``EF_SEARCH``); and single-query latency (``VectorIndex.search``, k = 10, FAISS on one
 thread), exact and approximate timed alternately query by query, p50 and p99.
 
 The vectors: every real sentence embedded so far (all-MiniLM-L6-v2, normalised), then, to reach a size
@@ -90,32 +90,32 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def measure(vectors: np.ndarray, queries: np.ndarray, exact_queries: int, probes: list[int]) -> dict[str, float]:
-    """Fill both indexes, then per query: the approximate search at each number of groups scored and (for
-    the first ``exact_queries``) the exact one, timed alternately; recall against a batched exact search."""
+def measure(vectors: np.ndarray, queries: np.ndarray, exact_queries: int, efs: list[int]) -> dict[str, float]:
+    """Fill both indexes, then per query: the approximate search at each graph search width and (for the
+    first ``exact_queries``) the exact one, timed alternately; recall against a batched exact search."""
     exact, exact_s = fill(vectors, approximate=False)
     approx, approx_s = fill(vectors, approximate=True)
     assert approx._approx is not None and not exact.approximate
     with limit_threads(0):
         _, rows = exact._faiss.search(queries, K)  # ground truth for all queries in one batched scan
     truth = [set((r + 1).tolist()) for r in rows]  # ids were assigned 1..n in row order
-    timings: dict[str, list[float]] = {"exact": [], **{f"approx_groups{p}": [] for p in probes}}
-    hits = dict.fromkeys(probes, 0)
+    timings: dict[str, list[float]] = {"exact": [], **{f"approx_ef{ef}": [] for ef in efs}}
+    hits = dict.fromkeys(efs, 0)
     with limit_threads(1):
         for i, q in enumerate(queries):
-            for p in probes:
-                approx._approx.probe_groups = p
+            for ef in efs:
+                ann.EF_SEARCH = ef
                 started = time.perf_counter()
                 got, _ = approx.search(q, K)
-                timings[f"approx_groups{p}"].append(time.perf_counter() - started)
-                hits[p] += len(set(got.tolist()) & truth[i])
+                timings[f"approx_ef{ef}"].append(time.perf_counter() - started)
+                hits[ef] += len(set(got.tolist()) & truth[i])
             if i < exact_queries:
                 started = time.perf_counter()
                 exact.search(q, K)
                 timings["exact"].append(time.perf_counter() - started)
     out = {"exact_fill_s": exact_s, "approx_build_s": approx_s, "groups": int(approx._approx.graph.ntotal)}
-    for p in probes:
-        out[f"recall_at_10_groups{p}"] = hits[p] / (K * len(queries))
+    for ef in efs:
+        out[f"recall_at_10_ef{ef}"] = hits[ef] / (K * len(queries))
     for name, values in timings.items():
         out[f"{name}_p50_ms"] = statistics.median(values) * 1e3
         out[f"{name}_p99_ms"] = percentile(values, 0.99) * 1e3
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "hnsw_m": ann.M, "hnsw_ef_construction": ann.EF_CONSTRUCTION,
                                            "hnsw_ef_search": ann.EF_SEARCH,
                                            "sentences_available": facts["sentences_available"]}
-    chosen = ann.PROBE_GROUPS
-    probes = sorted({chosen // 4, chosen // 2, chosen, 2 * chosen})
+    chosen = ann.EF_SEARCH
+    efs = sorted({chosen // 2, chosen, 2 * chosen})
     rows: list[list[str]] = []
     previous = figures.RESULTS / "bench_index.json"
     if args.add and previous.exists():
@@ -157,21 +157,22 @@ def main(argv: list[str] | None = None) -> int:
                 if row[0] not in {_nodes(n) for n in args.sizes}]
     for n in args.sizes:
         vectors = vectors_of_size(real, n, COPY_COSINE, rng)
-        got = measure(vectors, queries, EXACT_QUERIES.get(n, 150), probes)
+        got = measure(vectors, queries, EXACT_QUERIES.get(n, 150), efs)
         del vectors
+        ann.EF_SEARCH = chosen
         log.info("%s: %s", _nodes(n), {k: round(v, 4) for k, v in got.items()})
         for key, value in got.items():
             found[f"{key}.{_nodes(n)}"] = round(value, 4 if key.startswith("recall") else 2)
         found[f"real_vectors.{_nodes(n)}"] = min(n, len(real))
         found[f"load_average.{_nodes(n)}"] = round(os.getloadavg()[0], 1)
         rows.append([_nodes(n), f"{min(n, len(real)):,}", f"{got['exact_fill_s']:.1f} / {got['approx_build_s']:.1f}",
-                     f"{got['groups']:,}", f"{got[f'recall_at_10_groups{chosen}']:.4f}",
+                     f"{got['groups']:,}", f"{got[f'recall_at_10_ef{chosen}']:.4f}",
                      f"{got['exact_p50_ms']:.2f} / {got['exact_p99_ms']:.2f}",
-                     f"{got[f'approx_groups{chosen}_p50_ms']:.2f} / {got[f'approx_groups{chosen}_p99_ms']:.2f}",
+                     f"{got[f'approx_ef{chosen}_p50_ms']:.2f} / {got[f'approx_ef{chosen}_p99_ms']:.2f}",
                      f"{os.getloadavg()[0]:.1f}"])
         rows.sort(key=lambda row: float(row[0][:-1]) * (1e6 if row[0].endswith("M") else 1e3))
         table = {"columns": ["nodes", "of them real sentences", "fill s, exact / grouped", "groups",
-                             f"recall@10 ({chosen} groups)", "exact p50 / p99 ms", "grouped p50 / p99 ms",
+                             f"recall@10 (ef {chosen})", "exact p50 / p99 ms", "grouped p50 / p99 ms",
                              "load average"], "rows": rows}
         print(figures.table_text({"bench_index": {"tables": {"main": table}}}, "bench_index", "main"), flush=True)
         if not args.no_write:  # after each size: a run stopped at 1M keeps the smaller ones
