@@ -156,3 +156,19 @@ def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(t
         assert index.approximate and np.array_equal(index.vectors(), vectors)
     with np.load(saved) as replaced:
         assert "grouped" in replaced.files and "graph" not in replaced.files
+
+
+def test_a_user_added_in_one_call_is_grouped_in_steps_so_its_first_rows_do_not_all_lead() -> None:
+    rng = np.random.default_rng(2)
+    distinct = rng.standard_normal((ann.ASSIGN_BATCH, 64)).astype(np.float32)  # random: far from each other
+    distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
+    twin = 0.95 * distinct[0] + np.sqrt(1 - 0.95**2) * _orthogonal_to(distinct[0], rng)  # cosine 0.95 to row 0
+    index = ann.ApproximateIndex(64)
+    index.add(np.vstack([distinct, twin]))  # one call, as when a user crosses the threshold
+    assert len(index.leaders) == ann.ASSIGN_BATCH and index.group.tolist()[-1] == 0
+
+
+def _orthogonal_to(v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    w = rng.standard_normal(v.shape).astype(np.float32)
+    w -= (w @ v) * v
+    return w / np.linalg.norm(w)
