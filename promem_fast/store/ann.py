@@ -54,13 +54,17 @@ EF_SEARCH = 256
 sentence vectors recall@10 was 0.983 at 128 and 0.992 at 256 (``results/bench_index_hnsw.json``)."""
 
 PROBE_GROUPS = 64
-"""Leaders whose groups are scored per query (more when a wider fetch asks): the exact top ten of a query
-lies in the groups of a few of its nearest leaders, and 64 groups of about sixteen are a thousand vectors,
-a fraction of the graph walk's cost (``results/bench_index.json``)."""
+"""Leaders whose groups are scored per query (more when a wider fetch asks). The exact top ten of a query
+lies in the groups of a few of its nearest leaders, so recall is set by the graph walk (``EF_SEARCH``), not
+by this; 64 is a margin that costs about a thousand inner products where groups hold sixteen."""
 
 ASSIGN_EF = 64
 """Candidates kept while looking for a new vector's leader. A miss only makes the vector a leader itself
 (one more graph node), so this is smaller than ``EF_SEARCH``."""
+
+ASSIGN_BATCH = 4096
+"""Rows grouped per step: a user's first rows (all of them, when it crosses the threshold) would otherwise
+all lead, near-duplicates included, as no leader exists before them."""
 
 MAX_FETCH = 2048
 """Widest fetch answered through the graph; a wider one scans the stored vectors exactly."""
@@ -102,14 +106,16 @@ class ApproximateIndex:
 
     def add(self, vectors: np.ndarray) -> None:
         """Append rows: each joins the group of its nearest leader at cosine ``GROUP_COSINE`` or more, or leads
-        a new group (checked against the leaders before this call, so two near-duplicates arriving in
-        the same call may both lead)."""
+        a new group. Rows are grouped :data:`ASSIGN_BATCH` at a time against the leaders before them (two
+        near-duplicates in one batch may both lead)."""
         vectors = np.ascontiguousarray(vectors, np.float32).reshape(-1, self.dim)
-        if not len(vectors):
-            return
+        self._reserve(self._size + len(vectors))
+        for start in range(0, len(vectors), ASSIGN_BATCH):
+            self._add_batch(vectors[start:start + ASSIGN_BATCH])
+
+    def _add_batch(self, vectors: np.ndarray) -> None:
         faiss = faiss_module()
         start = self._size
-        self._reserve(start + len(vectors))
         self._vectors[start:start + len(vectors)] = vectors
         self._size += len(vectors)
         group = np.full(len(vectors), -1, np.int64)
@@ -122,7 +128,7 @@ class ApproximateIndex:
         new = np.flatnonzero(group < 0)
         group[new] = self.graph.ntotal + np.arange(len(new))
         if len(new):
-            self.graph.add(vectors[new])
+            self.graph.add(np.ascontiguousarray(vectors[new]))
             self.leaders = np.concatenate([self.leaders, start + new])
             self._members.extend([] for _ in new)
         for row, g in enumerate(group.tolist(), start):
