@@ -51,10 +51,9 @@ vector is its own leader."""
 
 EF_SEARCH = 384
 """Candidates kept while searching the graph (at least the leaders asked for). Over real MiniLM sentence
-vectors padded to a million with near-duplicates, recall@10 was 0.980 at 128, 0.990 at 256 and 0.994 at
-512, for a median of 1.5, 2.0 and 4.8 ms on one loaded thread (a run of this index before rows were
-grouped in steps); 384 keeps a margin over the 0.99 target. The figures of the current code, at 192, 384
-and 768: ``results/bench_index.json``."""
+vectors padded to a million with near-duplicates, 256 was right at recall@10 0.99 in a first run of this
+index, so 384 leaves a margin over that target; the figures of the current code at 192, 384 and 768 are in
+``results/bench_index.json``."""
 
 PROBE_GROUPS = 64
 """Leaders whose groups are scored per query (more when a wider fetch asks). The exact top ten of a query
