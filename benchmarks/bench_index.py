@@ -9,8 +9,9 @@ VectorIndex`, filled the way the store fills it (blocks of 65,536 rows), once ex
 and once approximate (:mod:`promem_fast.store.ann`, forced on from the first block at every size); the
 seconds each fill takes (what a user's first search after a restart without index file, or after a delete,
 costs); recall@10 of the approximate top 10 against the exact top 10 over 1,000 queries (real sentences of
-held-out conversations) at several graph search widths (``EF_SEARCH``); and single-query latency (``VectorIndex.search``, k = 10, FAISS on one
-thread), exact and approximate timed alternately query by query, p50 and p99.
+held-out conversations) at several graph search widths (``EF_SEARCH``); and single-query latency
+(``VectorIndex.search``, k = 10, FAISS on one thread), exact and approximate timed alternately query by
+query, p50 and p99.
 
 The vectors: every real sentence embedded so far (all-MiniLM-L6-v2, normalised), then, to reach a size
 larger than that, *noisy copies*: a real sentence's vector plus Gaussian noise, renormalised, so that a copy
