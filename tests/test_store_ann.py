@@ -1,21 +1,15 @@
 """The grouped HNSW index (store/ann.py) that searches large users: the exact top 10 where the answer is known
-by construction, near-duplicates grouped behind one leader and others not, deletes gone from the index and
-its file, and index files of the older plain-HNSW version replaced."""
+by construction, near-duplicates grouped behind one leader and others not (the store-level behaviour, index
+files and deletes, is in test_store_index.py)."""
 
 from __future__ import annotations
-
-import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import scripted_config
-from promem_fast.store import MemoryStore
 from promem_fast.store import ann
-from store_helpers import graph
 
-faiss = pytest.importorskip("faiss", reason="needs the cpu extra (faiss-cpu)")
+pytest.importorskip("faiss", reason="needs the cpu extra (faiss-cpu)")
 
 CLUSTERS, MEMBERS, SPACE, DIM = 400, 50, 32, 96
 
@@ -94,68 +88,6 @@ def test_a_near_duplicate_joins_its_leaders_group_and_a_different_vector_leads_i
     again.probe_groups = 1  # the two nearest groups only (as many as the fetch): 3 and one at cosine 0
     rows, scores = again.search(_unit((5, 1.0)), 2)  # both members of group 3 found through its leader
     assert rows.tolist() == [5, 6] and np.allclose(scores, [1.0, 0.99])
-
-
-def _stored_vector(db: Path, node: int) -> bytes:
-    with sqlite3.connect(db) as con:
-        (blob,) = con.execute("SELECT vector FROM nodes WHERE id = ?", (node,)).fetchone()
-    return bytes(blob)
-
-
-SESSIONS = [graph(f"t{i}", "Tom", [f"Tom noted item {j} of list {i}: {w}" for j, w in
-                                   enumerate(["apples", "boots", "candles", "dahlias", "envelopes"] * 4)])
-            for i in range(5)]  # 100 nodes
-
-
-def _store(db: Path) -> MemoryStore:
-    config = scripted_config()
-    config.search_approximate_min = 50
-    return MemoryStore(db, config, update_judge="off")
-
-
-def _holds(index_folder: Path, vector: bytes) -> bool:
-    return any(vector in p.read_bytes() for p in index_folder.iterdir())
-
-
-def test_a_deleted_node_leaves_the_approximate_index_and_its_file(tmp_path: Path) -> None:
-    db, folder = tmp_path / "m.db", tmp_path / "m.db.vectors"
-    with _store(db) as store:
-        store.add(SESSIONS)
-        top = [h.node_id for h in store.search("Tom", "candles of list 3", k=5)]
-    gone = top[0]
-    vector = _stored_vector(db, gone)
-    assert _holds(folder, vector)  # the file holds the vectors whole: what must leave it
-    with _store(db) as writer, _store(db) as reader:
-        user = writer._user_pk("default", "Tom") or 0
-        assert reader.search("Tom", "candles of list 3", k=5)[0].node_id == gone
-        assert writer.delete(user="Tom", node=gone) == 1
-        assert not _holds(folder, vector)  # gone from disk at once, not at the next close
-        for store in (writer, reader):  # the reader's index was built before the delete
-            index = store.index(user)
-            assert index.approximate and len(index) == 99
-            assert not (index.vectors() == np.frombuffer(vector, np.float32)).all(axis=1).any()
-            assert [h.node_id for h in store.search("Tom", "candles of list 3", k=5)][:4] == top[1:5]
-    assert not _holds(folder, vector)
-
-
-def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    with _store(db) as store:
-        store.add(SESSIONS)
-        expected = [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)]
-    (saved,) = (tmp_path / "m.db.vectors").iterdir()
-    with np.load(saved) as new:  # rewrite it as the plain HNSW version wrote it: a "graph"
-        fields = {"ids": new["ids"], "store_id": new["store_id"], "state": new["state"]}
-        vectors = ann.ApproximateIndex.deserialize(new["grouped"], int(new["state"][2])).vectors()
-    hnsw = faiss.IndexHNSWFlat(vectors.shape[1], 24, faiss.METRIC_INNER_PRODUCT)
-    hnsw.add(vectors)
-    np.savez(saved, graph=faiss.serialize_index(hnsw), **fields)
-    with _store(db) as store:
-        assert [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)] == expected
-        index = store.index(store._user_pk("default", "Tom") or 0)
-        assert index.approximate and np.array_equal(index.vectors(), vectors)
-    with np.load(saved) as replaced:
-        assert "grouped" in replaced.files and "graph" not in replaced.files
 
 
 def test_a_user_added_in_one_call_is_grouped_in_steps_so_its_first_rows_do_not_all_lead() -> None:
