@@ -139,6 +139,9 @@ class EmbedderConfig:
     """hashing backend only: dimension of the hashed bag of words."""
     query_prompt: str | None = None
     """Instruction prefixed to QA queries (Qwen3-Embedding expects one)."""
+    threads: int = 0
+    """CPU threads one embedding call may use (0: the library's default, one per core). ``promem serve`` embeds
+    its queries with 1, so a search does not fight the engine process for every core."""
 
 
 @dataclass
