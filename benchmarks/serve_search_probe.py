@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", type=int, default=160)
     parser.add_argument("--every-ms", type=float, default=50.0)
+    parser.add_argument("--serve-args", default="", help="more options of promem serve, as one string")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     base = [s.to_dict() for s in halumem_sessions()]
     users = 16
     per_user = max(1, args.load // users)
@@ -71,7 +74,8 @@ def main() -> None:
         port = free_port()
         log = open(Path(folder) / "serve.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port",
-                                 str(port), "--profile", "scripted", "--rate", "0"], stdout=log, stderr=log,
+                                 str(port), "--profile", "scripted", "--rate", "0", *shlex.split(args.serve_args)],
+                                stdout=log, stderr=log,
                                 env=dict(os.environ))
         try:
             http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
@@ -112,6 +116,7 @@ def main() -> None:
         "load_p50_ms": statistics.median(loaded), "load_p99_ms": percentile(loaded, 0.99),
         "load_max_ms": max(loaded), "load_searches": len(loaded), "sessions": users * per_user,
         "drain_s": drain_s, "sessions_per_s": users * per_user / drain_s,
+        "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0],
     }))
 
 

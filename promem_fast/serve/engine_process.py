@@ -163,18 +163,28 @@ def parse_priority(text: str) -> EnginePriority:
 
 
 def lower_priority(priority: EnginePriority) -> None:
-    """Lower the calling thread's scheduling priority (on Linux, of the threads it starts afterwards too)."""
+    """Lower the scheduling priority of every thread of this process; threads started later inherit it.
+
+    Every thread, not only the calling one: on Linux nice and policy belong to a thread, and a library may
+    already have started some when this runs (OpenBLAS starts its pool when numpy is imported, while the
+    child unpickles its arguments), which would otherwise do the engine's matrix work at the server's
+    priority."""
+    tasks = Path("/proc/self/task")
+    threads = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
+    if priority == "idle":
+        try:
+            for tid in threads:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except (AttributeError, OSError):  # not Linux, or refused: the weakest nice instead
+            log.info("SCHED_IDLE not available for the engine process; running it at nice %d", IDLE_FALLBACK_NICE)
+            priority = IDLE_FALLBACK_NICE
+    if not priority:
+        return
     try:
-        if priority == "idle":
-            try:
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-                return
-            except (AttributeError, OSError):  # not Linux, or refused: the weakest nice instead
-                log.info("SCHED_IDLE not available for the engine process; running it at nice %d",
-                         IDLE_FALLBACK_NICE)
-                priority = IDLE_FALLBACK_NICE
-        if priority:
-            os.nice(int(priority))
+        target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + int(priority))
+        for tid in threads:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
     except OSError:  # not permitted here: run at the server's priority
         log.info("could not lower the engine process's priority")
 
@@ -206,7 +216,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
                 retention_s: float | None, priority: EnginePriority, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    lower_priority(priority)  # first, before any thread starts: threads inherit their creator's policy
+    lower_priority(priority)  # first: the threads the engine starts inherit it
     from promem_fast.engine import Engine
     from promem_fast.serve import db
     from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted
