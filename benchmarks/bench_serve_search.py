@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=160)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
                         help="also measure this tree as NAME with these promem serve options (repeatable)")
+    parser.add_argument("--result", type=Path, default=RESULT, help=f"where to write (default {RESULT.name})")
     args = parser.parse_args()
     before = args.before or git("merge-base", "HEAD", "main")
     variants = dict(v.split("=", 1) for v in args.variant)
@@ -96,8 +97,8 @@ def main() -> None:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(git("status", "--porcelain")),
     }
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    adopt(RESULT, "python benchmarks/bench_serve_search.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    args.result.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    adopt(args.result, "python benchmarks/bench_serve_search.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     print(json.dumps({k: result[k] for k in ("before", "after", *variants, "load_p99_ratio_before_over_after")},
                      indent=2))
 
