@@ -2,7 +2,7 @@
 vectors still sees, at its very next search, what another connection (the engine process) wrote or deleted;
 two tenants' users of one name never share a cache; the engine process and every thread it starts run at the
 scheduling priority asked for, the server's own process at its own; the server's query embedder keeps to the
-thread count it is given. Latency itself is measured in ``benchmarks/bench_serve_search.py``, not here."""
+thread count it is given; each response is counted by its status. Latency itself is measured in ``benchmarks/bench_serve_search.py``, not here."""
 
 from __future__ import annotations
 
@@ -173,5 +173,24 @@ def test_a_search_over_http_never_returns_a_memory_deleted_just_before(tmp_path:
             assert http.delete(f"/v1/users/maya/memories/{node}").status_code == 200
             left.discard(node)
             assert found() == left
+    finally:
+        server.stop()
+
+
+def test_metrics_count_each_response_by_status(tmp_path: Path) -> None:
+    key = new_key(tmp_path / "m.db", "acme")
+    server = Server(tmp_path / "m.db", "--rate", "0")
+    try:
+        http = server.client(key)
+        for _ in range(2):
+            assert http.post("/v1/users/nobody/search", json={"query": "cello"}).status_code == 404
+        assert server.client("pmk_000000000000_" + "x" * 30).get("/v1/users").status_code == 401
+        assert http.get("/v1/users").status_code == 200
+        text = httpx.get(server.url + "/metrics").text
+        counts = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                  if line.startswith("promem_http_responses_total{")}
+        assert counts['promem_http_responses_total{code="404"}'] == 2
+        assert counts['promem_http_responses_total{code="401"}'] == 1
+        assert counts['promem_http_responses_total{code="200"}'] >= 2  # /v1/users, and /healthz once ready
     finally:
         server.stop()
