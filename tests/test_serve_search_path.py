@@ -2,7 +2,8 @@
 vectors still sees, at its very next search, what another connection (the engine process) wrote or deleted;
 two tenants' users of one name never share a cache; the engine process and every thread it starts run at the
 scheduling priority asked for, the server's own process at its own; the server's query embedder keeps to the
-thread count it is given; each response is counted by its status. Latency itself is measured in ``benchmarks/bench_serve_search.py``, not here."""
+thread count it is given; each response is counted by its status. Latency itself is measured in
+``benchmarks/bench_serve_search.py``, not here."""
 
 from __future__ import annotations
 
