@@ -7,6 +7,7 @@ thread count it is given; each response is counted by its status. Latency itself
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -123,6 +124,21 @@ def test_the_engine_process_and_all_its_threads_run_at_the_priority_asked(tmp_pa
         assert scheduling(server.proc.pid) == {(SCHED_OTHER, base)}  # the requests' side is not lowered
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("asked", "given"), [(0, 1), (3, 3)])
+def test_the_servers_query_embedder_gets_one_thread_unless_the_config_says(tmp_path: Path, asked: int,
+                                                                           given: int) -> None:
+    from promem_fast.serve.service import Service
+
+    config = scripted_config()
+    config.embedder = dataclasses.replace(config.embedder, threads=asked)
+    service = Service(tmp_path / "m.db", config)  # not started: no engine process
+    try:
+        assert service.store.embedder.config.threads == given  # type: ignore[attr-defined]
+        assert config.embedder.threads == asked  # the engine process's copy is the configuration as given
+    finally:
+        service.close()
 
 
 @pytest.mark.slow
