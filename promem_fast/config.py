@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args
 
 from promem_fast.config_merge import merge, nondefault
 from promem_fast.errors import ConfigError
+from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
 from promem_fast.version import __version__
 
 LLMBackendName = Literal["scripted", "llamacpp", "transformers", "vllm", "openai"]
@@ -81,6 +82,10 @@ class LLMConfig:
     """vllm: share of GPU memory for weights + KV cache; the rest stays free for the NLI and embedding models."""
     enable_prefix_caching: bool = True
     """vllm: reuse the KV cache of shared prompt prefixes (our prompts put the shared text first)."""
+    prefix_cache_tokens: int = DEFAULT_CAPACITY_TOKENS
+    """Capacity of the prefix cache each session's uncached prefill is counted under (run statistics,
+    :mod:`promem_fast.prefix_cache`: 16-token blocks, least recently used evicted first); the default is
+    the gpu profile's context window."""
     base_url: str | None = None
     """openai: the endpoint, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Nothing is contacted unless set."""
     api_key_env: str = "OPENAI_API_KEY"

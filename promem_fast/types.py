@@ -122,6 +122,10 @@ class StageStats:
     calls: int = 0
     """LLM generate requests (retries included)."""
     prompt_tokens: int = 0
+    uncached_prefill_tokens: int = 0
+    """Prompt tokens a prefix cache of ``llm.prefix_cache_tokens`` would not serve (vLLM-style block
+    hashing over the session's own prompts, :mod:`promem_fast.prefix_cache`); every prompt token on a
+    backend that does not hand the engine its token ids (openai, scripted)."""
     completion_tokens: int = 0
     cut_replies: int = 0
     """Replies that ran out of their token budget (finish reason "length"), continued or asked again."""
@@ -132,6 +136,7 @@ class StageStats:
     def add(self, other: StageStats) -> None:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
+        self.uncached_prefill_tokens += other.uncached_prefill_tokens
         self.completion_tokens += other.completion_tokens
         self.cut_replies += other.cut_replies
         self.nli_pairs += other.nli_pairs

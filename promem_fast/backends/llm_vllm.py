@@ -45,7 +45,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.deps import require
-from promem_fast.backends._message_cache import MessageCache, chat_template_ids
+from promem_fast.backends._message_cache import MessageCache
+from promem_fast.backends._prompt_ids import hf_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
@@ -83,7 +84,7 @@ class VLLMBackend:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
-        self._render = MessageCache(chat_template_ids(self.tokenizer))
+        self._render = MessageCache(hf_prompt_ids(self.tokenizer, str(config.model)))
         """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
 
     # ------------------------------------------------------------------------------------ tokens

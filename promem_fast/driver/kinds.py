@@ -23,6 +23,7 @@ from promem_fast.driver.state import SessionRun
 from promem_fast.errors import ContextOverflow, PromemError
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
+from promem_fast.prefix_cache import PrefixCacheModel, block_hashes
 from promem_fast.requests import (
     Anchor, Attend, CleanEdges, Compress, Cut, Embed, Entail, Failure, Generate, Match, ReplyError, Request,
 )
@@ -38,7 +39,7 @@ KIND_NAMES: dict[type, str] = {
 _ROLE = {"entail": "nli", "embed": "embed", "match": "match", "compress": "compress", "attend": "attend"}
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(eq=False, slots=True)
 class Job:
     """One attempt at one posted request: who asked (``run``, ``slot``) and what the backend gets."""
 
@@ -46,6 +47,9 @@ class Job:
     slot: int
     kind: str
     payload: Any
+    hashes: list[int] | None = None
+    """The prompt's block hashes (:func:`~promem_fast.prefix_cache.block_hashes`), set where its ids are
+    made (:func:`prepare_job`, on the generation thread); None when the backend keeps its ids to itself."""
 
 
 def session_date(timestamp: str | None) -> str | None:
@@ -72,6 +76,14 @@ def prepare_prompt(backend: LLMBackend, request: GenerationRequest) -> Generatio
     if n_prompt + request.max_tokens > backend.context_length:
         raise ContextOverflow(f"prompt of {n_prompt} tokens + {request.max_tokens} to generate exceeds the context "
                               f"of {backend.context_length}")
+    return request
+
+
+def prepare_job(backend: LLMBackend, job: Job) -> GenerationRequest:
+    """:func:`prepare_prompt` for a job, its ids' block hashes kept on it for the prefill count."""
+    request = prepare_prompt(backend, job.payload)
+    if request.prompt_ids is not None:
+        job.hashes = block_hashes(request.prompt_ids)
     return request
 
 
@@ -117,11 +129,31 @@ class Kinds:
             stats.stage(request.stage).embedded_texts += len(request.texts)
         if isinstance(outcome, BaseException):
             role = request.role if isinstance(request, Generate) else _ROLE.get(job.kind, job.kind)
-            return self._error(run, slot, outcome, role)
-        if isinstance(request, Generate):
-            return self._settle_reply(run, slot, request, outcome)
-        run.settle(slot, outcome)
-        return True
+            done = self._error(run, slot, outcome, role)
+        elif isinstance(request, Generate):
+            run.prefill.append((slot, run.attempts[slot], request.stage, request.role, job.hashes,
+                                outcome.prompt_tokens))
+            done = self._settle_reply(run, slot, request, outcome)
+        else:
+            run.settle(slot, outcome)
+            done = True
+        if run.ready and run.prefill:
+            self._count_prefill(run)
+        return done
+
+    def _count_prefill(self, run: SessionRun) -> None:
+        """The step's uncached prefill per stage, replies taken in slot and attempt order through the
+        session's prefix cache of their backend (every prompt token when the backend gave no ids)."""
+        for _, _, stage, role, hashes, n_tokens in sorted(run.prefill, key=lambda entry: entry[:2]):
+            uncached = n_tokens
+            if hashes is not None:
+                backend = id(self.services.llm(role))  # type: ignore[arg-type]
+                cache = run.caches.get(backend)
+                if cache is None:
+                    cache = run.caches[backend] = PrefixCacheModel(self.config.llm_for(role).prefix_cache_tokens)
+                uncached = cache.admit(hashes, n_tokens)
+            run.ctx.stats.stage(stage).uncached_prefill_tokens += uncached
+        run.prefill.clear()
 
     def _settle_reply(self, run: SessionRun, slot: int, request: Generate, outcome: Completion) -> bool:
         stage = run.ctx.stats.stage(request.stage)
@@ -174,23 +206,22 @@ class Kinds:
     def call(self, kind: str, jobs: Sequence[Job], isolation: FaultIsolation, summary: RunSummary) -> list[Any]:
         """One outcome per job (the answer, or the exception that job raised alone). ``generate`` here is
         the whole batch through ``generate`` (the round driver, and the continuous driver's batch adapter)."""
-        payloads = [job.payload for job in jobs]
         isolation.owners = {id(job.run) for job in jobs}
         if kind == "generate":
             backend = self.services.llm(jobs[0].run.pending[jobs[0].slot].role)  # type: ignore[union-attr]
-            return generate_batch(backend, payloads, isolation, summary)
-        return _CALLS[kind](self.services, payloads, isolation, summary)
+            return generate_batch(backend, jobs, isolation, summary)
+        return _CALLS[kind](self.services, [job.payload for job in jobs], isolation, summary)
 
 
-def generate_batch(backend: LLMBackend, requests: Sequence[GenerationRequest], isolation: FaultIsolation,
+def generate_batch(backend: LLMBackend, jobs: Sequence[Job], isolation: FaultIsolation,
                    summary: RunSummary) -> list[Any]:
     """Prepare every prompt, then one ``generate`` over those that fit (chunked and halved on faults)."""
-    outcomes: list[Any] = [None] * len(requests)
+    outcomes: list[Any] = [None] * len(jobs)
     ready: list[GenerationRequest] = []
     where: list[int] = []
-    for i, request in enumerate(requests):
+    for i, job in enumerate(jobs):
         try:
-            ready.append(prepare_prompt(backend, request))
+            ready.append(prepare_job(backend, job))
             where.append(i)
         except ContextOverflow as exc:
             outcomes[i] = exc

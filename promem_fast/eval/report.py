@@ -74,14 +74,15 @@ def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
-    """The paper's Table 6: extraction tokens per session by stage (with its share), calls and seconds."""
+    """The paper's Table 6: extraction tokens per session by stage (with its share), calls, the prompt
+    tokens a prefix cache would not serve (:mod:`promem_fast.prefix_cache`) and seconds."""
     extra = {s for r in results if r["cost"]["extraction"] for s in r["cost"]["extraction"]["per_session"]}
     stages = sorted(set(TABLE6_STAGES) | extra, key=stage_key)
     rows = []
     for r in results:
         cost = r["cost"]["extraction"]
         if cost is None:
-            rows.append([r["label"]] + ["-"] * (len(stages) + 3))
+            rows.append([r["label"]] + ["-"] * (len(stages) + 4))
             continue
         cells = []
         for stage in stages:
@@ -89,9 +90,10 @@ def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
             cells.append("-" if st is None else
                          f"{_kilo(st['tokens'], 3)} ({_pct(st['share'])}%)")
         rows.append([r["label"], *cells, _kilo(cost["tokens_per_session"]), _num(cost["calls_per_session"]),
+                     _kilo(cost.get("uncached_prefill_per_session")),  # absent from older results
                      _num(cost["seconds_per_session"])])
     names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
-    return _table(["Method", *names, "Total", "LLM calls", "Seconds"], rows)
+    return _table(["Method", *names, "Total", "LLM calls", "Uncached prefill", "Seconds"], rows)
 
 
 def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:

@@ -102,6 +102,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
         for name, st in graph.stats.stages.items():
             totals.setdefault(name, StageStats()).add(st)
             row[name] = {"tokens": st.tokens, "prompt_tokens": st.prompt_tokens,
+                         "uncached_prefill_tokens": st.uncached_prefill_tokens,
                          "completion_tokens": st.completion_tokens, "calls": st.calls, "seconds": st.seconds}
         total = graph.stats.total()
         sessions.append({"session_id": graph.session_id, "mode": graph.mode, "stages": row,
@@ -114,6 +115,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     order = sorted(totals, key=stage_key)
     per_stage = {
         name: {"tokens": totals[name].tokens / n, "prompt_tokens": totals[name].prompt_tokens / n,
+               "uncached_prefill_tokens": totals[name].uncached_prefill_tokens / n,
                "completion_tokens": totals[name].completion_tokens / n, "calls": totals[name].calls / n,
                "seconds": totals[name].seconds / n,
                "share": totals[name].tokens / grand.tokens if grand.tokens else None}
@@ -124,6 +126,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
         "per_session": per_stage,
         "tokens_per_session": grand.tokens / n if n else None,
         "calls_per_session": grand.calls / n if n else None,
+        "uncached_prefill_per_session": grand.uncached_prefill_tokens / n if n else None,
         "seconds_per_session": grand.seconds / n if n else None,
         "failed_steps": {name: failed[name] for name in sorted(failed, key=stage_key)},
         "session_detail": sessions,
