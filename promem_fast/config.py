@@ -83,9 +83,8 @@ class LLMConfig:
     enable_prefix_caching: bool = True
     """vllm: reuse the KV cache of shared prompt prefixes (our prompts put the shared text first)."""
     prefix_cache_tokens: int = DEFAULT_CAPACITY_TOKENS
-    """Capacity of the prefix cache each session's uncached prefill is counted under (run statistics,
-    :mod:`promem_fast.prefix_cache`: 16-token blocks, least recently used evicted first); the default is
-    the gpu profile's context window."""
+    """Capacity of the prefix cache each session's uncached prefill is counted under in run statistics
+    (:mod:`promem_fast.prefix_cache`); the default is the gpu profile's context window."""
     base_url: str | None = None
     """openai: the endpoint, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Nothing is contacted unless set."""
     api_key_env: str = "OPENAI_API_KEY"

@@ -55,7 +55,7 @@ class PrefixSplitIds:
                  prefixes: int = PREFIXES, lock: threading.Lock | None = None) -> None:
         self._render = render
         self._tokenize = tokenize
-        self._whole = whole
+        self._whole_ids = whole
         self._name = name
         self._size = prefixes
         self._prefixes: OrderedDict[tuple[str, str | None], tuple[str, array]] = OrderedDict()
@@ -67,17 +67,21 @@ class PrefixSplitIds:
         self.prefix_tokenizations = 0
         """Prefixes tokenized so far (one per distinct system turn and date, while it stays cached)."""
 
+    def whole(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
+        """The prompt tokenized whole (the reference; what every prompt gets when the split is off)."""
+        return self._whole_ids(messages, date)
+
     def __call__(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
         if self.split is False or not messages or messages[0]["role"] != "system":
-            return self._whole(messages, date)
+            return self.whole(messages, date)
         if self.split is None:
             return self._check(messages, date)
         ids = self._split(messages, date)
-        return ids if ids is not None else self._whole(messages, date)
+        return ids if ids is not None else self.whole(messages, date)
 
     def _check(self, messages: Sequence[Message], date: str | None) -> list[int]:
         """The first prompt: tokenized both ways; the split is kept only when the ids agree."""
-        whole = self._whole(messages, date)
+        whole = self.whole(messages, date)
         try:
             split = self._split(messages, date)
         except Exception as exc:  # a template that cannot render the system turn alone, a tokenizer without text

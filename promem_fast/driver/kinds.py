@@ -50,6 +50,8 @@ class Job:
     hashes: list[int] | None = None
     """The prompt's block hashes (:func:`~promem_fast.prefix_cache.block_hashes`), set where its ids are
     made (:func:`prepare_job`, on the generation thread); None when the backend keeps its ids to itself."""
+    n_ids: int = 0
+    """Its number of ids (what the hashes cover, whole blocks and the rest)."""
 
 
 def session_date(timestamp: str | None) -> str | None:
@@ -84,6 +86,7 @@ def prepare_job(backend: LLMBackend, job: Job) -> GenerationRequest:
     request = prepare_prompt(backend, job.payload)
     if request.prompt_ids is not None:
         job.hashes = block_hashes(request.prompt_ids)
+        job.n_ids = len(request.prompt_ids)
     return request
 
 
@@ -132,7 +135,7 @@ class Kinds:
             done = self._error(run, slot, outcome, role)
         elif isinstance(request, Generate):
             run.prefill.append((slot, run.attempts[slot], request.stage, request.role, job.hashes,
-                                outcome.prompt_tokens))
+                                outcome.prompt_tokens if job.hashes is None else job.n_ids))
             done = self._settle_reply(run, slot, request, outcome)
         else:
             run.settle(slot, outcome)
