@@ -247,7 +247,7 @@ class EngineConfig:
     advance in lockstep, one backend call per request kind per round (:mod:`promem_fast.driver.rounds`),
     kept to compare against. Output is the same for both."""
     max_in_flight: int = 64
-    """Sessions in progress at once (their programs are running)."""
+    """Sessions in progress at once; 0: as many as the LLM's KV cache holds (:mod:`promem_fast.driver.window`)."""
     max_reorder: int = 0
     """Finished sessions held waiting for an earlier one to be written (0: as many as ``max_in_flight``).
     While that many wait, no new session starts; so at most ``max_in_flight + max_reorder`` sessions are
@@ -291,7 +291,7 @@ class EngineConfig:
                 similarity=SimilarityConfig(backend="auto", device="cuda"),
                 pipeline=PipelineConfig(segmenter="auto"),
                 compression=CompressionConfig(enabled=True, model=LLMLINGUA2),
-                max_in_flight=512,
+                max_in_flight=0,
             )
         if name == "paper":
             return _paper(cls.profile("gpu"))
@@ -404,7 +404,7 @@ class EngineConfig:
             (p.max_attempts >= 1, "pipeline.max_attempts must be >= 1"),
             (p.max_segment_tokens >= 16, "pipeline.max_segment_tokens must be >= 16"),
             (p.detail_turns_per_request >= 0, "pipeline.detail_turns_per_request must be >= 0"),
-            (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
+            (self.max_in_flight >= 0, "max_in_flight must be >= 0 (0: auto)"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
             (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),
             (self.max_reorder >= 0, "max_reorder must be >= 0"),

@@ -26,7 +26,7 @@ BLOCK_TOKENS = 16
 
 DEFAULT_CAPACITY_TOKENS = 32_768
 """The gpu profile's context window: a session's cache holds at least its longest possible prompt. With
-the window of sessions sized to the KV cache (``max_in_flight: auto``) each session has about its
+the window of sessions sized to the KV cache (``max_in_flight: 0``, auto) each session has about its
 working set resident, so its own blocks are not evicted by other sessions; a HaluMem session's distinct
 blocks (its block of about 4K tokens and its prompts' own parts) stay well below this."""
 

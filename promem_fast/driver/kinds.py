@@ -18,8 +18,9 @@ import numpy as np
 
 from promem_fast import native
 from promem_fast.backends.base import Completion, Encoder, GenerationRequest, LLMBackend
-from promem_fast.config import EngineConfig
+from promem_fast.config import ROLES, EngineConfig
 from promem_fast.driver.state import SessionRun
+from promem_fast.driver.window import resolve_window
 from promem_fast.errors import ContextOverflow, PromemError
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
@@ -96,6 +97,16 @@ class Kinds:
     def __init__(self, config: EngineConfig, services: Services) -> None:
         self.config = config
         self.services = services
+        self._window: int | None = None
+
+    def window(self) -> int:
+        """Sessions in flight: ``max_in_flight``, or for 0 (auto) the main LLM backend's KV cache over a
+        session's working set (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
+        if self._window is None:
+            role = next((r for r in ROLES if r not in self.config.roles), "event")
+            llm = self.services.llm(role) if self.config.max_in_flight == 0 else None
+            self._window = resolve_window(self.config.max_in_flight, llm)
+        return self._window
 
     # ------------------------------------------------------------------------------ driver's thread
     def target(self, request: Request) -> Hashable:

@@ -24,7 +24,7 @@ ENGINE_ARGS = frozenset({
     "max_model_len", "enable_prefix_caching", "load_format", "max_num_seqs", "max_num_batched_tokens",
     "disable_log_stats", "enable_chunked_prefill", "block_size", "kv_cache_dtype", "download_dir",
     "pipeline_parallel_size", "distributed_executor_backend", "max_logprobs", "generation_config",
-    "async_scheduling", "data_parallel_size",
+    "async_scheduling", "data_parallel_size", "num_gpu_blocks_override",
 })
 """Engine arguments vLLM accepts through ``LLM(**kwargs)`` (a subset of ``EngineArgs`` fields)."""
 
@@ -89,6 +89,24 @@ class ModelConfig:
 
 
 @dataclass
+class CacheConfig:
+    """vLLM's ``CacheConfig``: ``num_gpu_blocks`` is filled in once the engine has sized its KV cache (the
+    V1 engine core reports it to the front end at start-up); a KV block holds ``block_size`` tokens."""
+
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+
+
+@dataclass
+class VllmConfig:
+    model_config: ModelConfig
+    cache_config: CacheConfig
+
+DEFAULT_GPU_BLOCKS = 4096
+"""KV blocks the stand-in reports unless ``num_gpu_blocks_override`` (a real engine argument) says."""
+
+
+@dataclass
 class _Running:
     request_id: str
     prompt_ids: list[int]
@@ -107,6 +125,7 @@ class LLMEngine:
     """
 
     model_config: ModelConfig
+    vllm_config: VllmConfig | None = None
     added: list[tuple[str, list[int], SamplingParams]] = field(default_factory=list)
     """Every ``add_request`` accepted, in order."""
     aborted: list[str] = field(default_factory=list)
@@ -227,7 +246,10 @@ class LLM:
             "model": model, "tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "seed": seed,
             "gpu_memory_utilization": gpu_memory_utilization, "enforce_eager": enforce_eager, **kwargs,
         }
-        self.llm_engine = LLMEngine(ModelConfig(max_model_len=kwargs.get("max_model_len") or 4096))
+        model_config = ModelConfig(max_model_len=kwargs.get("max_model_len") or 4096)
+        cache_config = CacheConfig(block_size=kwargs.get("block_size") or 16,
+                                   num_gpu_blocks=kwargs.get("num_gpu_blocks_override") or DEFAULT_GPU_BLOCKS)
+        self.llm_engine = LLMEngine(model_config, VllmConfig(model_config, cache_config))
         self.tokenizer = FakeTokenizer()
         self.calls: list[Call] = []
         instances.append(self)
