@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -296,8 +296,9 @@ class MemoryGraph:
 
         return nx.node_link_graph(self.node_link_data(), edges="edges")
 
-    def write_graphml(self, path: str) -> None:
-        """GraphML export (lists are joined with `` | `` since GraphML attributes are scalars)."""
+    def write_graphml(self, path: str | IO[bytes]) -> None:
+        """GraphML export to a path or a binary file (lists are joined with `` | `` since GraphML attributes
+        are scalars)."""
         import networkx as nx
 
         g = self.to_networkx()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.errors import ConfigError
+from promem_fast.private import open_private, write_private
 
 from . import metrics
 from .judges import UPDATE_ROUTINGS
@@ -372,7 +373,8 @@ def plot_variants(kind: str, results: Sequence[dict[str, Any]], path: Path) -> P
     tokens.set_xticks(range(len(results)), [r["label"] for r in results], rotation=30, ha="right")
     tokens.set_ylabel("K tokens per session")
     tokens.set_title("Extraction cost")
-    fig.savefig(path, dpi=110)
+    with open_private(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
     return path
 
 
@@ -384,5 +386,5 @@ def write_report(out_dir: PathLike, kind: str) -> Path:
         raise ConfigError(f"no result-{kind}-*.json in {out} to report on")
     chart = plot_variants(kind, results, out / f"variants-{kind}.png")
     path = out / f"report-{kind}.md"
-    path.write_text(render_report(kind, results, chart.name), encoding="utf-8")
+    write_private(path, render_report(kind, results, chart.name))
     return path

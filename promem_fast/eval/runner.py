@@ -32,6 +32,7 @@ from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather
+from promem_fast.private import private_dirs, write_private
 from promem_fast.requests import Program
 from promem_fast.store.evaluation import evaluation_index
 from promem_fast.types import MemoryGraph, RunStats, Session, StageStats
@@ -272,8 +273,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
     bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
     cfg, tau = apply_tau(cfg, tau_path, bench) if tau_path is not None else (cfg, None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dirs(out_dir)
     source: Source = "turns" if variant == "native-rag" else "memory"
     graphs_file = None if source == "turns" else Path(graphs_path or out / f"graphs-{kind}-{tag}.jsonl")
 
@@ -344,7 +344,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "eval_failures": eval_stats.to_dict()["failures"],
         "files": files,
     }
-    result_file.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_private(result_file, json.dumps(result, ensure_ascii=False, indent=1))
     write_report(out, kind)
     log.info("wrote %s and %s", files["result"], files["report"])
     return result
