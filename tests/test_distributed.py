@@ -338,15 +338,12 @@ def test_a_shard_whose_worker_always_dies_stops_the_run_after_bounded_retries(cl
     assert len(kills) >= 2 and not manifests(tmp_path / "out")
 
 
-def test_shard_files_and_the_summary_are_private_whatever_the_umask(cluster: str, tmp_path: Path) -> None:
+def test_shard_files_and_the_summary_are_private_whatever_the_umask(cluster: str, open_umask: None,
+                                                                    tmp_path: Path) -> None:
     """Graphs, rejected lines, manifests and Parquet of every shard 0600, the folders the run made 0700."""
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in tomas_sessions()) + "{broken\n")
-    old = os.umask(0)
-    try:
-        extract(source, tmp_path / "out" / "ray", config=config(), actors=1, shard_sessions=7, parquet=True)
-    finally:
-        os.umask(old)
+    extract(source, tmp_path / "out" / "ray", config=config(), actors=1, shard_sessions=7, parquet=True)
     found = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777 for p in sorted((tmp_path / "out").rglob("*"))}
     assert found == {"out/ray": 0o700, "out/ray/summary.json": 0o600,
                      **{f"out/ray/in-{n}{suffix}": 0o600 for n in ("00000", "00001")

@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from conftest import ROOT, tomas_sessions, write_jsonl
 from locomo_fixture import write_locomo
@@ -21,16 +18,6 @@ from promem_fast.cli import main
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
 MINI = ROOT / "tests" / "fixtures" / "halumem_mini.jsonl"
 FILE, FOLDER = 0o600, 0o700
-
-
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    """The most permissive umask: without an explicit mode every file would come out 0666."""
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def modes(root: Path) -> dict[str, int]:
