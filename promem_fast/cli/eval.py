@@ -161,10 +161,9 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from promem_fast.eval.datasets import load_benchmark
-
-    bench = load_benchmark(args.kind, args.data, args.limit, sessions=args.sessions)
     from promem_fast.private import open_private, private_dirs
 
+    bench = load_benchmark(args.kind, args.data, args.limit, sessions=args.sessions)
     private_dirs(args.output.parent)
     n = 0
     with open_private(args.output, "w", encoding="utf-8") as handle:
