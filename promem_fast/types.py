@@ -164,7 +164,8 @@ class RunStats:
     counts: dict[str, int] = field(default_factory=dict)
     """e.g. draft_entries, events, recovered, hv_checked, hv_entailed, hv_split, atomic_kept, revised,
     discarded, edges_candidate, edges_implicit, edges_unsupported, edges_kept, details, details_anchored,
-    draft_chunks, windowed_turns, repaired_replies, retried_requests."""
+    draft_chunks, windowed_turns, repaired_replies, retried_requests, cut_continued, list_continuations,
+    continued_items (items that only a continuation or a retry with a larger budget brought in)."""
     failures: list[StepFailure] = field(default_factory=list)
 
     def stage(self, name: str) -> StageStats:

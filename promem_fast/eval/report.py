@@ -122,6 +122,23 @@ def _failed_table(results: Sequence[dict[str, Any]]) -> list[str]:
     return _table(["Method", *names, "Extraction total", "Evaluation"], rows)
 
 
+def _recovery_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Replies cut by their token budget per stage, and what continuing them or full lists brought back."""
+    costs = [(r["label"], r["cost"]["extraction"]) for r in results]
+    stages = sorted({s for _, c in costs for s in ((c or {}).get("cut_replies") or {})}, key=stage_key)
+    rows = []
+    for label, cost in costs:
+        if not cost or "recovery" not in cost:  # NativeRAG, or a result written before they were counted
+            rows.append([label, *("-" for _ in stages), "-", "-", "-", "-"])
+            continue
+        got = cost["recovery"]
+        rows.append([label, *(str(cost["cut_replies"].get(s, 0)) for s in stages),
+                     str(got["cut_continued"] + got["list_continuations"]), str(got["continued_items"]),
+                     str(got["retried_requests"]), str(got["lists_left_full"])])
+    names = [f"Cut: {TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize())}" for s in stages]
+    return _table(["Method", *names, "Asked again", "Items recovered", "Retried requests", "Left full"], rows)
+
+
 def _update_cells(update: dict[str, Any] | None) -> list[str]:
     """The update columns of the extraction table (``-`` for a result written before updates were judged)."""
     if update is None:
@@ -334,6 +351,11 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
              "did not fit): each is recorded with its raw replies in the graph's `stats.failures` (extraction) "
              "or the result's `eval_failures` (answering and judging), and its session goes on without it."), ""]
     out += _failed_table(results)
+    out += ["## Replies cut or full", "",
+            ("Replies that ran out of their token budget (finish reason \"length\") per stage; lists asked again "
+             "because their reply was cut or filled its item cap; the items only those requests brought in; "
+             "requests sent again after an unusable reply; lists still full when asking had to stop."), ""]
+    out += _recovery_table(results)
     out += ["## Provenance", ""]
     for r in results:
         out += [f"**{r['label']}**", ""] + (describe(r["provenance"]) if r.get("provenance") else

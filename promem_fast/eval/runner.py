@@ -90,15 +90,22 @@ def extract_graphs(engine: Engine, bench: Benchmark, path: Path) -> dict[str, Me
     return graphs
 
 
+RECOVERY_COUNTS = ("cut_continued", "list_continuations", "continued_items", "retried_requests", "lists_left_full")
+"""Run counters (all sessions together) of replies that were cut or full and what asking again brought back."""
+
+
 def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     """Per-stage tokens, calls and seconds per session (the paper's Table 6), from the graphs' statistics,
     and the steps that failed (a reply that never parsed, a prompt too long), counted per stage."""
     totals: dict[str, StageStats] = {}
     failed: dict[str, int] = {}
+    recovery = dict.fromkeys(RECOVERY_COUNTS, 0)
     sessions = []
     for graph in graphs:
         for failure in graph.stats.failures:
             failed[failure.stage] = failed.get(failure.stage, 0) + 1
+        for key in RECOVERY_COUNTS:
+            recovery[key] += graph.stats.counts.get(key, 0)
         row: dict[str, Any] = {}
         for name, st in graph.stats.stages.items():
             totals.setdefault(name, StageStats()).add(st)
@@ -127,6 +134,8 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
         "calls_per_session": grand.calls / n if n else None,
         "seconds_per_session": grand.seconds / n if n else None,
         "failed_steps": {name: failed[name] for name in sorted(failed, key=stage_key)},
+        "cut_replies": {name: totals[name].cut_replies for name in order},
+        "recovery": recovery,
         "session_detail": sessions,
     }
 
