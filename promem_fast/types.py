@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -169,7 +169,8 @@ class RunStats:
     counts: dict[str, int] = field(default_factory=dict)
     """e.g. draft_entries, events, recovered, hv_checked, hv_entailed, hv_split, atomic_kept, revised,
     discarded, edges_candidate, edges_implicit, edges_unsupported, edges_kept, details, details_anchored,
-    draft_chunks, windowed_turns, repaired_replies, retried_requests."""
+    draft_chunks, windowed_turns, repaired_replies, retried_requests, cut_continued, list_continuations,
+    continued_items (items that only a continuation or a retry with a larger budget brought in)."""
     failures: list[StepFailure] = field(default_factory=list)
 
     def stage(self, name: str) -> StageStats:
@@ -301,8 +302,9 @@ class MemoryGraph:
 
         return nx.node_link_graph(self.node_link_data(), edges="edges")
 
-    def write_graphml(self, path: str) -> None:
-        """GraphML export (lists are joined with `` | `` since GraphML attributes are scalars)."""
+    def write_graphml(self, path: str | IO[bytes]) -> None:
+        """GraphML export to a path or a binary file (lists are joined with `` | `` since GraphML attributes
+        are scalars)."""
         import networkx as nx
 
         g = self.to_networkx()
