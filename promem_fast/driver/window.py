@@ -9,10 +9,10 @@ working set, clamped.
 
 The working set is an estimate, :data:`WORKING_SET_TOKENS`: a session's longest prompt (its block plus
 one role's instructions and item) with a quarter more for the replies and the prompt parts of the requests
-it has in flight at once, as the cost model's fitted window assumes. For the HaluMem sample on SmolLM2's
-tokenizer a session's longest prompt with its reply averages about 3,900 tokens (the stream
-``benchmarks/request_stream.py`` records), so 5,000 tokens. Backends that do not say how large their KV cache is (``kv_cache_tokens``: vLLM does once
-its engine has started) get :data:`AUTO_DEFAULT`.
+it has in flight at once. For the HaluMem sample on SmolLM2's tokenizer a session's longest prompt with
+its reply averages about 3,900 tokens (the stream ``benchmarks/request_stream.py`` records; the cost
+model writes the measured figure beside this one, ``working_set_tokens``), so 5,000 tokens. Backends that do not say how large their KV
+cache is (``kv_cache_tokens``: vLLM does once its engine has started) get :data:`AUTO_DEFAULT`.
 """
 
 from __future__ import annotations
