@@ -274,3 +274,18 @@ def test_the_gpu_profile_sizes_its_window_to_the_kv_cache() -> None:
     from promem_fast.config import EngineConfig
 
     assert EngineConfig.profile("gpu").max_in_flight == 0
+
+
+def test_a_sessions_system_turn_is_tokenized_once(fake_vllm) -> None:
+    backend = _backend(context_length=4096)
+    tokenizer = backend.tokenizer
+    system = {"role": "system", "content": "the session block with its dialogue " * 40}
+    prompts = [(system, {"role": "user", "content": f"task number {i}"}) for i in range(4)]
+    got = [backend.encode(p, "2025-03-14") for p in prompts]
+    whole = [tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True, tokenize=True,
+                                           date_string="14 Mar 2025") for p in prompts]
+    assert got == whole
+    block = str(tokenizer.vocab["dialogue"])
+    # the system turn once, then each prompt's rest (the first prompt was also rendered whole, as a check)
+    assert len(tokenizer.tokenized) == 1 + len(prompts)
+    assert sum(block in text.split() for text in tokenizer.tokenized) == 1

@@ -59,6 +59,8 @@ class FakeTokenizer:
     def __init__(self, as_batch_encoding: bool = False) -> None:
         self.as_batch_encoding = as_batch_encoding
         self.vocab: dict[str, int] = {}
+        self.tokenized: list[str] = []
+        """Every text given to the tokenizer itself (``__call__``)."""
         self.template_kwargs: list[dict[str, Any]] = []
         """The extra template variables of every render (a real template reads ``date_string``)."""
 
@@ -81,6 +83,12 @@ class FakeTokenizer:
         if not tokenize:
             return " ".join(map(str, ids))
         return {"input_ids": ids, "attention_mask": [1] * len(ids)} if self.as_batch_encoding else ids
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> dict[str, list[int]]:
+        """Text as the template renders it (token ids written out) back to ids; every text is recorded."""
+        self.tokenized.append(text)
+        ids = [int(word) for word in text.split()]
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)}
 
 
 @dataclass
