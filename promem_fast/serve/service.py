@@ -29,7 +29,7 @@ from promem_fast.store.store import UpdateJudge
 log = logging.getLogger(__name__)
 
 QUERY_THREADS = 1
-"""CPU threads of the server's query embedder (unless ``embedder.threads`` says otherwise): one query of a few
+"""CPU threads of the server's query embedder (unless ``embedder.n_threads`` says otherwise): one query of a few
 words gains little from more, and a thread pool as wide as the cores would contend with the engine process,
 which keeps them busy while it extracts."""
 
@@ -53,7 +53,7 @@ class Service:
         self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
         self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
         self._services = Services(replace(config, embedder=replace(
-            config.embedder, threads=config.embedder.threads or QUERY_THREADS)))
+            config.embedder, n_threads=config.embedder.n_threads or QUERY_THREADS)))
         """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
         process, which loads its own copy of the embedder for the graphs it stores."""
         self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge,
