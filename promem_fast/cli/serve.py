@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--engine-priority", type=engine_priority, default=ENGINE_PRIORITY, metavar="N|idle",
                    help="how the engine process gives way to requests on busy cores: N lowers its CPU priority by "
                         "N (nice 0-19; 0: the server's own), 'idle' runs it only on cores nothing else wants "
-                        "(Linux SCHED_IDLE: the lowest search latency, but extraction all but stops while other "
+                        "(Linux SCHED_IDLE: a request preempts it at once, but extraction all but stops while other "
                         f"programs keep the cores busy). Default {ENGINE_PRIORITY}: extraction keeps a share of "
                         "a machine shared with other work")
     key_arg(p)

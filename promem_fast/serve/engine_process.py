@@ -38,14 +38,16 @@ ENGINE_PRIORITY: EnginePriority = 10
 * ``N`` (a nice increment, default 10): the engine process runs at a lower weight, so the kernel runs a
   request's few milliseconds of work first and extraction, throughput work, takes the rest. On cores it has to
   itself (or shares only with the server) it loses nothing; among other busy programs it gets about a tenth of
-  the share one of them gets at nice 0 (measured here: sessions/s halved at a load average of 5-15 on 2 cores).
+  the share one of them gets at nice 0 (sessions/s about halved on 2 heavily loaded cores, measured in
+  ``benchmarks/results/serve_search_engine_process.json``).
 * ``idle`` (Linux ``SCHED_IDLE``): the engine runs only on a core that nothing else wants, and a request
-  preempts it at once. Search latency is the lowest it can be, but among other busy programs extraction
+  preempts it at once. But among other busy programs extraction
   all but stops, and while the engine waits for a core it may hold the store's write lock, so writes from the
   server (queueing sessions) wait with it. Right for a machine given to the service alone.
 
 The default stays a nice increment: extraction keeps going on a shared machine, which ``idle`` cannot
-promise, and the latency it gives up against ``idle`` is measured in ``benchmarks/bench_serve_search.py``."""
+promise, and ``idle`` showed no steady gain in search latency over it on this machine's 2 shared cores, only
+slower extraction (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
 
 IDLE_FALLBACK_NICE = 19
 """Used where ``SCHED_IDLE`` is not available (not Linux) or not permitted: the weakest nice."""
