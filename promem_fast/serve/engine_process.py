@@ -41,9 +41,9 @@ ENGINE_PRIORITY: EnginePriority = 10
   the share one of them gets at nice 0 (sessions/s about halved on 2 heavily loaded cores, measured in
   ``benchmarks/results/serve_search_engine_process.json``).
 * ``idle`` (Linux ``SCHED_IDLE``): the engine runs only on a core that nothing else wants, and a request
-  preempts it at once. But among other busy programs extraction
-  all but stops, and while the engine waits for a core it may hold the store's write lock, so writes from the
-  server (queueing sessions) wait with it. Right for a machine given to the service alone.
+  preempts it at once. But among other busy programs extraction all but stops, and while the engine waits
+  for a core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
+  Right for a machine given to the service alone.
 
 The default stays a nice increment: extraction keeps going on a shared machine, which ``idle`` cannot
 promise, and ``idle`` showed no steady gain in search latency over it on this machine's 2 shared cores, only
