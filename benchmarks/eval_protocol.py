@@ -28,12 +28,27 @@ HERE = Path(__file__).resolve().parent
 DEV = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
 
 
+RECOVERY = ("cut_continued", "list_continuations", "continued_items", "retried_requests", "lists_left_full")
+"""Counters of replies asked again and what that brought back (absent from graphs of older code: 0)."""
+
+
 def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str, Any]:
     """The figures compared before and after, from a result and its graphs file."""
     failed: dict[str, int] = {}
+    kept = dict.fromkeys(("nodes", "details", "events", "edges"), 0)
+    recovery = dict.fromkeys(RECOVERY, 0)
+    cut: dict[str, int] = {}
     for line in graphs.read_text(encoding="utf-8").splitlines():
-        for failure in json.loads(line).get("stats", {}).get("failures", []):
+        graph = json.loads(line)
+        stats = graph.get("stats", {})
+        for failure in stats.get("failures", []):
             failed[failure["stage"]] = failed.get(failure["stage"], 0) + 1
+        for key in kept:
+            kept[key] += len(graph.get(key, []))
+        for key in recovery:
+            recovery[key] += stats.get("counts", {}).get(key, 0)
+        for stage, st in stats.get("stages", {}).items():
+            cut[stage] = cut.get(stage, 0) + st.get("cut_replies", 0)
     cost = result["cost"]["extraction"]
     judge = result["cost"]["evaluation"]["judge"]
     labels = result["labels"]
@@ -44,7 +59,8 @@ def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str,
         "extraction": {"tokens_per_session": cost["tokens_per_session"], "calls_per_session": cost["calls_per_session"],
                        "per_stage": {s: {"tokens": v["tokens"], "calls": v["calls"]}
                                      for s, v in cost["per_session"].items()},
-                       "failed_steps": failed, "failed_steps_in_report": "Failed steps per stage" in
+                       "failed_steps": failed, "kept": kept, "cut_replies": cut, "recovery": recovery,
+                       "failed_steps_in_report": "Failed steps per stage" in
                        (graphs.parent / "report-halumem.md").read_text(encoding="utf-8")},
         "judging": {"calls": judge["calls"], "prompt_tokens": judge["prompt_tokens"],
                     "completion_tokens": judge["completion_tokens"], "integrity_points": len(labels["integrity"]),
@@ -100,6 +116,15 @@ def compare(profile: str) -> str:
     rows = [("extraction tokens / session", lambda s: f"{s['extraction']['tokens_per_session']:.0f}"),
             ("extraction calls / session", lambda s: f"{s['extraction']['calls_per_session']:.2f}"),
             ("failed extraction steps", lambda s: json.dumps(s["extraction"]["failed_steps"])),
+            ("nodes / details / events / edges kept", lambda s: " / ".join(
+                str(s["extraction"].get("kept", {}).get(k, "-")) for k in ("nodes", "details", "events", "edges"))),
+            ("replies cut by their token budget", lambda s: str(sum(s["extraction"].get("cut_replies", {}).values()))),
+            ("lists asked again (cut / full)", lambda s: " / ".join(
+                str(s["extraction"].get("recovery", {}).get(k, "-")) for k in ("cut_continued", "list_continuations"))),
+            ("items recovered by asking again", lambda s: str(s["extraction"].get("recovery", {}).get(
+                "continued_items", "-"))),
+            ("requests retried after an unusable reply", lambda s: str(s["extraction"].get("recovery", {}).get(
+                "retried_requests", "-"))),
             ("failed steps shown in the report", lambda s: str(s["extraction"]["failed_steps_in_report"])),
             ("judge calls", lambda s: str(s["judging"]["calls"])),
             ("judge prompt tokens", lambda s: str(s["judging"]["prompt_tokens"])),
@@ -133,6 +158,8 @@ def main() -> int:
     parser.add_argument("--code", help="what code ran, for a run from an export without .git (e.g. main@d2c8d77)")
     parser.add_argument("--retrieval", action="store_true", help="evidence recall@k on the development user "
                         "(results/retrieval-halumem-dev.json and .md)")
+    parser.add_argument("--summarise-again", action="store_true", help="rewrite the summary from the files a "
+                        "finished run left in the scratch folder (after the summary itself gained figures)")
     parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
     args = parser.parse_args()
     results = HERE / "results"
@@ -147,10 +174,16 @@ def main() -> int:
     if args.retrieval:
         print(f"wrote {retrieval(args.work / 'retrieval')}")
         return 0
-    summary = run(args.profile, args.sessions, args.work / f"{args.profile}-{args.label}")
+    work = args.work / f"{args.profile}-{args.label}"
+    path = results / f"eval_protocol-{args.profile}-{args.label}.json"
+    if args.summarise_again:  # the run's own files, its wall time from the summary written then
+        seconds = json.loads(path.read_text(encoding="utf-8"))["wall_seconds"]
+        result = json.loads((work / "result-halumem-full.json").read_text(encoding="utf-8"))
+        summary = summarise(result, work / "graphs-halumem-full.jsonl", seconds)
+    else:
+        summary = run(args.profile, args.sessions, work)
     if args.code:
         summary["code"] = {**summary["code"], "label": args.code} if isinstance(summary["code"], dict) else args.code
-    path = results / f"eval_protocol-{args.profile}-{args.label}.json"
     path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(f"wrote {path}")
     return 0
