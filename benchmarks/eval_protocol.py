@@ -36,7 +36,7 @@ def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str,
     """The figures compared before and after, from a result and its graphs file."""
     failed: dict[str, int] = {}
     kept = dict.fromkeys(("nodes", "details", "events", "edges"), 0)
-    recovery = dict.fromkeys(RECOVERY, 0)
+    recovery: dict[str, int | None] = dict.fromkeys(RECOVERY)  # None: never counted by that code
     cut: dict[str, int] = {}
     for line in graphs.read_text(encoding="utf-8").splitlines():
         graph = json.loads(line)
@@ -46,9 +46,11 @@ def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str,
         for key in kept:
             kept[key] += len(graph.get(key, []))
         for key in recovery:
-            recovery[key] += stats.get("counts", {}).get(key, 0)
+            if key in stats.get("counts", {}) or recovery[key] is not None:
+                recovery[key] = (recovery[key] or 0) + stats.get("counts", {}).get(key, 0)
         for stage, st in stats.get("stages", {}).items():
-            cut[stage] = cut.get(stage, 0) + st.get("cut_replies", 0)
+            if "cut_replies" in st:
+                cut[stage] = cut.get(stage, 0) + st["cut_replies"]
     cost = result["cost"]["extraction"]
     judge = result["cost"]["evaluation"]["judge"]
     labels = result["labels"]
@@ -109,6 +111,11 @@ def _code(summary: dict[str, Any]) -> str:
     return code.get("label") or (code["commit"] or "")[:12] or f"version {code.get('package_version')}"
 
 
+def _count(summary: dict[str, Any], key: str) -> str:
+    value = summary["extraction"].get("recovery", {}).get(key)
+    return "not counted" if value is None else str(value)
+
+
 def compare(profile: str) -> str:
     """The before/after table of one profile's two summaries."""
     sides = {label: json.loads((HERE / "results" / f"eval_protocol-{profile}-{label}.json").read_text())
@@ -118,13 +125,12 @@ def compare(profile: str) -> str:
             ("failed extraction steps", lambda s: json.dumps(s["extraction"]["failed_steps"])),
             ("nodes / details / events / edges kept", lambda s: " / ".join(
                 str(s["extraction"].get("kept", {}).get(k, "-")) for k in ("nodes", "details", "events", "edges"))),
-            ("replies cut by their token budget", lambda s: str(sum(s["extraction"].get("cut_replies", {}).values()))),
+            ("replies cut by their token budget", lambda s: str(sum(s["extraction"]["cut_replies"].values()))
+             if s["extraction"].get("cut_replies") else "not counted"),
             ("lists asked again (cut / full)", lambda s: " / ".join(
-                str(s["extraction"].get("recovery", {}).get(k, "-")) for k in ("cut_continued", "list_continuations"))),
-            ("items recovered by asking again", lambda s: str(s["extraction"].get("recovery", {}).get(
-                "continued_items", "-"))),
-            ("requests retried after an unusable reply", lambda s: str(s["extraction"].get("recovery", {}).get(
-                "retried_requests", "-"))),
+                _count(s, k) for k in ("cut_continued", "list_continuations"))),
+            ("items recovered by asking again", lambda s: _count(s, "continued_items")),
+            ("requests retried after an unusable reply", lambda s: _count(s, "retried_requests")),
             ("failed steps shown in the report", lambda s: str(s["extraction"]["failed_steps_in_report"])),
             ("judge calls", lambda s: str(s["judging"]["calls"])),
             ("judge prompt tokens", lambda s: str(s["judging"]["prompt_tokens"])),
