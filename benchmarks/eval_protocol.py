@@ -59,6 +59,7 @@ def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str,
         "code": result.get("provenance", {}).get("code", "not recorded (before provenance was kept)"),
         "sessions": result["counts"]["sessions"], "questions": result["counts"]["questions"],
         "extraction": {"tokens_per_session": cost["tokens_per_session"], "calls_per_session": cost["calls_per_session"],
+                       "uncached_prefill_per_session": cost.get("uncached_prefill_per_session"),
                        "per_stage": {s: {"tokens": v["tokens"], "calls": v["calls"]}
                                      for s, v in cost["per_session"].items()},
                        "failed_steps": failed, "kept": kept, "cut_replies": cut, "recovery": recovery,
@@ -122,6 +123,8 @@ def compare(profile: str) -> str:
              for label in ("before", "after")}
     rows = [("extraction tokens / session", lambda s: f"{s['extraction']['tokens_per_session']:.0f}"),
             ("extraction calls / session", lambda s: f"{s['extraction']['calls_per_session']:.2f}"),
+            ("uncached prefill tokens / session", lambda s: "not counted" if s["extraction"].get(
+                "uncached_prefill_per_session") is None else f"{s['extraction']['uncached_prefill_per_session']:.0f}"),
             ("failed extraction steps", lambda s: json.dumps(s["extraction"]["failed_steps"])),
             ("nodes / details / events / edges kept", lambda s: " / ".join(
                 str(s["extraction"].get("kept", {}).get(k, "-")) for k in ("nodes", "details", "events", "edges"))),
@@ -147,7 +150,8 @@ def compare(profile: str) -> str:
             ("QA accuracy (%)", lambda s: f"{100 * s['headline']['qa_accuracy']:.2f}")]
     lines = [f"# Evaluation protocol on the HaluMem development user: {profile} profile, before → after", "",
              f"{sides['after']['sessions']} sessions, {sides['after']['questions']} questions. "
-             + ("Scripted stand-ins: control flow and cost, not quality." if profile == "scripted" else
+             + ("Scripted stand-ins: control flow and cost, not quality. The stand-ins give no token ids, so every "
+                "prompt token counts as uncached prefill." if profile == "scripted" else
                 "SmolLM2-135M: cost and reply format, not quality."), "",
              "| | before | after |", "| --- | --- | --- |",
              f"| code | {_code(sides['before'])} | {_code(sides['after'])} |"]
