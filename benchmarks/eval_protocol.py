@@ -28,12 +28,29 @@ HERE = Path(__file__).resolve().parent
 DEV = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
 
 
+RECOVERY = ("cut_continued", "list_continuations", "continued_items", "retried_requests", "lists_left_full")
+"""Counters of replies asked again and what that brought back (absent from graphs of older code: 0)."""
+
+
 def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str, Any]:
     """The figures compared before and after, from a result and its graphs file."""
     failed: dict[str, int] = {}
+    kept = dict.fromkeys(("nodes", "details", "events", "edges"), 0)
+    recovery: dict[str, int | None] = dict.fromkeys(RECOVERY)  # None: never counted by that code
+    cut: dict[str, int] = {}
     for line in graphs.read_text(encoding="utf-8").splitlines():
-        for failure in json.loads(line).get("stats", {}).get("failures", []):
+        graph = json.loads(line)
+        stats = graph.get("stats", {})
+        for failure in stats.get("failures", []):
             failed[failure["stage"]] = failed.get(failure["stage"], 0) + 1
+        for key in kept:
+            kept[key] += len(graph.get(key, []))
+        for key in recovery:
+            if key in stats.get("counts", {}) or recovery[key] is not None:
+                recovery[key] = (recovery[key] or 0) + stats.get("counts", {}).get(key, 0)
+        for stage, st in stats.get("stages", {}).items():
+            if "cut_replies" in st:
+                cut[stage] = cut.get(stage, 0) + st["cut_replies"]
     cost = result["cost"]["extraction"]
     judge = result["cost"]["evaluation"]["judge"]
     labels = result["labels"]
@@ -42,9 +59,11 @@ def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str,
         "code": result.get("provenance", {}).get("code", "not recorded (before provenance was kept)"),
         "sessions": result["counts"]["sessions"], "questions": result["counts"]["questions"],
         "extraction": {"tokens_per_session": cost["tokens_per_session"], "calls_per_session": cost["calls_per_session"],
+                       "uncached_prefill_per_session": cost.get("uncached_prefill_per_session"),
                        "per_stage": {s: {"tokens": v["tokens"], "calls": v["calls"]}
                                      for s, v in cost["per_session"].items()},
-                       "failed_steps": failed, "failed_steps_in_report": "Failed steps per stage" in
+                       "failed_steps": failed, "kept": kept, "cut_replies": cut, "recovery": recovery,
+                       "failed_steps_in_report": "Failed steps per stage" in
                        (graphs.parent / "report-halumem.md").read_text(encoding="utf-8")},
         "judging": {"calls": judge["calls"], "prompt_tokens": judge["prompt_tokens"],
                     "completion_tokens": judge["completion_tokens"], "integrity_points": len(labels["integrity"]),
@@ -93,13 +112,28 @@ def _code(summary: dict[str, Any]) -> str:
     return code.get("label") or (code["commit"] or "")[:12] or f"version {code.get('package_version')}"
 
 
+def _count(summary: dict[str, Any], key: str) -> str:
+    value = summary["extraction"].get("recovery", {}).get(key)
+    return "not counted" if value is None else str(value)
+
+
 def compare(profile: str) -> str:
     """The before/after table of one profile's two summaries."""
     sides = {label: json.loads((HERE / "results" / f"eval_protocol-{profile}-{label}.json").read_text())
              for label in ("before", "after")}
     rows = [("extraction tokens / session", lambda s: f"{s['extraction']['tokens_per_session']:.0f}"),
             ("extraction calls / session", lambda s: f"{s['extraction']['calls_per_session']:.2f}"),
+            ("uncached prefill tokens / session", lambda s: "not counted" if s["extraction"].get(
+                "uncached_prefill_per_session") is None else f"{s['extraction']['uncached_prefill_per_session']:.0f}"),
             ("failed extraction steps", lambda s: json.dumps(s["extraction"]["failed_steps"])),
+            ("nodes / details / events / edges kept", lambda s: " / ".join(
+                str(s["extraction"].get("kept", {}).get(k, "-")) for k in ("nodes", "details", "events", "edges"))),
+            ("replies cut by their token budget", lambda s: str(sum(s["extraction"]["cut_replies"].values()))
+             if s["extraction"].get("cut_replies") else "not counted"),
+            ("lists asked again (cut / full)", lambda s: " / ".join(
+                _count(s, k) for k in ("cut_continued", "list_continuations"))),
+            ("items recovered by asking again", lambda s: _count(s, "continued_items")),
+            ("requests retried after an unusable reply", lambda s: _count(s, "retried_requests")),
             ("failed steps shown in the report", lambda s: str(s["extraction"]["failed_steps_in_report"])),
             ("judge calls", lambda s: str(s["judging"]["calls"])),
             ("judge prompt tokens", lambda s: str(s["judging"]["prompt_tokens"])),
@@ -116,7 +150,8 @@ def compare(profile: str) -> str:
             ("QA accuracy (%)", lambda s: f"{100 * s['headline']['qa_accuracy']:.2f}")]
     lines = [f"# Evaluation protocol on the HaluMem development user: {profile} profile, before → after", "",
              f"{sides['after']['sessions']} sessions, {sides['after']['questions']} questions. "
-             + ("Scripted stand-ins: control flow and cost, not quality." if profile == "scripted" else
+             + ("Scripted stand-ins: control flow and cost, not quality. The stand-ins give no token ids, so every "
+                "prompt token counts as uncached prefill." if profile == "scripted" else
                 "SmolLM2-135M: cost and reply format, not quality."), "",
              "| | before | after |", "| --- | --- | --- |",
              f"| code | {_code(sides['before'])} | {_code(sides['after'])} |"]
@@ -133,6 +168,8 @@ def main() -> int:
     parser.add_argument("--code", help="what code ran, for a run from an export without .git (e.g. main@d2c8d77)")
     parser.add_argument("--retrieval", action="store_true", help="evidence recall@k on the development user "
                         "(results/retrieval-halumem-dev.json and .md)")
+    parser.add_argument("--summarise-again", action="store_true", help="rewrite the summary from the files a "
+                        "finished run left in the scratch folder (after the summary itself gained figures)")
     parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
     args = parser.parse_args()
     results = HERE / "results"
@@ -147,10 +184,16 @@ def main() -> int:
     if args.retrieval:
         print(f"wrote {retrieval(args.work / 'retrieval')}")
         return 0
-    summary = run(args.profile, args.sessions, args.work / f"{args.profile}-{args.label}")
+    work = args.work / f"{args.profile}-{args.label}"
+    path = results / f"eval_protocol-{args.profile}-{args.label}.json"
+    if args.summarise_again:  # the run's own files, its wall time from the summary written then
+        seconds = json.loads(path.read_text(encoding="utf-8"))["wall_seconds"]
+        result = json.loads((work / "result-halumem-full.json").read_text(encoding="utf-8"))
+        summary = summarise(result, work / "graphs-halumem-full.jsonl", seconds)
+    else:
+        summary = run(args.profile, args.sessions, work)
     if args.code:
         summary["code"] = {**summary["code"], "label": args.code} if isinstance(summary["code"], dict) else args.code
-    path = results / f"eval_protocol-{args.profile}-{args.label}.json"
     path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(f"wrote {path}")
     return 0

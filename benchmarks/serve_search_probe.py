@@ -4,7 +4,9 @@ Run by :mod:`bench_serve_search` in a subprocess (``PYTHONPATH`` chooses which s
 prints one JSON line. A real ``promem serve --profile scripted`` process on 127.0.0.1 (its own SQLite file,
 no rate limit) first stores a probe user's sessions; then 16 other users submit ``--load`` sessions in all,
 and while the server extracts them a client searches the probe user's memories over HTTP on a fixed
-schedule, one search every ``--every-ms`` (50: 20 searches a second). Latency is the client's: request sent to JSON read.
+schedule, one search every ``--every-ms`` (50: 20 searches a second), as it did for ``--idle-s`` before the
+load. Latency is the client's: request sent to JSON read. The server process's own CPU time per idle search
+(all its threads, from ``/proc``; the engine process apart) is the figure a loaded machine disturbs least.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,6 +55,12 @@ def searches(http: httpx.Client, seconds: float | None, every_s: float, until: A
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process ``pid`` has used, all its threads, not its children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def depth(http: httpx.Client, jobs: list[str]) -> bool:
     """Whether any of ``jobs`` is still being extracted."""
     return any(http.get(f"/v1/jobs/{job}").json()["state"] != "finished" for job in jobs)
@@ -61,7 +70,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", type=int, default=160)
     parser.add_argument("--every-ms", type=float, default=50.0)
+    parser.add_argument("--idle-s", type=float, default=5.0, help="seconds of searches before the load")
+    parser.add_argument("--serve-args", default="", help="more options of promem serve, as one string")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     base = [s.to_dict() for s in halumem_sessions()]
     users = 16
     per_user = max(1, args.load // users)
@@ -71,7 +83,8 @@ def main() -> None:
         port = free_port()
         log = open(Path(folder) / "serve.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", "promem_fast.cli", "serve", "--db", str(path), "--port",
-                                 str(port), "--profile", "scripted", "--rate", "0"], stdout=log, stderr=log,
+                                 str(port), "--profile", "scripted", "--rate", "0", *shlex.split(args.serve_args)],
+                                stdout=log, stderr=log,
                                 env=dict(os.environ))
         try:
             http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
@@ -89,7 +102,9 @@ def main() -> None:
                 dict(s, session_id=f"p{j}", user="probe") for j, s in enumerate(base[:4])]}).json()["job_id"]
             while depth(http, [probe]):
                 time.sleep(0.05)
-            idle = searches(http, 2.0, args.every_ms / 1e3)
+            cpu_before = cpu_seconds(proc.pid)
+            idle = searches(http, args.idle_s, args.every_ms / 1e3)
+            idle_cpu_ms = (cpu_seconds(proc.pid) - cpu_before) * 1e3 / len(idle)
             started = time.monotonic()
             jobs = [http.post(f"/v1/users/user{u}/sessions", json={"sessions": [
                 dict(base[(u + j) % len(base)], session_id=f"u{u}-{j}", user=f"user{u}") for j in range(per_user)]}
@@ -109,9 +124,11 @@ def main() -> None:
             log.close()
     print(json.dumps({
         "idle_p50_ms": statistics.median(idle), "idle_p99_ms": percentile(idle, 0.99),
+        "idle_server_cpu_ms_per_search": idle_cpu_ms,
         "load_p50_ms": statistics.median(loaded), "load_p99_ms": percentile(loaded, 0.99),
         "load_max_ms": max(loaded), "load_searches": len(loaded), "sessions": users * per_user,
         "drain_s": drain_s, "sessions_per_s": users * per_user / drain_s,
+        "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0],
     }))
 
 

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
+from promem_fast.private import open_private
 from promem_fast.shapes import DEFAULT_K, as_sessions
 from promem_fast.types import Session
 
@@ -121,7 +122,7 @@ class Client:
         with self._http.stream("GET", "/v1/export") as response:  # streamed: a whole store need not fit in memory
             if response.status_code >= 400:
                 raise ServerError(response.status_code, response.read().decode("utf-8", "replace"))
-            with open(path, "wb") as out:
+            with open_private(path, "wb") as out:
                 for chunk in response.iter_bytes():
                     out.write(chunk)
                     # split on b"\n" only: iter_lines would also split at U+2028 inside a memory's text

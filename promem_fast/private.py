@@ -1,11 +1,14 @@
-"""Files only their owner can read: memory text, keys and exports are created 0600 (folders 0700).
+"""Files only their owner can read: memory text, keys, exports, graphs, rejected input lines and evaluation
+results are created 0600 (folders 0700).
 
 The mode is set explicitly after creation (``fchmod``), so a permissive umask (0, 002) cannot widen it; files
-that already exist with a wider mode are narrowed when this process owns them.
+that already exist with a wider mode are narrowed when this process owns them. Folders are made private only
+when this process creates them: a folder the user already had is theirs to set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -36,6 +39,23 @@ def private_dir(path: str | Path) -> Path:
     return folder
 
 
+def private_dirs(path: str | Path) -> Path:
+    """``mkdir -p`` where every folder created is 0700; folders that exist already are left as they are."""
+    folder = Path(path)
+    if folder.is_dir():
+        return folder
+    if folder.parent != folder:
+        private_dirs(folder.parent)
+    try:
+        folder.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        if folder.is_dir():  # made meanwhile by another process, which owns its mode
+            return folder
+        raise
+    os.chmod(folder, DIR_MODE)  # mkdir's mode is masked by the umask, which could also take the owner's bits
+    return folder
+
+
 def touch_private(path: str | Path) -> None:
     """Create ``path`` empty with mode 0600 if it does not exist; narrow it if it does."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
@@ -51,11 +71,41 @@ def open_private(path: str | Path, mode: str = "w", **kwargs: Any) -> IO[Any]:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = os.open(path, flags, FILE_MODE)
     try:
-        os.fchmod(fd, FILE_MODE)
+        if os.fstat(fd).st_uid == os.geteuid():  # an existing file (a resumed output) is narrowed too
+            os.fchmod(fd, FILE_MODE)
         return os.fdopen(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)
         raise
+
+
+def write_private(path: str | Path, data: str | bytes, **kwargs: Any) -> None:
+    """``Path.write_text`` / ``write_bytes`` through :func:`open_private` (text is UTF-8 unless told)."""
+    if isinstance(data, bytes):
+        with open_private(path, "wb") as handle:
+            handle.write(data)
+    else:
+        with open_private(path, "w", **{"encoding": "utf-8", **kwargs}) as handle:
+            handle.write(data)
+
+
+def replace_private(path: str | Path, data: bytes, *, fsync: bool = False) -> int:
+    """Write ``data`` to ``PATH.tmp`` (0600), then move it over ``path``: a reader sees the old file or the new
+    one, never half of one, and the new one keeps the tmp file's mode. Returns the bytes written."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        with open_private(tmp, "wb") as handle:
+            handle.write(data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error to report is the write's, not the clean-up's
+            tmp.unlink(missing_ok=True)
+        raise
+    return len(data)
 
 
 def shred(path: str | Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -122,6 +122,10 @@ class StageStats:
     calls: int = 0
     """LLM generate requests (retries included)."""
     prompt_tokens: int = 0
+    uncached_prefill_tokens: int = 0
+    """Prompt tokens a prefix cache of ``llm.prefix_cache_tokens`` would not serve (vLLM-style block
+    hashing over the session's own prompts, :mod:`promem_fast.prefix_cache`); every prompt token on a
+    backend that does not hand the engine its token ids (openai, scripted)."""
     completion_tokens: int = 0
     cut_replies: int = 0
     """Replies that ran out of their token budget (finish reason "length"), continued or asked again."""
@@ -132,6 +136,7 @@ class StageStats:
     def add(self, other: StageStats) -> None:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
+        self.uncached_prefill_tokens += other.uncached_prefill_tokens
         self.completion_tokens += other.completion_tokens
         self.cut_replies += other.cut_replies
         self.nli_pairs += other.nli_pairs
@@ -164,7 +169,8 @@ class RunStats:
     counts: dict[str, int] = field(default_factory=dict)
     """e.g. draft_entries, events, recovered, hv_checked, hv_entailed, hv_split, atomic_kept, revised,
     discarded, edges_candidate, edges_implicit, edges_unsupported, edges_kept, details, details_anchored,
-    draft_chunks, windowed_turns, repaired_replies, retried_requests."""
+    draft_chunks, windowed_turns, repaired_replies, retried_requests, cut_continued, list_continuations,
+    continued_items (items that only a continuation or a retry with a larger budget brought in)."""
     failures: list[StepFailure] = field(default_factory=list)
 
     def stage(self, name: str) -> StageStats:
@@ -296,8 +302,9 @@ class MemoryGraph:
 
         return nx.node_link_graph(self.node_link_data(), edges="edges")
 
-    def write_graphml(self, path: str) -> None:
-        """GraphML export (lists are joined with `` | `` since GraphML attributes are scalars)."""
+    def write_graphml(self, path: str | IO[bytes]) -> None:
+        """GraphML export to a path or a binary file (lists are joined with `` | `` since GraphML attributes
+        are scalars)."""
         import networkx as nx
 
         g = self.to_networkx()

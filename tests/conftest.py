@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,16 @@ def make_session(sid: str, user: str, exchanges: list[tuple[str, str]], timestam
         turns.append(Turn(turn_id=tid, role="user", text=said, timestamp=timestamp))
         turns.append(Turn(turn_id=tid, role="assistant", text=reply, timestamp=timestamp))
     return Session(session_id=sid, user=user, turns=tuple(turns), timestamp=timestamp)
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """The most permissive umask (0), restored after: a file written without an explicit mode is 0666."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 @pytest.fixture

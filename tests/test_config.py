@@ -76,7 +76,7 @@ def test_resolve_applies_profile_file_overrides_then_flags_in_that_order(tmp_pat
 
 
 @pytest.mark.parametrize(("run", "message"), [
-    ({"max_in_flight": 0}, "max_in_flight must be >= 1"),
+    ({"max_in_flight": -1}, r"max_in_flight must be >= 0 \(0: auto\)"),
     ({"on_error": "maybe"}, "command line: on_error = 'maybe'; choose one of"),
     ({"compression": {"rate": 1.5}}, "compression.rate must lie in"),
 ])

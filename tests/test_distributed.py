@@ -336,3 +336,16 @@ def test_a_shard_whose_worker_always_dies_stops_the_run_after_bounded_retries(cl
     assert isinstance(result.get("error"), PromemError), result
     assert "run the same command again" in str(result["error"])
     assert len(kills) >= 2 and not manifests(tmp_path / "out")
+
+
+def test_shard_files_and_the_summary_are_private_whatever_the_umask(cluster: str, open_umask: None,
+                                                                    tmp_path: Path) -> None:
+    """Graphs, rejected lines, manifests and Parquet of every shard 0600, the folders the run made 0700."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in tomas_sessions()) + "{broken\n")
+    extract(source, tmp_path / "out" / "ray", config=config(), actors=1, shard_sessions=7, parquet=True)
+    found = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777 for p in sorted((tmp_path / "out").rglob("*"))}
+    assert found == {"out/ray": 0o700, "out/ray/summary.json": 0o600,
+                     **{f"out/ray/in-{n}{suffix}": 0o600 for n in ("00000", "00001")
+                        for suffix in (".jsonl", ".rejects.jsonl", ".manifest.json", ".parquet")}}
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o700

@@ -200,6 +200,29 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
     assert "judge: scripted with the project's own prompts" in provenance
 
 
+def test_the_report_counts_cut_and_full_replies_and_what_asking_again_recovered(tmp_path: Path) -> None:
+    """With one item per list every list with two or more items is asked again; the report's row must add up
+    the graphs' own counters, and a run without a cap shows none of it."""
+    from promem_fast.io import read_graphs
+
+    data = write_ina(tmp_path)
+    capped = run_eval("halumem", data, scripted_config(max_list_items=1), out_dir=tmp_path / "capped")
+    plain = run_eval("halumem", data, scripted_config(), out_dir=tmp_path / "plain")
+    graphs = list(read_graphs(tmp_path / "capped" / "graphs-halumem-full.jsonl"))
+    recovered = sum(g.stats.counts.get("continued_items", 0) for g in graphs)
+    asked = sum(g.stats.counts.get("list_continuations", 0) + g.stats.counts.get("cut_continued", 0) for g in graphs)
+    assert recovered > 0 and asked > 0
+    assert capped["cost"]["extraction"]["recovery"]["continued_items"] == recovered
+    assert plain["cost"]["extraction"]["recovery"]["continued_items"] == 0
+    report = (tmp_path / "capped" / "report-halumem.md").read_text()
+    section = report.split("## Replies cut or full", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    header = rows[0]
+    assert header[0] == "Method" and header[-4:] == ["Asked again", "Items recovered", "Retried requests", "Left full"]
+    assert rows[2][0] == "ProMem (Full)"
+    assert rows[2][-4:-2] == [str(asked), str(recovered)]
+
+
 # ============================================================================================= official judge prompts
 FAKE_TOOLS = '''\
 from llms import llm_request_for_json

@@ -117,11 +117,13 @@ def test_halumem_end_to_end_report_matches_the_raw_labels(tmp_path: Path) -> Non
                                          pct(qa["hallucination"]), pct(qa["omission"])]]
     (cost_row,) = table(report, "Table 6")
     per_stage = extraction_cost(list(graphs.values()))["per_session"]
-    assert cost_row[0] == "ProMem (Full)" and len(cost_row) == 9
+    assert cost_row[0] == "ProMem (Full)" and len(cost_row) == 10
     assert cost_row[1] == f"{per_stage['draft']['tokens'] / 1000:.3f}K ({pct(per_stage['draft']['share'])}%)"
     assert cost_row[6] == f"{tokens / 1000:.2f}K"
     calls = sum(g.stats.total().calls for g in graphs.values()) / len(graphs)
     assert cost_row[7] == f"{calls:.2f}"
+    uncached = sum(g.stats.total().uncached_prefill_tokens for g in graphs.values()) / len(graphs)
+    assert uncached > 0 and cost_row[8] == f"{uncached / 1000:.2f}K"
     assert (tmp_path / "variants-halumem.png").read_bytes().startswith(PNG)
 
 

@@ -113,10 +113,16 @@ def test_an_output_that_cannot_be_a_file_is_one_line_and_blocks_no_rerun(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "dir.jsonl"]
 
 
-def test_max_in_flight_zero_is_refused(six: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["extract", str(six), "-o", str(tmp_path / "o.jsonl"), "--max-in-flight", "0", *SCRIPTED]) == 2
+def test_a_negative_max_in_flight_is_refused(six: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["extract", str(six), "-o", str(tmp_path / "o.jsonl"), "--max-in-flight", "-1", *SCRIPTED]) == 2
     assert "max_in_flight" in one_error_line(capsys)
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_max_in_flight_zero_sizes_the_window_itself(six: Path, tmp_path: Path) -> None:
+    """0 is auto: the KV cache's window on vLLM, the default window on a backend that states no KV size."""
+    assert main(["extract", str(six), "-o", str(tmp_path / "o.jsonl"), "--max-in-flight", "0", *SCRIPTED]) == 0
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 6
 
 
 def test_the_summary_counts_every_reject_once_and_a_respelled_resume_adds_none(

@@ -233,3 +233,59 @@ def test_the_continuous_engine_drives_vllm_through_its_engine_loop_with_the_sess
     words = {v: k for k, v in backend.tokenizer.vocab.items()}
     for _, ids, _ in added:
         assert [words.get(i) for i in ids[:5]] == ["Today", "Date:", "14", "Mar", "2025"]
+
+
+def test_kv_cache_size_read_from_the_started_engine(fake_vllm) -> None:
+    # vLLM's engine reports 3,000 blocks of 32 tokens: 96,000 tokens of KV cache
+    backend = _backend(options={"num_gpu_blocks_override": 3000, "block_size": 32})
+    assert backend.kv_cache_tokens == 96_000
+
+
+def test_the_auto_window_follows_the_kv_cache(fake_vllm) -> None:
+    """``max_in_flight: 0``: the window is the KV cache over a session's working set (5,000 tokens)."""
+    from conftest import make_session, scripted_config
+    from promem_fast.engine import Engine
+
+    sessions = [make_session(f"s{i}", "Ann", [("I moved to Lisbon.", "Nice.")]) for i in range(3)]
+    for blocks, window in ((46_250, 148),     # an H200's 740,000 tokens: 148 sessions
+                           (10_000, 32),      # 160,000 tokens
+                           (100, 8),          # 1,600 tokens: clamped up to 8
+                           (1_000_000, 1024)):  # 16M tokens: clamped down to 1,024
+        cfg = scripted_config()
+        cfg.max_in_flight = 0
+        engine = Engine(cfg, llm=_backend(context_length=4096, options={"num_gpu_blocks_override": blocks}))
+        assert engine.window() == window, blocks
+        assert len(engine.extract(sessions)) == 3
+
+
+def test_a_set_window_is_kept_and_other_backends_get_the_default() -> None:
+    from conftest import scripted_config
+    from promem_fast.engine import Engine
+
+    cfg = scripted_config()
+    cfg.max_in_flight = 0
+    assert Engine(cfg).window() == 64  # the scripted model states no KV cache size
+    cfg = scripted_config()
+    cfg.max_in_flight = 5
+    assert Engine(cfg).window() == 5
+
+
+def test_the_gpu_profile_sizes_its_window_to_the_kv_cache() -> None:
+    from promem_fast.config import EngineConfig
+
+    assert EngineConfig.profile("gpu").max_in_flight == 0
+
+
+def test_a_sessions_system_turn_is_tokenized_once(fake_vllm) -> None:
+    backend = _backend(context_length=4096)
+    tokenizer = backend.tokenizer
+    system = {"role": "system", "content": "the session block with its dialogue " * 40}
+    prompts = [(system, {"role": "user", "content": f"task number {i}"}) for i in range(4)]
+    got = [backend.encode(p, "2025-03-14") for p in prompts]
+    whole = [tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True, tokenize=True,
+                                           date_string="14 Mar 2025") for p in prompts]
+    assert got == whole
+    block = str(tokenizer.vocab["dialogue"])
+    # the system turn once, then each prompt's rest (the first prompt was also rendered whole, as a check)
+    assert len(tokenizer.tokenized) == 1 + len(prompts)
+    assert sum(block in text.split() for text in tokenizer.tokenized) == 1

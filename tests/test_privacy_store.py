@@ -10,7 +10,6 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -111,15 +110,6 @@ def test_a_deleted_session_leaves_no_trace_either(insecure_default: None, tmp_pa
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
-
-
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    old = os.umask(0)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def test_store_wal_index_and_export_are_private_whatever_the_umask(open_umask: None, tmp_path: Path) -> None:

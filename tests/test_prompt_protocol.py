@@ -170,6 +170,7 @@ def test_a_reply_cut_by_its_token_budget_is_continued_and_counted() -> None:
                                              "Ann visited the town of Place4 in 2004."]
     assert graph.stats.stages["draft"].cut_replies == 1
     assert len(llm.of("draft")) == 2
+    assert graph.stats.counts["continued_items"] == 1  # Place4 came only with the continuation
 
 
 def test_without_the_dialogue_in_the_block_each_prompt_shows_its_own_turns() -> None:
@@ -181,3 +182,14 @@ def test_without_the_dialogue_in_the_block_each_prompt_shows_its_own_turns() -> 
     assert "[turn 1] Maya Chen: I adopted a cat named Pixel yesterday." in details[1].messages[1]["content"]
     assert {(d.turn_id, d.text) for d in graph.details} == {
         (0, "Nordvik Labs"), (0, "at Nordvik Labs"), (2, "Harbor Bank"), (2, "at Harbor Bank"), (2, "in Bergen")}
+
+
+def test_items_only_a_continuation_brought_are_counted() -> None:
+    """With a cap of one item per list, the first detail reply names one detail for turn 0 and one for turn 2;
+    the other three (at Nordvik Labs, at Harbor Bank, in Bergen) come from continuations. The draft's first
+    reply names one of its two entries, the continuation the other. So 3 + 1 items were recovered."""
+    graph = Engine(scripted_config(max_list_items=1), llm=Seeing()).extract([three_turns()])[0]
+    assert {(d.turn_id, d.text) for d in graph.details} == {
+        (0, "Nordvik Labs"), (0, "at Nordvik Labs"), (2, "Harbor Bank"), (2, "at Harbor Bank"), (2, "in Bergen")}
+    assert graph.stats.counts["draft_entries"] == 2
+    assert graph.stats.counts["continued_items"] == 4

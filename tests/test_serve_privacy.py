@@ -118,6 +118,16 @@ def test_store_files_of_the_service_are_private(served: tuple[Server, str]) -> N
     assert modes == {"memory.db": 0o600, "memory.db-wal": 0o600, "memory.db-shm": 0o600}
 
 
+def test_an_export_the_client_downloads_is_private_whatever_the_umask(served: tuple[Server, str], open_umask: None,
+                                                                     tmp_path: Path) -> None:
+    from promem_fast.client import Client
+
+    with Client(served[0].url, served[1]) as client:
+        client.export(tmp_path / "dump.jsonl")
+    assert stat.S_IMODE((tmp_path / "dump.jsonl").stat().st_mode) == 0o600
+    assert '"m1"' in (tmp_path / "dump.jsonl").read_text()
+
+
 def started(tmp_path: Path, *extra: str, **options: Any) -> tuple[Server, str]:
     """A fresh server on its own store, and a key of tenant acme."""
     key = new_key(tmp_path / "memory.db", "acme")

@@ -1,13 +1,16 @@
 """Approximate search for large users: same top hits as exact search on real embeddings, an index file that
-only its owner can read, built once and rebuilt when it is gone."""
+only its owner can read, built once and rebuilt when it is gone, a deleted node gone from the index and the
+file at once, and the older version's index file replaced."""
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import scripted_config
@@ -80,12 +83,18 @@ def test_the_graph_is_saved_for_its_owner_only_and_read_back_instead_of_built(tm
         assert store.index(store._user_pk("default", "Tom") or 0).approximate
 
 
-def test_a_missing_index_file_is_rebuilt_from_the_store_and_saved_again(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+def _saved_user(db: Path, query: str) -> tuple[list[int], Path]:
+    """Tom's 100 nodes added to a fresh store at ``db``: the top 5 for ``query``, and the index file saved."""
     with _store(db) as store:
         store.add(SESSIONS)
-        first = [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)]
-    (saved,) = (tmp_path / "m.db.vectors").iterdir()
+        top = [h.node_id for h in store.search("Tom", query, k=5)]
+    (saved,) = db.with_name(f"{db.name}.vectors").iterdir()
+    return top, saved
+
+
+def test_a_missing_index_file_is_rebuilt_from_the_store_and_saved_again(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    first, saved = _saved_user(db, "dahlias of list 1")
     saved.unlink()
     with _store(db) as store:
         assert [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)] == first
@@ -102,3 +111,50 @@ def test_a_user_below_the_threshold_and_a_store_set_to_exact_keep_exact_search(t
         assert len(store.search("Tom", "boots", k=3)) == 3
         assert not store.index(store._user_pk("default", "Tom") or 0).approximate
     assert not (tmp_path / "a.db.vectors").exists()  # 100 exact vectors are not worth a file
+
+
+def _stored_vector(db: Path, node: int) -> bytes:
+    with sqlite3.connect(db) as con:
+        (blob,) = con.execute("SELECT vector FROM nodes WHERE id = ?", (node,)).fetchone()
+    return bytes(blob)
+
+
+def _holds(index_folder: Path, vector: bytes) -> bool:
+    return any(vector in p.read_bytes() for p in index_folder.iterdir())
+
+
+def test_a_deleted_node_leaves_the_approximate_index_and_its_file(tmp_path: Path) -> None:
+    db, folder = tmp_path / "m.db", tmp_path / "m.db.vectors"
+    top, _ = _saved_user(db, "candles of list 3")
+    gone = top[0]
+    vector = _stored_vector(db, gone)
+    assert _holds(folder, vector)  # the file holds the vectors whole: what must leave it
+    with _store(db) as writer, _store(db) as reader:
+        user = writer._user_pk("default", "Tom") or 0
+        assert reader.search("Tom", "candles of list 3", k=5)[0].node_id == gone
+        assert writer.delete(user="Tom", node=gone) == 1
+        assert not _holds(folder, vector)  # gone from disk at once, not at the next close
+        for store in (writer, reader):  # the reader's index was built before the delete
+            index = store.index(user)
+            assert index.approximate and len(index) == 99
+            assert not (index.vectors() == np.frombuffer(vector, np.float32)).all(axis=1).any()
+            assert [h.node_id for h in store.search("Tom", "candles of list 3", k=5)][:4] == top[1:5]
+    assert not _holds(folder, vector)
+
+
+def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    expected, saved = _saved_user(db, "dahlias of list 1")
+    with np.load(saved) as new:  # rewrite it as the plain HNSW version wrote it: a "graph"
+        fields = {"ids": new["ids"], "store_id": new["store_id"], "state": new["state"]}
+        vectors = ann_module.ApproximateIndex.deserialize(new["grouped"], int(new["state"][2])).vectors()
+    faiss = ann_module.faiss_module()
+    hnsw = faiss.IndexHNSWFlat(vectors.shape[1], 24, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(vectors)
+    np.savez(saved, graph=faiss.serialize_index(hnsw), **fields)
+    with _store(db) as store:
+        assert [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)] == expected
+        index = store.index(store._user_pk("default", "Tom") or 0)
+        assert index.approximate and np.array_equal(index.vectors(), vectors)
+    with np.load(saved) as replaced:
+        assert "grouped" in replaced.files and "graph" not in replaced.files

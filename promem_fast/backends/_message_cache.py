@@ -64,7 +64,8 @@ def template_date(date: str | None) -> dict[str, str]:
     return {"date_string": day.strftime("%d %b %Y")}
 
 
-def chat_template_ids(tokenizer: Any) -> Callable[[Sequence[Message], str | None], list[int]]:
+def chat_template_ids(tokenizer: Any, lock: threading.Lock | None = None
+                      ) -> Callable[[Sequence[Message], str | None], list[int]]:
     """The chat-template token ids of ``messages`` with the assistant turn opened, for a Hugging Face
     tokenizer (``apply_chat_template`` returns a list, or a ``BatchEncoding`` in transformers 5); extra
     keyword arguments of ``apply_chat_template`` reach the template, which is how the date gets there.
@@ -72,7 +73,7 @@ def chat_template_ids(tokenizer: Any) -> Callable[[Sequence[Message], str | None
     Renders one at a time: the engine renders on the generation thread while session programs measure
     prompts on the driver's, and a Rust tokenizer used from two threads at once can fail ("Already borrowed").
     """
-    lock = threading.Lock()
+    lock = lock or threading.Lock()
 
     def render(messages: Sequence[Message], date: str | None = None) -> list[int]:
         with lock:

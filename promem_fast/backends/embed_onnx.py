@@ -196,6 +196,8 @@ class OnnxEmbedder:
         providers = [CUDA, CPU] if config.device != "cpu" and CUDA in available else [CPU]
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if config.n_threads > 0:
+            options.intra_op_num_threads = config.n_threads
         self.session: Any = ort.InferenceSession(str(onnx_file), sess_options=options, providers=providers)
         self.input_names = [i.name for i in self.session.get_inputs()]
         with offline_env():

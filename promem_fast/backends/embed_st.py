@@ -51,6 +51,8 @@ class SentenceTransformerEmbedder:
         if config.device == "cuda" and not cuda:
             raise ConfigError("embedder.device = 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
         self.device = "cuda" if config.device != "cpu" and cuda else "cpu"
+        if config.n_threads > 0 and self.device == "cpu":
+            torch.set_num_threads(config.n_threads)  # torch's pool is per process: the caller's whole process
         local = Path(source).is_dir()
         with offline_env(local):
             self.model: Any = st.SentenceTransformer(source, device=self.device, local_files_only=local)

@@ -63,7 +63,7 @@ import numpy as np
 
 from promem_fast.deps import require
 from promem_fast.backends._llamacpp_grammar import gbnf_for
-from promem_fast.backends._message_cache import template_date
+from promem_fast.backends._prompt_ids import llama_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, ConfigError, ContextOverflow, MissingDependency
@@ -210,13 +210,7 @@ class LlamaCppLLM:
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigError(f"llm.model: {path} carries no chat template (tokenizer.chat_template)")
-        chat_format = require("llama_cpp.llama_chat_format", "cpu", "llama-cpp-python")
-        self._formatter = chat_format.Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._special_text(self._llm.token_eos()),
-            bos_token=self._special_text(self._llm.token_bos()),
-            add_generation_prompt=True,
-        )
+        self._ids = llama_prompt_ids(self._llm, template, path.name)
         self._grammars: dict[str, bytes] = {}
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -240,21 +234,12 @@ class LlamaCppLLM:
                     "on (checked bit-exact)" if self.reuses_prefix else
                     "off" if config.prefix_reuse else "off (llm.prefix_reuse false)")
 
-    def _special_text(self, token: int) -> str:
-        """The text of a special token, as the chat template expects it (empty when the model has none)."""
-        if token < 0:
-            return ""
-        return self._llm.detokenize([token], special=True).decode("utf-8", errors="replace")
-
     # ------------------------------------------------------------------------------------ tokens
     def _prompt_tokens(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
         """The chat prompt with the generation prompt, as the token ids that are decoded (``date``: the
-        session's day, for templates that print a date of their own)."""
-        try:
-            prompt = self._formatter(messages=[dict(m) for m in messages], **template_date(date)).prompt
-        except Exception as exc:  # the template's own raise_exception and Jinja errors alike
-            raise BackendError(f"the chat template of {self.model_path.name} rejected the messages: {exc}") from exc
-        return self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        session's day, for templates that print a date of their own); a session's system turn is
+        tokenized once (:class:`~promem_fast.backends._prompt_ids.PrefixSplitIds`)."""
+        return self._ids(messages, date)
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Exactly the ``prompt_tokens`` that :meth:`generate` reports for the same messages."""

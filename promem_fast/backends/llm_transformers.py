@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.deps import require
-from promem_fast.backends._message_cache import MessageCache, chat_template_ids
+from promem_fast.backends._message_cache import MessageCache
+from promem_fast.backends._prompt_ids import hf_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, ConfigError, ContextOverflow
@@ -119,7 +120,7 @@ class TransformersLLM:
         else:
             dtype = getattr(torch, config.dtype)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(config.model)
-        self._render = MessageCache(chat_template_ids(self.tokenizer))
+        self._render = MessageCache(hf_prompt_ids(self.tokenizer, str(config.model)))
         """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"{config.model}: the tokenizer has no chat template")

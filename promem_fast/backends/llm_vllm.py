@@ -17,7 +17,8 @@ removed the ``guided_*`` sampling fields; from then on structured decoding is re
 * ``vllm.sampling_params.StructuredOutputsParams(json=...)``;
 * ``LLM.generate(prompts, sampling_params=[...], use_tqdm=False)`` with token prompts
   ``{"prompt_token_ids": [...]}`` (the ``vllm.inputs.TokensPrompt`` typed dict);
-* ``LLM.get_tokenizer()`` and ``LLM.llm_engine.model_config.max_model_len``;
+* ``LLM.get_tokenizer()``, ``LLM.llm_engine.model_config.max_model_len`` and
+  ``LLM.llm_engine.vllm_config.cache_config.{num_gpu_blocks, block_size}`` (the KV cache's size);
 * ``RequestOutput.prompt_token_ids`` and ``RequestOutput.outputs[0].{text, token_ids, finish_reason}``;
 * the engine loop ``LLM.llm_engine``: ``add_request(request_id, prompt, params)``, ``step()`` (a list of
   ``RequestOutput``; ``finished`` tells the last one of a request), ``abort_request(request_ids)``, and
@@ -45,7 +46,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from promem_fast.deps import require
-from promem_fast.backends._message_cache import MessageCache, chat_template_ids
+from promem_fast.backends._message_cache import MessageCache
+from promem_fast.backends._prompt_ids import hf_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
@@ -55,6 +57,14 @@ logger = logging.getLogger(__name__)
 def _is_engine_dead(exc: BaseException) -> bool:
     """vLLM signals a dead engine core with ``EngineDeadError``; its module moved between releases."""
     return any(cls.__name__ == "EngineDeadError" for cls in type(exc).__mro__)
+
+
+def _kv_cache_tokens(engine: Any) -> int | None:
+    """GPU KV blocks × tokens per block: vLLM's V1 front end copies ``num_gpu_blocks`` (and the block size
+    the workers settled on) into ``llm_engine.vllm_config.cache_config`` when the engine core has started."""
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    return int(blocks) * int(size) if blocks and size else None
 
 
 class VLLMBackend:
@@ -83,7 +93,9 @@ class VLLMBackend:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
-        self._render = MessageCache(chat_template_ids(self.tokenizer))
+        self.kv_cache_tokens = _kv_cache_tokens(self.llm.llm_engine)
+        """KV cache size in tokens (None when this vLLM does not say): sizes the auto window of sessions."""
+        self._render = MessageCache(hf_prompt_ids(self.tokenizer, str(config.model)))
         """Prompt token ids by content: the engine counts a prompt's tokens, then sends it."""
 
     # ------------------------------------------------------------------------------------ tokens

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.private import write_private
 
 
 def register(sub: Any) -> None:
@@ -70,6 +71,6 @@ def cmd_tau(args: argparse.Namespace) -> int:
         rows = [{"tau": p.tau, "recovered": p.recovered, "useful": p.useful, "redundant": p.redundant,
                  "gold_reached": p.gold_reached, "gold_total": p.gold_total} for p in points]
         record = tau_record(config, bench, args.data, chosen.tau, rows)
-        args.output.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        write_private(args.output, json.dumps(record, indent=1))  # names the users it was fitted on
         print(f"tau record: {args.output} ({len(record['users'])} users; evaluate on others with --tau)")
     return 0

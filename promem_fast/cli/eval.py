@@ -161,11 +161,12 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from promem_fast.eval.datasets import load_benchmark
+    from promem_fast.private import open_private, private_dirs
 
     bench = load_benchmark(args.kind, args.data, args.limit, sessions=args.sessions)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(args.output.parent)
     n = 0
-    with args.output.open("w", encoding="utf-8") as handle:
+    with open_private(args.output, "w", encoding="utf-8") as handle:
         for session in bench.iter_sessions():
             handle.write(json.dumps(session.to_dict(), ensure_ascii=False) + "\n")
             n += 1
@@ -205,8 +206,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 def _write(path: Path, text: str) -> None:
     """Write an output file; a path that cannot be written is the user's to fix: one line naming it."""
     from promem_fast.errors import InputError
+    from promem_fast.private import write_private
 
     try:
-        path.write_text(text, encoding="utf-8")
+        write_private(path, text)
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path)) from None

@@ -17,6 +17,7 @@ from typing import Any
 from promem_fast.errors import InputError, UsageError, WriteFailed
 from promem_fast.io import GraphWriter, RejectWriter, read_sessions
 from promem_fast.manifest import Manifest, check_resume, kept_prefix, manifest_path
+from promem_fast.private import narrow, private_dirs
 from promem_fast.types import Session
 
 
@@ -79,8 +80,10 @@ class RunFiles:
         writer: GraphWriter | None = None
         try:
             if not resume or not self.manifest.exists():
-                self.out.parent.mkdir(parents=True, exist_ok=True)
+                private_dirs(self.out.parent)
                 now.write(self.manifest)
+            else:
+                narrow(self.manifest)  # kept as it is, but no longer readable by others
             writer = GraphWriter(self.out, resume=resume, fsync=config.fsync, timings=config.record_timings)
             rejects = RejectWriter(self.rejects, resume=resume)
         except OSError as exc:

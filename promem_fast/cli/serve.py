@@ -11,7 +11,15 @@ from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import key_arg
+from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, parse_priority
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S
+
+
+def engine_priority(text: str) -> EnginePriority:
+    try:
+        return parse_priority(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -24,9 +32,12 @@ def register(sub: Any) -> None:
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.add_argument("--job-retention", type=float, default=DEFAULT_RETENTION_S, metavar="SECONDS",
                    help="keep a finished job's record (user, session ids, errors) this long (default: 7 days)")
-    p.add_argument("--engine-nice", type=int, default=10, metavar="N",
-                   help="CPU priority the engine process lowers itself by, so requests go first on busy cores "
-                        "(0: the server's own priority; default 10)")
+    p.add_argument("--engine-priority", type=engine_priority, default=ENGINE_PRIORITY, metavar="N|idle",
+                   help="how the engine process gives way to requests on busy cores: N lowers its CPU priority by "
+                        "N (nice 0-19; 0: the server's own), 'idle' runs it only on cores nothing else wants "
+                        "(Linux SCHED_IDLE: a request preempts it at once, but extraction all but stops while other "
+                        f"programs keep the cores busy). Default {ENGINE_PRIORITY}: extraction keeps a share of "
+                        "a machine shared with other work")
     key_arg(p)
     judge_arg(p)
     config_args(p)
@@ -76,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = build_config(args)
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
-                      job_retention_s=args.job_retention, engine_nice=args.engine_nice)
+                      job_retention_s=args.job_retention, engine_priority=args.engine_priority)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
     print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",

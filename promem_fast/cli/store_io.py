@@ -200,4 +200,4 @@ def extract_store(args: argparse.Namespace, config: Any, out: Path, engine: Any)
         except BaseException:  # no sink is returned to close it
             store.close()
             raise
-    return StoreSink(store, engine, config.max_in_flight)
+    return StoreSink(store, engine, engine.window())

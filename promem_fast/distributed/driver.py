@@ -27,6 +27,7 @@ from promem_fast.distributed.shards import (
 )
 from promem_fast.distributed.summary import DistributedSummary, summary_to_dict
 from promem_fast.errors import InputError, PromemError
+from promem_fast.private import private_dirs, write_private
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
     shards = _cut(paths, shard_sessions, actors)
     if out.exists() and not out.is_dir():
         raise PromemError(f"{out} exists and is not a directory; --ray writes a directory of shard files")
-    out.mkdir(parents=True, exist_ok=True)
+    private_dirs(out)
     if overwrite:
         _clear(out, shards)
     config_hash = shard_fingerprint(config, parquet=parquet)
@@ -81,9 +82,9 @@ def extract(inputs: str | Path | Sequence[str | Path], out_dir: str | Path, *, c
         _run(shards, pending, out, config, config_hash, summary, address=address, actors=actors,
              gpus_per_actor=gpus_per_actor, cpus_per_actor=cpus_per_actor, parquet=parquet)
     summary.wall_seconds = time.perf_counter() - started
-    (out / SUMMARY_FILE).write_text(json.dumps({
+    write_private(out / SUMMARY_FILE, json.dumps({
         "shards": summary.shards, "input_rejects": summary.input_rejects, "totals": summary_to_dict(summary.engine),
-        "actors": {name: vars(t) for name, t in summary.actors.items()}}, indent=1), encoding="utf-8")
+        "actors": {name: vars(t) for name, t in summary.actors.items()}}, indent=1))
     return summary
 
 

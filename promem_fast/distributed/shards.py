@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from promem_fast.errors import InputError, PromemError
 from promem_fast.io import parse_lines
+from promem_fast.private import replace_private
 from promem_fast.types import Session
 
 JSONL_SUFFIXES: tuple[str, ...] = (".jsonl",)
@@ -225,23 +225,12 @@ def write_shard(out_dir: Path, shard: Shard, graphs: str, rejects: str, manifest
     """Write a finished shard's files, the manifest last; each appears whole or not at all."""
     paths = files(out_dir, shard.name)
     paths["manifest"].unlink(missing_ok=True)
-    sizes = {"graphs": _atomic_write(paths["graphs"], graphs.encode("utf-8"), fsync),
-             "rejects": _atomic_write(paths["rejects"], rejects.encode("utf-8"), fsync)}
+    sizes = {"graphs": replace_private(paths["graphs"], graphs.encode("utf-8"), fsync=fsync),
+             "rejects": replace_private(paths["rejects"], rejects.encode("utf-8"), fsync=fsync)}
     if parquet:
         sizes["parquet"] = _write_parquet(paths["parquet"], graphs, fsync)
     body = {**manifest, "version": MANIFEST_VERSION, "shard": shard.to_row(), "bytes": sizes}
-    _atomic_write(paths["manifest"], json.dumps(body, indent=1, sort_keys=True).encode("utf-8"), fsync)
-
-
-def _atomic_write(path: Path, data: bytes, fsync: bool) -> int:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        if fsync:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return len(data)
+    replace_private(paths["manifest"], json.dumps(body, indent=1, sort_keys=True).encode("utf-8"), fsync=fsync)
 
 
 def _write_parquet(path: Path, graphs: str, fsync: bool) -> int:
@@ -254,4 +243,4 @@ def _write_parquet(path: Path, graphs: str, fsync: bool) -> int:
     table = pa.table({"session_id": [json.loads(line)["session_id"] for line in lines], "graph": lines})
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    return _atomic_write(path, buffer.getvalue(), fsync)
+    return replace_private(path, buffer.getvalue(), fsync=fsync)

@@ -45,8 +45,8 @@ class Scheduler:
         self.lanes = lanes
         self.summary = summary
         config = kinds.config
-        self.window = config.max_in_flight
-        self.max_reorder = config.max_reorder or config.max_in_flight
+        self.window = kinds.window()
+        self.max_reorder = config.max_reorder or self.window
         self.order: deque[SessionRun] = deque()
         """Admitted sessions not yet handed out, in input order (in progress and finished alike)."""
         self.running = 0

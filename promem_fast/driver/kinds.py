@@ -18,11 +18,13 @@ import numpy as np
 
 from promem_fast import native
 from promem_fast.backends.base import Completion, Encoder, GenerationRequest, LLMBackend
-from promem_fast.config import EngineConfig
+from promem_fast.config import ROLES, EngineConfig
 from promem_fast.driver.state import SessionRun
+from promem_fast.driver.window import resolve_window
 from promem_fast.errors import ContextOverflow, PromemError
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
+from promem_fast.prefix_cache import PrefixCacheModel, block_hashes
 from promem_fast.requests import (
     Anchor, Attend, CleanEdges, Compress, Cut, Embed, Entail, Failure, Generate, Match, ReplyError, Request,
 )
@@ -38,7 +40,7 @@ KIND_NAMES: dict[type, str] = {
 _ROLE = {"entail": "nli", "embed": "embed", "match": "match", "compress": "compress", "attend": "attend"}
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(eq=False, slots=True)
 class Job:
     """One attempt at one posted request: who asked (``run``, ``slot``) and what the backend gets."""
 
@@ -46,6 +48,11 @@ class Job:
     slot: int
     kind: str
     payload: Any
+    hashes: list[int] | None = None
+    """The prompt's block hashes (:func:`~promem_fast.prefix_cache.block_hashes`), set where its ids are
+    made (:func:`prepare_job`, on the generation thread); None when the backend keeps its ids to itself."""
+    n_ids: int = 0
+    """Its number of ids (what the hashes cover, whole blocks and the rest)."""
 
 
 def session_date(timestamp: str | None) -> str | None:
@@ -75,12 +82,31 @@ def prepare_prompt(backend: LLMBackend, request: GenerationRequest) -> Generatio
     return request
 
 
+def prepare_job(backend: LLMBackend, job: Job) -> GenerationRequest:
+    """:func:`prepare_prompt` for a job, its ids' block hashes kept on it for the prefill count."""
+    request = prepare_prompt(backend, job.payload)
+    if request.prompt_ids is not None:
+        job.hashes = block_hashes(request.prompt_ids)
+        job.n_ids = len(request.prompt_ids)
+    return request
+
+
 class Kinds:
     """The per-kind logic of one engine (its config and services)."""
 
     def __init__(self, config: EngineConfig, services: Services) -> None:
         self.config = config
         self.services = services
+        self._window: int | None = None
+
+    def window(self) -> int:
+        """Sessions in flight: ``max_in_flight``, or for 0 (auto) the main LLM backend's KV cache over a
+        session's working set (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
+        if self._window is None:
+            role = next((r for r in ROLES if r not in self.config.roles), "event")
+            llm = self.services.llm(role) if self.config.max_in_flight == 0 else None
+            self._window = resolve_window(self.config.max_in_flight, llm)
+        return self._window
 
     # ------------------------------------------------------------------------------ driver's thread
     def target(self, request: Request) -> Hashable:
@@ -117,11 +143,31 @@ class Kinds:
             stats.stage(request.stage).embedded_texts += len(request.texts)
         if isinstance(outcome, BaseException):
             role = request.role if isinstance(request, Generate) else _ROLE.get(job.kind, job.kind)
-            return self._error(run, slot, outcome, role)
-        if isinstance(request, Generate):
-            return self._settle_reply(run, slot, request, outcome)
-        run.settle(slot, outcome)
-        return True
+            done = self._error(run, slot, outcome, role)
+        elif isinstance(request, Generate):
+            run.prefill.append((slot, run.attempts[slot], request.stage, request.role, job.hashes,
+                                outcome.prompt_tokens if job.hashes is None else job.n_ids))
+            done = self._settle_reply(run, slot, request, outcome)
+        else:
+            run.settle(slot, outcome)
+            done = True
+        if run.ready and run.prefill:
+            self._count_prefill(run)
+        return done
+
+    def _count_prefill(self, run: SessionRun) -> None:
+        """The step's uncached prefill per stage, replies taken in slot and attempt order through the
+        session's prefix cache of their backend (every prompt token when the backend gave no ids)."""
+        for _, _, stage, role, hashes, n_tokens in sorted(run.prefill, key=lambda entry: entry[:2]):
+            uncached = n_tokens
+            if hashes is not None:
+                backend = id(self.services.llm(role))  # type: ignore[arg-type]
+                cache = run.caches.get(backend)
+                if cache is None:
+                    cache = run.caches[backend] = PrefixCacheModel(self.config.llm_for(role).prefix_cache_tokens)
+                uncached = cache.admit(hashes, n_tokens)
+            run.ctx.stats.stage(stage).uncached_prefill_tokens += uncached
+        run.prefill.clear()
 
     def _settle_reply(self, run: SessionRun, slot: int, request: Generate, outcome: Completion) -> bool:
         stage = run.ctx.stats.stage(request.stage)
@@ -174,23 +220,22 @@ class Kinds:
     def call(self, kind: str, jobs: Sequence[Job], isolation: FaultIsolation, summary: RunSummary) -> list[Any]:
         """One outcome per job (the answer, or the exception that job raised alone). ``generate`` here is
         the whole batch through ``generate`` (the round driver, and the continuous driver's batch adapter)."""
-        payloads = [job.payload for job in jobs]
         isolation.owners = {id(job.run) for job in jobs}
         if kind == "generate":
             backend = self.services.llm(jobs[0].run.pending[jobs[0].slot].role)  # type: ignore[union-attr]
-            return generate_batch(backend, payloads, isolation, summary)
-        return _CALLS[kind](self.services, payloads, isolation, summary)
+            return generate_batch(backend, jobs, isolation, summary)
+        return _CALLS[kind](self.services, [job.payload for job in jobs], isolation, summary)
 
 
-def generate_batch(backend: LLMBackend, requests: Sequence[GenerationRequest], isolation: FaultIsolation,
+def generate_batch(backend: LLMBackend, jobs: Sequence[Job], isolation: FaultIsolation,
                    summary: RunSummary) -> list[Any]:
     """Prepare every prompt, then one ``generate`` over those that fit (chunked and halved on faults)."""
-    outcomes: list[Any] = [None] * len(requests)
+    outcomes: list[Any] = [None] * len(jobs)
     ready: list[GenerationRequest] = []
     where: list[int] = []
-    for i, request in enumerate(requests):
+    for i, job in enumerate(jobs):
         try:
-            ready.append(prepare_prompt(backend, request))
+            ready.append(prepare_job(backend, job))
             where.append(i)
         except ContextOverflow as exc:
             outcomes[i] = exc

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promem_fast.backends.base import Completion, GenerationRequest, LLMBackend
-from promem_fast.driver.kinds import Job, Kinds, prepare_prompt
+from promem_fast.driver.kinds import Job, Kinds, prepare_job
 from promem_fast.isolation import FaultIsolation
 from promem_fast.summary import RunSummary
 
@@ -173,7 +173,7 @@ class Lane:
                     if stream is None:  # no stream of its own (or not in this version): its batch generate
                         stream = BatchStream(backend, self._isolation, lambda key: id(waiting[key][0].run))
                 try:
-                    request = prepare_prompt(backend, job.payload)
+                    request = prepare_job(backend, job)
                 except Exception as exc:  # too long, or a prompt the tokenizer refuses: this request alone
                     early.append((item, exc))
                     continue

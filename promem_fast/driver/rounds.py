@@ -33,7 +33,7 @@ class RoundDriver:
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
             ) -> Iterator[tuple[Any, Any]]:
-        window = self.kinds.config.max_in_flight
+        window = self.kinds.window()
         source = iter(programs)
         order: deque[SessionRun] = deque()
         active: list[SessionRun] = []

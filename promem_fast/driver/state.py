@@ -6,12 +6,13 @@ Shared by both drivers (:mod:`.rounds` and :mod:`.continuous`); only the driver'
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from promem_fast.context import RunContext
 from promem_fast.errors import PromemError
+from promem_fast.prefix_cache import PrefixCacheModel
 from promem_fast.requests import Program, Request
 from promem_fast.services import Services
 from promem_fast.types import RunStats
@@ -45,6 +46,12 @@ class SessionRun:
     """Slots of the current step not settled yet; the program resumes when it reaches 0."""
     value: Any = UNSET
     error: BaseException | None = None
+    prefill: list[tuple[int, int, str, str, list[int] | None, int]] = field(default_factory=list)
+    """Replies of the current step, ``(slot, attempt, stage, role, block hashes, prompt tokens)``,
+    counted under the session's prefix caches once the step is complete, in slot order (so the count is
+    the same whatever order the replies came back in)."""
+    caches: dict[Hashable, PrefixCacheModel] = field(default_factory=dict)
+    """The session's prefix cache model per LLM backend."""
 
     def post(self, requests: list[Request]) -> None:
         self.pending = list(requests)

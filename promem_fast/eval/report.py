@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.errors import ConfigError
+from promem_fast.private import open_private, write_private
 
 from . import metrics
 from .judges import UPDATE_ROUTINGS
@@ -74,14 +75,15 @@ def _runs_table(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
-    """The paper's Table 6: extraction tokens per session by stage (with its share), calls and seconds."""
+    """The paper's Table 6: extraction tokens per session by stage (with its share), calls, the prompt
+    tokens a prefix cache would not serve (:mod:`promem_fast.prefix_cache`) and seconds."""
     extra = {s for r in results if r["cost"]["extraction"] for s in r["cost"]["extraction"]["per_session"]}
     stages = sorted(set(TABLE6_STAGES) | extra, key=stage_key)
     rows = []
     for r in results:
         cost = r["cost"]["extraction"]
         if cost is None:
-            rows.append([r["label"]] + ["-"] * (len(stages) + 3))
+            rows.append([r["label"]] + ["-"] * (len(stages) + 4))
             continue
         cells = []
         for stage in stages:
@@ -89,9 +91,10 @@ def _cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
             cells.append("-" if st is None else
                          f"{_kilo(st['tokens'], 3)} ({_pct(st['share'])}%)")
         rows.append([r["label"], *cells, _kilo(cost["tokens_per_session"]), _num(cost["calls_per_session"]),
+                     _kilo(cost.get("uncached_prefill_per_session")),  # absent from older results
                      _num(cost["seconds_per_session"])])
     names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
-    return _table(["Method", *names, "Total", "LLM calls", "Seconds"], rows)
+    return _table(["Method", *names, "Total", "LLM calls", "Uncached prefill", "Seconds"], rows)
 
 
 def _eval_cost_table(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -119,6 +122,23 @@ def _failed_table(results: Sequence[dict[str, Any]]) -> list[str]:
                      str(r["counts"]["failed_eval_steps"])])
     names = [TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize()) for s in stages]
     return _table(["Method", *names, "Extraction total", "Evaluation"], rows)
+
+
+def _recovery_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Replies cut by their token budget per stage, and what continuing them or full lists brought back."""
+    costs = [(r["label"], r["cost"]["extraction"]) for r in results]
+    stages = sorted({s for _, c in costs for s in ((c or {}).get("cut_replies") or {})}, key=stage_key)
+    rows = []
+    for label, cost in costs:
+        if not cost or "recovery" not in cost:  # NativeRAG, or a result written before they were counted
+            rows.append([label, *("-" for _ in stages), "-", "-", "-", "-"])
+            continue
+        got = cost["recovery"]
+        rows.append([label, *(str(cost["cut_replies"].get(s, 0)) for s in stages),
+                     str(got["cut_continued"] + got["list_continuations"]), str(got["continued_items"]),
+                     str(got["retried_requests"]), str(got["lists_left_full"])])
+    names = [f"Cut: {TABLE6_STAGES.get(s, s.upper() if len(s) <= 3 else s.capitalize())}" for s in stages]
+    return _table(["Method", *names, "Asked again", "Items recovered", "Retried requests", "Left full"], rows)
 
 
 def _update_cells(update: dict[str, Any] | None) -> list[str]:
@@ -333,6 +353,11 @@ def render_report(kind: str, results: Sequence[dict[str, Any]], chart: str | Non
              "did not fit): each is recorded with its raw replies in the graph's `stats.failures` (extraction) "
              "or the result's `eval_failures` (answering and judging), and its session goes on without it."), ""]
     out += _failed_table(results)
+    out += ["## Replies cut or full", "",
+            ("Replies that ran out of their token budget (finish reason \"length\") per stage; lists asked again "
+             "because their reply was cut or filled its item cap; the items only those requests brought in; "
+             "requests sent again after an unusable reply; lists still full when asking had to stop."), ""]
+    out += _recovery_table(results)
     out += ["## Provenance", ""]
     for r in results:
         out += [f"**{r['label']}**", ""] + (describe(r["provenance"]) if r.get("provenance") else
@@ -372,7 +397,8 @@ def plot_variants(kind: str, results: Sequence[dict[str, Any]], path: Path) -> P
     tokens.set_xticks(range(len(results)), [r["label"] for r in results], rotation=30, ha="right")
     tokens.set_ylabel("K tokens per session")
     tokens.set_title("Extraction cost")
-    fig.savefig(path, dpi=110)
+    with open_private(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
     return path
 
 
@@ -384,5 +410,5 @@ def write_report(out_dir: PathLike, kind: str) -> Path:
         raise ConfigError(f"no result-{kind}-*.json in {out} to report on")
     chart = plot_variants(kind, results, out / f"variants-{kind}.png")
     path = out / f"report-{kind}.md"
-    path.write_text(render_report(kind, results, chart.name), encoding="utf-8")
+    write_private(path, render_report(kind, results, chart.name))
     return path

@@ -34,6 +34,7 @@ from promem_fast.config import EngineConfig
 from promem_fast.context import RunContext
 from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
+from promem_fast.private import private_dirs, write_private
 from promem_fast.requests import Embed, Failure, Program
 from promem_fast.store import MemoryStore
 from promem_fast.store.evaluation import evaluation_index
@@ -191,8 +192,7 @@ def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_d
     bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
     if tau_path is not None:
         config, _ = apply_tau(config, tau_path, bench)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dirs(out_dir)
     tag = f"full-r{config.compression.rate:g}" if config.compression.enabled else "full"  # as run_eval names it
     graphs_file = Path(graphs_path or out / f"graphs-{kind}-{tag}.jsonl")
     ks = sorted(set(ks))
@@ -212,8 +212,8 @@ def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_d
     result = {"kind": kind, "benchmark": bench.name, "data": str(data_path), "limit": limit,
               "session_limit": sessions, "graphs": str(graphs_file), "without_time": plain, "with_time": timed,
               "provenance": provenance(config, [data_path])}
-    (out / f"retrieval-{kind}.json").write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
-    (out / f"retrieval-{kind}.md").write_text(render(result), encoding="utf-8")
+    write_private(out / f"retrieval-{kind}.json", json.dumps(result, ensure_ascii=False, indent=1))
+    write_private(out / f"retrieval-{kind}.md", render(result))
     return result
 
 

@@ -32,6 +32,7 @@ from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
 from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather
+from promem_fast.private import private_dirs, write_private
 from promem_fast.requests import Program
 from promem_fast.store.evaluation import evaluation_index
 from promem_fast.types import MemoryGraph, RunStats, Session, StageStats
@@ -89,19 +90,27 @@ def extract_graphs(engine: Engine, bench: Benchmark, path: Path) -> dict[str, Me
     return graphs
 
 
+RECOVERY_COUNTS = ("cut_continued", "list_continuations", "continued_items", "retried_requests", "lists_left_full")
+"""Run counters (all sessions together) of replies that were cut or full and what asking again brought back."""
+
+
 def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     """Per-stage tokens, calls and seconds per session (the paper's Table 6), from the graphs' statistics,
     and the steps that failed (a reply that never parsed, a prompt too long), counted per stage."""
     totals: dict[str, StageStats] = {}
     failed: dict[str, int] = {}
+    recovery = dict.fromkeys(RECOVERY_COUNTS, 0)
     sessions = []
     for graph in graphs:
         for failure in graph.stats.failures:
             failed[failure.stage] = failed.get(failure.stage, 0) + 1
+        for key in RECOVERY_COUNTS:
+            recovery[key] += graph.stats.counts.get(key, 0)
         row: dict[str, Any] = {}
         for name, st in graph.stats.stages.items():
             totals.setdefault(name, StageStats()).add(st)
             row[name] = {"tokens": st.tokens, "prompt_tokens": st.prompt_tokens,
+                         "uncached_prefill_tokens": st.uncached_prefill_tokens,
                          "completion_tokens": st.completion_tokens, "calls": st.calls, "seconds": st.seconds}
         total = graph.stats.total()
         sessions.append({"session_id": graph.session_id, "mode": graph.mode, "stages": row,
@@ -114,6 +123,7 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
     order = sorted(totals, key=stage_key)
     per_stage = {
         name: {"tokens": totals[name].tokens / n, "prompt_tokens": totals[name].prompt_tokens / n,
+               "uncached_prefill_tokens": totals[name].uncached_prefill_tokens / n,
                "completion_tokens": totals[name].completion_tokens / n, "calls": totals[name].calls / n,
                "seconds": totals[name].seconds / n,
                "share": totals[name].tokens / grand.tokens if grand.tokens else None}
@@ -124,8 +134,11 @@ def extraction_cost(graphs: Sequence[MemoryGraph]) -> dict[str, Any]:
         "per_session": per_stage,
         "tokens_per_session": grand.tokens / n if n else None,
         "calls_per_session": grand.calls / n if n else None,
+        "uncached_prefill_per_session": grand.uncached_prefill_tokens / n if n else None,
         "seconds_per_session": grand.seconds / n if n else None,
         "failed_steps": {name: failed[name] for name in sorted(failed, key=stage_key)},
+        "cut_replies": {name: totals[name].cut_replies for name in order},
+        "recovery": recovery,
         "session_detail": sessions,
     }
 
@@ -272,8 +285,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     tag = f"{variant}-r{cfg.compression.rate:g}" if cfg.compression.enabled and variant != "native-rag" else variant
     bench = select_users(load_benchmark(kind, data_path, limit, sessions=sessions), users)
     cfg, tau = apply_tau(cfg, tau_path, bench) if tau_path is not None else (cfg, None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = private_dirs(out_dir)
     source: Source = "turns" if variant == "native-rag" else "memory"
     graphs_file = None if source == "turns" else Path(graphs_path or out / f"graphs-{kind}-{tag}.jsonl")
 
@@ -344,7 +356,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "eval_failures": eval_stats.to_dict()["failures"],
         "files": files,
     }
-    result_file.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_private(result_file, json.dumps(result, ensure_ascii=False, indent=1))
     write_report(out, kind)
     log.info("wrote %s and %s", files["result"], files["report"])
     return result

@@ -178,7 +178,7 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
         return replace(request, check=check, cut_aware=True, max_tokens=request.max_tokens << growth[i])
 
     todo = list(range(len(makers)))
-    for _ in range(MAX_CONTINUATIONS + 1):
+    for again_no in range(MAX_CONTINUATIONS + 1):
         results = yield from ask([counted(i, makers[i](more_text(got[i].items))) for i in todo])
         again: list[int] = []
         for i, result in zip(todo, results):
@@ -208,6 +208,8 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
             seen = {" ".join(t.split()).lower() for t in got[i].items}
             fresh = [t for t in result[key] if " ".join(t.split()).lower() not in seen]
             got[i].items.extend(fresh)
+            if again_no:  # items a cut or full first reply would have lost
+                ctx.stats.bump("continued_items", len(fresh))
             got[i].full = (cut or replied[i] >= cap) and bool(fresh)
             if got[i].full:
                 again.append(i)

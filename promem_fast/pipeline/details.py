@@ -173,6 +173,8 @@ def _settle(ctx: RunContext, a: _Ask, result: Any, found: dict[int, list[str]], 
         new = [t for t in items if " ".join(t.split()).lower() not in seen]
         found.setdefault(i, []).extend(new)
         fresh[i] = bool(new)
+        if not a.first or a.growth:  # items a cut or full first reply would have lost
+            ctx.stats.bump("continued_items", len(new))
     redo = [i for i in a.turns if replied.get(i, 0) >= cap and fresh.get(i)]
     if cut and result:
         last = max(a.turns.index(i) for i in result)

@@ -22,19 +22,35 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from promem_fast.config import EngineConfig
 from promem_fast.errors import PromemError
 
 log = logging.getLogger(__name__)
 
-ENGINE_NICE = 10
-"""Scheduling priority the engine process lowers itself by (``promem serve --engine-nice``): on a machine
-with fewer free cores than busy threads, the kernel then runs a request's few milliseconds of work first,
-and extraction, which is throughput work, takes the rest. It loses nothing when the cores are otherwise
-idle, but on a machine shared with other busy programs the engine gets less of them (measured here:
-sessions/s down about a third at a load average of 14 on 2 cores)."""
+EnginePriority = int | Literal["idle"]
+"""How the engine process yields the CPU to the server's requests: a nice increment (0-19), or ``"idle"``."""
+
+ENGINE_PRIORITY: EnginePriority = 10
+"""Default of ``promem serve --engine-priority``. The trade-off, when the cores are contended:
+
+* ``N`` (a nice increment, default 10): the engine process runs at a lower weight, so the kernel runs a
+  request's few milliseconds of work first and extraction, throughput work, takes the rest. On cores it has to
+  itself (or shares only with the server) it loses nothing; among other busy programs it gets about a tenth of
+  the share one of them gets at nice 0 (sessions/s about halved on 2 heavily loaded cores, measured in
+  ``benchmarks/results/serve_search_engine_process.json``).
+* ``idle`` (Linux ``SCHED_IDLE``): the engine runs only on a core that nothing else wants, and a request
+  preempts it at once. But among other busy programs extraction all but stops, and while the engine waits
+  for a core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
+  Right for a machine given to the service alone.
+
+The default stays a nice increment: extraction keeps going on a shared machine, which ``idle`` cannot
+promise, and ``idle`` showed no steady gain in search latency over it on this machine's 2 shared cores, only
+slower extraction (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
+
+IDLE_FALLBACK_NICE = 19
+"""Used where ``SCHED_IDLE`` is not available (not Linux) or not permitted: the weakest nice."""
 
 CALL_TIMEOUT_S = 300.0
 """How long a request waits for the engine process to answer (questions take a few engine steps)."""
@@ -45,8 +61,8 @@ class EngineProcess:
 
     def __init__(self, path: str | Path, config: EngineConfig, update_judge: str, *,
                  key_file: str | Path | None = None, job_retention_s: float | None = None,
-                 nice: int = ENGINE_NICE) -> None:
-        self._args = (str(path), config, update_judge, key_file, job_retention_s, nice)
+                 priority: EnginePriority = ENGINE_PRIORITY) -> None:
+        self._args = (str(path), config, update_judge, key_file, job_retention_s, priority)
         self._proc: Any = None
         self._conn: Any = None
         self._send_lock = threading.Lock()
@@ -135,6 +151,46 @@ class EngineProcess:
             event.set()
 
 
+def parse_priority(text: str) -> EnginePriority:
+    """``idle`` or a nice increment 0-19, as ``--engine-priority`` takes it; ValueError naming the choices."""
+    if text.strip().lower() == "idle":
+        return "idle"
+    try:
+        nice = int(text)
+    except ValueError:
+        nice = -1
+    if not 0 <= nice <= 19:
+        raise ValueError(f"engine priority must be 'idle' or a nice increment 0-19, not {text!r}")
+    return nice
+
+
+def lower_priority(priority: EnginePriority) -> None:
+    """Lower the scheduling priority of every thread of this process; threads started later inherit it.
+
+    Every thread, not only the calling one: on Linux nice and policy belong to a thread, and a library may
+    already have started some when this runs (OpenBLAS starts its pool when numpy is imported, while the
+    child unpickles its arguments), which would otherwise do the engine's matrix work at the server's
+    priority."""
+    tasks = Path("/proc/self/task")
+    threads = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
+    if priority == "idle":
+        try:
+            for tid in threads:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except (AttributeError, OSError):  # not Linux, or refused: the weakest nice instead
+            log.info("SCHED_IDLE not available for the engine process; running it at nice %d", IDLE_FALLBACK_NICE)
+            priority = IDLE_FALLBACK_NICE
+    if not priority:
+        return
+    try:
+        target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + int(priority))
+        for tid in threads:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
+    except OSError:  # not permitted here: run at the server's priority
+        log.info("could not lower the engine process's priority")
+
+
 class SerializedEmbedder:
     """One embedder shared by the engine's embedding thread and the writer's store, one call at a time: a
     Rust tokenizer called from two threads at once can fail ("Already borrowed")."""
@@ -159,14 +215,10 @@ class SerializedEmbedder:
 
 
 def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: str | Path | None,
-                retention_s: float | None, nice: int, conn: Any) -> None:
+                retention_s: float | None, priority: EnginePriority, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:  # not permitted here: run at the server's priority
-            log.info("could not lower the engine process's priority")
+    lower_priority(priority)  # first: the threads the engine starts inherit it
     from promem_fast.engine import Engine
     from promem_fast.serve import db
     from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from promem_fast.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from promem_fast.types import RunStats
 
 log = logging.getLogger(__name__)
@@ -114,3 +115,27 @@ class Metrics:
         metric("promem_http_responses_total", "counter", "HTTP responses, by status code.",
                [(f'{{code="{k}"}}', v) for k, v in sorted(requests.items())])
         return "\n".join(out) + "\n"
+
+
+class CountResponses:
+    """ASGI middleware that counts each HTTP response by status in :meth:`Metrics.request`.
+
+    A plain ASGI wrapper rather than Starlette's ``@app.middleware("http")``, which runs every request in a
+    task of its own with streams between the two: about half a millisecond of the server's CPU per request,
+    on the path of every search."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.request(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counted)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -19,13 +20,18 @@ from promem_fast.errors import InputError, PromemError
 from promem_fast.jsonl import printable
 from promem_fast.private import shred
 from promem_fast.serve import db
-from promem_fast.serve.engine_process import ENGINE_NICE, EngineProcess
+from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, EngineProcess
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.store.store import UpdateJudge
 
 log = logging.getLogger(__name__)
+
+QUERY_THREADS = 1
+"""CPU threads of the server's query embedder (unless ``embedder.n_threads`` says otherwise): one query of a few
+words gains little from more, and a thread pool as wide as the cores would contend with the engine process,
+which keeps them busy while it extracts."""
 
 
 class NotFound(LookupError):
@@ -37,7 +43,7 @@ class Service:
 
     def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
                  key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S,
-                 engine_nice: int = ENGINE_NICE) -> None:
+                 engine_priority: EnginePriority = ENGINE_PRIORITY) -> None:
         from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
@@ -46,7 +52,8 @@ class Service:
         self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
         self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
         self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
-        self._services = Services(config)
+        self._services = Services(replace(config, embedder=replace(
+            config.embedder, n_threads=config.embedder.n_threads or QUERY_THREADS)))
         """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
         process, which loads its own copy of the embedder for the graphs it stores."""
         self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge,
@@ -54,7 +61,7 @@ class Service:
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
-                                    job_retention_s=job_retention_s, nice=engine_nice)
+                                    job_retention_s=job_retention_s, priority=engine_priority)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from promem_fast.private import write_private
 from promem_fast.types import MemoryGraph
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -51,5 +52,5 @@ def render_page(data: dict[str, Any]) -> str:
 
 def write_page(graph: MemoryGraph, path: str | Path) -> Path:
     target = Path(path)
-    target.write_text(render_page(graph_view(graph)), encoding="utf-8")
+    write_private(target, render_page(graph_view(graph)))  # the page holds the user's memory text
     return target

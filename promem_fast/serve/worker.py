@@ -155,7 +155,7 @@ class Worker:
         from promem_fast.io import session_from_dict
         from promem_fast.pipeline import session_program
 
-        window = self.engine.config.max_in_flight
+        window = self.engine.window()
         while True:
             if self._stop.is_set():
                 raise _Stopped  # out of the engine's loop now, not after the sessions in flight finish

@@ -174,5 +174,13 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
     return hits
 
 
+def in_scope(db: sqlite3.Connection, score_of: dict[int, float], where: str, params: tuple[Any, ...]) -> list[int]:
+    """The candidates (node id -> score) that ``where`` (over ``nodes n``) keeps, best first (lower id on a tie):
+    one indexed query that reads no text, so a search reads details, links and merges of the k best only."""
+    kept = [node for (node,) in db.execute(
+        f"SELECT n.id FROM nodes n WHERE n.id IN ({placeholders(len(score_of))}) AND {where}", (*score_of, *params))]
+    return sorted(kept, key=lambda node: (-score_of[node], node))
+
+
 def placeholders(n: int) -> str:
     return ",".join("?" * n)

@@ -297,13 +297,13 @@ class MemoryStore:
         while True:
             ids, scores = index.search(vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            hits = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))}) AND {where}",
-                                  (*ids.tolist(), *params), score_of) if len(ids) else []
-            if len(hits) >= k or wanted >= len(index):
+            kept = rows.in_scope(self._db, score_of, where, params)  # one indexed query, best first
+            if len(kept) >= k or wanted >= len(index):
                 break
             wanted *= 4
-        hits.sort(key=lambda h: (-(h.score or 0.0), h.node_id))
-        return hits[:k]
+        hits = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(kept[:k]))}) AND {where}",
+                              (*kept[:k], *params), score_of)  # only the k best are read in full
+        return sorted(hits, key=lambda h: (-(h.score or 0.0), h.node_id))
 
     def index(self, user_pk: int) -> VectorIndex:
         """The user's vector index, brought up to date with SQLite (rows added since; rebuilt after removals)."""

@@ -1,7 +1,7 @@
 """Inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
 
 Search is exact, except for users of ``EngineConfig.search_approximate_min`` vectors or more on a CPU with
-FAISS, whose flat index becomes an HNSW graph (:mod:`.ann`).
+FAISS, whose flat index becomes an HNSW graph over groups of near-duplicate vectors (:mod:`.ann`).
 
 Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
 of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
@@ -76,7 +76,7 @@ class VectorIndex:
     """One user's vectors with their node ids; ``search`` returns the best ids, best first.
 
     Ties are broken by the lower node id (the older node), so results never depend on the index kind.
-    ``approximate_min``: from this many vectors (0: never) a FAISS index on the CPU becomes an HNSW graph.
+    ``approximate_min``: from this many vectors (0: never) a FAISS index on the CPU becomes a grouped HNSW graph.
     """
 
     def __init__(self, dim: int, kind: Literal["faiss", "numpy"], generation: int, approximate_min: int = 0) -> None:
@@ -104,7 +104,7 @@ class VectorIndex:
 
     @property
     def approximate(self) -> bool:
-        """Whether searches go through the HNSW graph (exact otherwise)."""
+        """Whether searches go through the grouped graph (exact otherwise)."""
         return self._approx is not None
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -130,8 +130,9 @@ class VectorIndex:
             self._faiss = faiss.index_cpu_to_gpu(_gpu_resources(), 0, self._faiss)
 
     def _maybe_approximate(self) -> None:
-        """Past ``approximate_min`` vectors, the flat CPU index becomes an HNSW graph holding the same vectors
-        (built once, then grown). Not on a machine where FAISS sees a GPU: an exact scan there is faster."""
+        """Past ``approximate_min`` vectors, the flat CPU index becomes a grouped HNSW graph holding the
+        same vectors (built once, then grown). Not on a machine where FAISS sees a GPU: an exact scan there
+        is faster."""
         faiss = _faiss()
         assert faiss is not None
         if (self.approximate_min > 0 and len(self) >= self.approximate_min
@@ -139,7 +140,7 @@ class VectorIndex:
             approx = ApproximateIndex(self.dim)
             approx.add(self.vectors())
             self._approx, self._faiss = approx, None
-            log.info("vector index of %d vectors: HNSW graph built", len(self))
+            log.info("vector index of %d vectors: grouped graph of %d leaders built", len(self), approx.graph.ntotal)
 
     def vectors(self) -> np.ndarray:
         """Every vector held, row ``i`` for ``ids[i]``."""
@@ -156,11 +157,11 @@ class VectorIndex:
 
     def save(self, path: Path, store_id: str) -> None:
         """Write the index to ``path`` (atomically: a reader sees the old file or the new one), readable by
-        the owner only: it holds every vector of the user. An HNSW graph is saved with its vectors, so the
-        next process does not build it again."""
+        the owner only: it holds every vector of the user. A grouped graph is saved with its vectors, so
+        the next process does not build it again."""
         private_dir(path.parent)  # mkstemp makes the file 0600; the folder is the owner's alone too
         handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
-        arrays = {"graph": self._approx.serialize()} if self._approx is not None else {"vectors": self.vectors()}
+        arrays = {"grouped": self._approx.serialize()} if self._approx is not None else {"vectors": self.vectors()}
         try:
             with os.fdopen(handle, "wb") as out:
                 np.savez(out, ids=self.ids, store_id=np.array(store_id),
@@ -176,23 +177,26 @@ class VectorIndex:
              store_id: str, approximate_min: int = 0) -> VectorIndex | None:
         """The index saved at ``path`` if it is this store's, of this generation and dimension; else None.
 
-        A saved HNSW graph is used as it is when the store still wants one for this size (and FAISS is the
-        kind); otherwise its vectors fill an exact index."""
+        A saved grouped graph is used as it is when the store still wants one for this size (and FAISS is
+        the kind); otherwise its vectors fill an exact index. The file of an older version, holding a plain
+        HNSW graph (``graph``), is not read: the index is refilled from SQLite and saved in its place on
+        close."""
         try:
             with np.load(path) as saved:
                 if str(saved["store_id"]) != store_id or saved["state"].tolist()[::2] != [generation, dim]:
                     return None
                 found = cls(dim, kind, generation, approximate_min)
-                if "graph" not in saved.files:
-                    found.add(saved["ids"], saved["vectors"])
-                elif kind == "faiss" and 0 < approximate_min <= len(saved["ids"]):
-                    found._approx, found._faiss = ApproximateIndex.deserialize(saved["graph"], dim), None
-                    found.ids = saved["ids"].astype(np.int64)
+                ids = saved["ids"].astype(np.int64)
+                if "vectors" in saved.files:
+                    found.add(ids, saved["vectors"])
+                elif "grouped" in saved.files and kind == "faiss" and 0 < approximate_min <= len(ids):
+                    found._approx = ApproximateIndex.deserialize(saved["grouped"], dim)
+                    found._faiss, found.ids = None, ids
                     if len(found._approx) != len(found):
                         return None
-                elif _faiss() is not None:
-                    found.add(saved["ids"], ApproximateIndex.deserialize(saved["graph"], dim).vectors())
-                else:  # a graph needs FAISS to be read: refill from SQLite
+                elif "grouped" in saved.files and _faiss() is not None:
+                    found.add(ids, ApproximateIndex.deserialize(saved["grouped"], dim).vectors())
+                else:  # an older version's plain HNSW graph, or a grouped one without FAISS to read it
                     return None
                 found.last_id = int(saved["state"][1])
         except (OSError, ValueError, KeyError) as exc:

@@ -24,7 +24,7 @@ ENGINE_ARGS = frozenset({
     "max_model_len", "enable_prefix_caching", "load_format", "max_num_seqs", "max_num_batched_tokens",
     "disable_log_stats", "enable_chunked_prefill", "block_size", "kv_cache_dtype", "download_dir",
     "pipeline_parallel_size", "distributed_executor_backend", "max_logprobs", "generation_config",
-    "async_scheduling", "data_parallel_size",
+    "async_scheduling", "data_parallel_size", "num_gpu_blocks_override",
 })
 """Engine arguments vLLM accepts through ``LLM(**kwargs)`` (a subset of ``EngineArgs`` fields)."""
 
@@ -59,6 +59,8 @@ class FakeTokenizer:
     def __init__(self, as_batch_encoding: bool = False) -> None:
         self.as_batch_encoding = as_batch_encoding
         self.vocab: dict[str, int] = {}
+        self.tokenized: list[str] = []
+        """Every text given to the tokenizer itself (``__call__``)."""
         self.template_kwargs: list[dict[str, Any]] = []
         """The extra template variables of every render (a real template reads ``date_string``)."""
 
@@ -82,10 +84,34 @@ class FakeTokenizer:
             return " ".join(map(str, ids))
         return {"input_ids": ids, "attention_mask": [1] * len(ids)} if self.as_batch_encoding else ids
 
+    def __call__(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> dict[str, list[int]]:
+        """Text as the template renders it (token ids written out) back to ids; every text is recorded."""
+        self.tokenized.append(text)
+        ids = [int(word) for word in text.split()]
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+
 
 @dataclass
 class ModelConfig:
     max_model_len: int
+
+
+@dataclass
+class CacheConfig:
+    """vLLM's ``CacheConfig``: ``num_gpu_blocks`` is filled in once the engine has sized its KV cache (the
+    V1 engine core reports it to the front end at start-up); a KV block holds ``block_size`` tokens."""
+
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+
+
+@dataclass
+class VllmConfig:
+    model_config: ModelConfig
+    cache_config: CacheConfig
+
+DEFAULT_GPU_BLOCKS = 4096
+"""KV blocks the stand-in reports unless ``num_gpu_blocks_override`` (a real engine argument) says."""
 
 
 @dataclass
@@ -107,6 +133,7 @@ class LLMEngine:
     """
 
     model_config: ModelConfig
+    vllm_config: VllmConfig | None = None
     added: list[tuple[str, list[int], SamplingParams]] = field(default_factory=list)
     """Every ``add_request`` accepted, in order."""
     aborted: list[str] = field(default_factory=list)
@@ -227,7 +254,10 @@ class LLM:
             "model": model, "tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "seed": seed,
             "gpu_memory_utilization": gpu_memory_utilization, "enforce_eager": enforce_eager, **kwargs,
         }
-        self.llm_engine = LLMEngine(ModelConfig(max_model_len=kwargs.get("max_model_len") or 4096))
+        model_config = ModelConfig(max_model_len=kwargs.get("max_model_len") or 4096)
+        cache_config = CacheConfig(block_size=kwargs.get("block_size") or 16,
+                                   num_gpu_blocks=kwargs.get("num_gpu_blocks_override") or DEFAULT_GPU_BLOCKS)
+        self.llm_engine = LLMEngine(model_config, VllmConfig(model_config, cache_config))
         self.tokenizer = FakeTokenizer()
         self.calls: list[Call] = []
         instances.append(self)
