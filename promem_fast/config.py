@@ -38,22 +38,18 @@ Premise = Literal["turn", "speaker"]
 OnError = Literal["skip", "stop"]
 Driver = Literal["continuous", "round"]
 Segmenter = Literal["similarity", "lightmem", "auto"]
-Role = Literal[
-    "detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
-    "verify_relation", "qa", "judge",
-]
+Role = Literal["detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
+               "verify_relation", "qa", "judge"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
     "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings",
-    "fsync", "progress",
+    "fsync", "progress", "prefix_reuse",
     "qa_top_k", "search_approximate_min", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
-    "prefix_reuse",
 })
 """Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
 the same for any, as the determinism tests show), error policy, progress, threads, client timeouts and
-retries, evaluation-only settings, llama.cpp's prefix reuse (used only where a load-time check finds it
-bit-exact, so answers are the same either way). ``record_timings`` adds the seconds to each record and is fingerprinted
+retries, evaluation-only settings. ``record_timings`` adds the seconds to each record and is fingerprinted
 on its own. Anything else, a model, a threshold, a prompt budget, a seed, a device, changes the result."""
 
 
@@ -103,9 +99,7 @@ class LLMConfig:
     n_gpu_layers: int = 0
     """llamacpp: layers offloaded to a GPU build of llama.cpp."""
     prefix_reuse: bool = True
-    """llamacpp: keep the KV cache of the prefix a prompt shares with the previous one (used only when a
-    load-time check finds it bit-exact on the running build; answers are the same either way). ``false``
-    evaluates every prompt from scratch: for chasing a numerical difference, or to measure what reuse saves."""
+    """llamacpp: keep the KV cache of the prefix shared with the previous prompt (where checked bit-exact)."""
     batch_size: int = 16
     """transformers: prompts per forward pass (left padded)."""
     ignore_eos: bool = False
