@@ -18,6 +18,7 @@ real model, not quality either.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import time
@@ -25,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import figures  # noqa: E402
+from report import machine_info  # noqa: E402
 DEV = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
 
 
@@ -170,6 +175,8 @@ def main() -> int:
                         "(results/retrieval-halumem-dev.json and .md)")
     parser.add_argument("--summarise-again", action="store_true", help="rewrite the summary from the files a "
                         "finished run left in the scratch folder (after the summary itself gained figures)")
+    parser.add_argument("--command", default="python benchmarks/eval_protocol.py",
+                        help="with --summarise-again: the command the run was made with, when its summary lacks it")
     parser.add_argument("--work", type=Path, default=Path("eval-protocol-out"), help="scratch folder for the run")
     args = parser.parse_args()
     results = HERE / "results"
@@ -186,15 +193,25 @@ def main() -> int:
         return 0
     work = args.work / f"{args.profile}-{args.label}"
     path = results / f"eval_protocol-{args.profile}-{args.label}.json"
-    if args.summarise_again:  # the run's own files, its wall time from the summary written then
-        seconds = json.loads(path.read_text(encoding="utf-8"))["wall_seconds"]
+    if args.summarise_again:  # the run's own files; its wall time, date and machine from the summary written then
+        earlier = json.loads(path.read_text(encoding="utf-8"))
         result = json.loads((work / "result-halumem-full.json").read_text(encoding="utf-8"))
-        summary = summarise(result, work / "graphs-halumem-full.jsonl", seconds)
+        summary = summarise(result, work / "graphs-halumem-full.jsonl", earlier["wall_seconds"])
+        ran = datetime.datetime.fromtimestamp((work / "result-halumem-full.json").stat().st_mtime, datetime.timezone.utc)
+        summary |= {"date": earlier.get("date") or ran.isoformat(timespec="seconds"),
+                    "machine": earlier.get("machine") or machine_info(),  # scratch files are this machine's
+                    "command": earlier.get("command") or args.command}
     else:
         summary = run(args.profile, args.sessions, work)
+        summary |= {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    "machine": machine_info(), "command": " ".join(["python benchmarks/eval_protocol.py", *sys.argv[1:]])}
     if args.code:
         summary["code"] = {**summary["code"], "label": args.code} if isinstance(summary["code"], dict) else args.code
+    code = summary["code"] if isinstance(summary["code"], dict) else {}
+    named = figures._git("rev-parse", "--verify", args.code.rpartition("@")[2]) if args.code else None
+    summary |= {"commit": named or code.get("commit"), "dirty": bool(code.get("dirty"))}
     path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    figures.adopt(path, summary.get("command", "python benchmarks/eval_protocol.py"))  # a result file README quotes
     print(f"wrote {path}")
     return 0
 
