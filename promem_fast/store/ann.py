@@ -22,9 +22,9 @@ Nothing is trained: the groups form as vectors arrive, so a growing user never p
 without near-duplicates gets a plain HNSW graph over all its vectors. The vectors are kept in one array in
 the order added (the leaders a second time in the graph: one vector per group), so an exact scan stays
 possible: a fetch wider than :data:`MAX_FETCH` (a user whose nearest nodes were mostly superseded) is
-answered by it. On a machine where
-FAISS sees a GPU the user's index moves to the GPU instead (:mod:`.vectors`): an exact scan of a million
-vectors there takes well under a millisecond, so this index is only for CPUs.
+answered by it. On a machine where FAISS sees a GPU the user's index moves to the GPU instead
+(:mod:`.vectors`): an exact scan of a million vectors there takes well under a millisecond, so this index
+is only for CPUs.
 """
 
 from __future__ import annotations
@@ -47,15 +47,16 @@ M = 24
 """Neighbours per leader in the graph (the base layer gets 2 M). On noisy MiniLM vectors 16 lost recall that
 a larger ``EF_SEARCH`` only partly won back, at the same build time as 24."""
 
-EF_CONSTRUCTION = 40
-"""Candidates kept while inserting a leader: the slow part of building (at 80 with M 32, 100K vectors took
-about five minutes on two loaded cores). 40 reached recall@10 0.992 on 61K real vectors, where every
-vector is its own leader."""
+EF_CONSTRUCTION = 120
+"""Candidates kept while inserting a leader: the slow part of building. On 250,000 real MiniLM sentence
+vectors (nearly every one its own leader) 40 left the graph too sparse for recall@10 0.99 at any search
+width up to 768 (0.983 at 384); 120 reached 0.995 at 384 for 1.7× the build time (87 against 52 s with the
+two cores free), and M 32 added only 0.001."""
 
 EF_SEARCH = 384
-"""Candidates kept while searching the graph (at least the leaders asked for). Over real MiniLM sentence
-vectors padded to a million with near-duplicates, 256 was right at recall@10 0.99 in a first run of this
-index, so 384 leaves a margin over that target; the figures of the current code at 192, 384 and 768 are in
+"""Candidates kept while searching the graph (at least the leaders asked for). On 250,000 real sentence
+vectors 256 gave recall@10 0.992 and 384 gave 0.995, for a p99 of about 2 ms either way, so 384 keeps a
+margin over 0.99; the figures at 192, 384 and 768 up to a million vectors are in
 ``results/bench_index.json``."""
 
 PROBE_GROUPS = 64
