@@ -43,14 +43,11 @@ class RunSummary:
             f"{'stage':<8}{'calls':>8}{'prompt tok':>12}{'uncached':>10}{'compl tok':>11}{'nli':>7}{'embeds':>8}"
             f"{'seconds':>10}",
         ]
-        for name, st in self.stats.to_dict()["stages"].items():
-            lines.append(f"{name:<8}{st['calls']:>8}{st['prompt_tokens']:>12}{st['uncached_prefill_tokens']:>10}"
-                         f"{st['completion_tokens']:>11}"
-                         f"{st['nli_pairs']:>7}{st['embedded_texts']:>8}{st['seconds']:>10.2f}")
-        total = self.stats.total()
-        lines.append(f"{'total':<8}{total.calls:>8}{total.prompt_tokens:>12}{total.uncached_prefill_tokens:>10}"
-                     f"{total.completion_tokens:>11}"
-                     f"{total.nli_pairs:>7}{total.embedded_texts:>8}{total.seconds:>10.2f}")
+        rows = [*((name, self.stats.stages[name]) for name in self.stats.to_dict()["stages"]),
+                ("total", self.stats.total())]
+        lines += [f"{name:<8}{st.calls:>8}{st.prompt_tokens:>12}{st.uncached_prefill_tokens:>10}"
+                  f"{st.completion_tokens:>11}{st.nli_pairs:>7}{st.embedded_texts:>8}{st.seconds:>10.2f}"
+                  for name, st in rows]
         rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0
         engine = self.engine_seconds
         lines.append(f"wall {self.wall_seconds:.2f} s (models loaded in {self.load_seconds:.1f} s)  ({rate:.3g} sessions/s, {rate * 3600:,.0f} sessions/hour, "
