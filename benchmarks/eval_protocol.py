@@ -34,7 +34,9 @@ DEV = Path("/work/shared/data/halumem-dev/pilot_slice_user0.jsonl")
 
 
 RECOVERY = ("cut_continued", "list_continuations", "continued_items", "retried_requests", "lists_left_full")
-"""Counters of replies asked again and what that brought back (absent from graphs of older code: 0)."""
+"""Counters of replies asked again and what that brought back (None where the code never counted one). The
+names of ``promem_fast.eval.runner.RECOVERY_COUNTS``, written out: a "before" run imports an older
+``promem_fast`` (``PYTHONPATH``), which has no such constant."""
 
 
 def summarise(result: dict[str, Any], graphs: Path, seconds: float) -> dict[str, Any]:
