@@ -4,9 +4,9 @@ real MiniLM embeddings of dialogue.
 Run: ``python benchmarks/bench_index.py`` (writes ``results/bench_index.json``; ``--embed-budget S`` first
 embeds more real sentences for up to S seconds, see :mod:`index_corpus`).
 
-What is measured, per size (10K, 100K, 1M vectors): the store's own :class:`~promem_fast.store.vectors.
+What is measured, per size (10K, 100K, 1M vectors): the store's own :class:`~promem_fast.persistence.vectors.
 VectorIndex`, filled the way the store fills it (blocks of 65,536 rows), once exact (FAISS ``IndexFlatIP``)
-and once approximate (:mod:`promem_fast.store.ann`, forced on from the first block at every size); the
+and once approximate (:mod:`promem_fast.persistence.ann`, forced on from the first block at every size); the
 seconds each fill takes (what a user's first search after a restart without index file, or after a delete,
 costs); recall@10 of the approximate top 10 against the exact top 10 over 1,000 queries (real sentences of
 held-out conversations) at several graph search widths (``EF_SEARCH``); and single-query latency
@@ -37,8 +37,8 @@ import figures  # noqa: E402
 from index_corpus import embedded  # noqa: E402
 from report import limit_threads  # noqa: E402
 
-from promem_fast.store import ann  # noqa: E402
-from promem_fast.store.vectors import VectorIndex  # noqa: E402
+from promem_fast.persistence import ann  # noqa: E402
+from promem_fast.persistence.vectors import VectorIndex  # noqa: E402
 
 log = logging.getLogger(__name__)
 

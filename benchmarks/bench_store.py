@@ -89,7 +89,7 @@ def test_store_ingest_and_search(benchmark: Any, tmp_path: Path, nodes: int, use
         started = time.perf_counter()
         with MemoryStore(db, config, embedder=embedder, update_judge="off") as store:
             stored = store.add(sessions(nodes, users))
-            store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         ingest_s = time.perf_counter() - started
         size = db.stat().st_size
         rng = np.random.default_rng(1)

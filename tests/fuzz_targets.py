@@ -24,7 +24,7 @@ with atheris.instrument_imports(include=["promem_fast"]):
     from promem_fast.errors import InputError
     from promem_fast.io import parse_lines
     from promem_fast.store import MemoryStore
-    from promem_fast.store.exchange import import_store
+    from promem_fast.persistence.exchange import import_store
 
 
 def _writable(error: InputError) -> None:
@@ -55,9 +55,9 @@ class ImportTarget:
     def __call__(self, data: bytes) -> None:
         self.input.write_bytes(data)
         try:
-            with self.store._write() as db:
+            with self.store.db.transaction() as db:
                 try:
-                    import_store(db, self.input, self.store._check_dim)
+                    import_store(db, self.input, self.store.check_dim)
                 except InputError as error:
                     assert error.line is not None, error
                     _writable(error)

@@ -18,7 +18,7 @@ from promem_fast.cli import main
 from promem_fast.engine import Engine
 from promem_fast.eval.datasets import load_benchmark
 from promem_fast.eval.retrieval import evidence_recall
-from promem_fast.store.evaluation import evaluation_index
+from promem_fast.eval.store_index import evaluation_index
 from promem_fast.types import MemoryEntry, MemoryGraph, RunStats
 
 AXES = ("cat", "nurse", "cafe", "cello", "harbour", "mural", "porto", "marathon", "bicycle", "garden", "wedding")

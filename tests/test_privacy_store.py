@@ -66,7 +66,7 @@ def traces(db: Path) -> dict[str, list[str]]:
 
 def test_sqlite_default_really_is_off_under_the_fixture(insecure_default: None, tmp_path: Path) -> None:
     """The fixture stands for an SQLite whose build default is off (checked, so the tests below mean it)."""
-    from promem_fast.store.connection import open_db
+    from promem_fast.persistence.connection import open_db
 
     raw = sqlite3.connect(tmp_path / "x.db")
     assert raw.execute("PRAGMA secure_delete").fetchone()[0] == 0
@@ -80,7 +80,7 @@ def test_a_deleted_user_leaves_no_trace_in_the_file_the_wal_or_the_index(insecur
                                                                          tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     with MemoryStore(path, scripted_config(), update_judge="off") as store:
-        store.cache_min_vectors = 1  # save every user's index on close, so index files exist to check
+        store.db.cache_min_vectors = 1  # save every user's index on close, so index files exist to check
         store.add([*marker_graphs(), KEPT])
         store.search("Okonkwo-Vasquez", "journal", k=2)
         store.search("Maya", "dog", k=1)
@@ -115,7 +115,7 @@ def mode(path: Path) -> int:
 def test_store_wal_index_and_export_are_private_whatever_the_umask(open_umask: None, tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     with MemoryStore(path, scripted_config(), update_judge="off") as store:
-        store.cache_min_vectors = 1
+        store.db.cache_min_vectors = 1
         store.add([KEPT])
         store.search("Maya", "dog", k=1)
         assert {p.name: mode(p) for p in files_of(path)} == {
@@ -146,7 +146,7 @@ def test_an_encrypted_store_holds_no_plaintext_and_writes_no_index_file(tmp_path
     pytest.importorskip("sqlcipher3", reason="the 'encrypt' extra (sqlcipher3) is not installed")
     key, path = key_file(tmp_path / "store.key"), tmp_path / "secret.db"
     with MemoryStore(path, scripted_config(), update_judge="off", key_file=key) as store:
-        store.cache_min_vectors = 1
+        store.db.cache_min_vectors = 1
         store.add(marker_graphs())
         assert store.search("Okonkwo-Vasquez", "Zanzibarite stones", k=1)[0].session_id == "sess-ultraviolet-17"
     assert {name: found for name, found in traces(path).items() if found} == {}

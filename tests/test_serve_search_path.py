@@ -74,7 +74,7 @@ def test_the_k_best_are_taken_among_the_memories_the_question_sees(tmp_path: Pat
         store.add([graph("s2", "Maya", ["Maya paints watercolor at dawn.", "Maya paints watercolor at dusk."],
                          timestamp="2024-02-01T09:00:00")])
         ids = {h["text"]: h["id"] for h in store.get_all("Maya")}
-        with store._write() as db:  # the 30 job facts replaced, as an update judge would mark them
+        with store.db.transaction() as db:  # the 30 job facts replaced, as an update judge would mark them
             for text in old:
                 db.execute("UPDATE nodes SET superseded_by = ?, valid_until = '2024-02-01T09:00:00' WHERE id = ?",
                            (ids["Maya paints watercolor at dawn."], ids[text]))

@@ -16,7 +16,7 @@ import pytest
 from conftest import scripted_config
 from promem_fast.errors import InputError
 from promem_fast.store import MemoryStore, StoreError
-from promem_fast.store.schema import SCHEMA_VERSION
+from promem_fast.persistence.schema import SCHEMA_VERSION
 from store_helpers import TopicEmbedder, graph
 
 
@@ -186,7 +186,7 @@ def test_a_reader_sees_removals_by_another_connection(tmp_path: Path) -> None:
         writer.add([MAYA_2])
         writer.delete(user="Maya", session="m1")
         assert [h.session_id for h in reader.search("Maya", "Lisbon Biscuit", k=5)] == ["m2"]
-        vectors = reader.index(reader._user_pk("default", "Maya") or 0)
+        vectors = reader.db.index(reader.user_id("default", "Maya") or 0)
         assert len(vectors) == 1 and np.isfinite(vectors.search(np.ones(vectors.dim), 1)[1]).all()
 
 
@@ -195,10 +195,10 @@ def test_a_user_deleted_by_another_connection_after_lookup_has_an_empty_index(tm
     service would otherwise fail that request with a 500)."""
     with open_store(tmp_path / "m.db") as writer, open_store(tmp_path / "m.db", read_only=True) as reader:
         writer.add([MAYA_1])
-        user_pk = reader._user_pk("default", "Maya")
-        assert user_pk is not None and len(reader.index(user_pk)) == 2
+        user_pk = reader.user_id("default", "Maya")
+        assert user_pk is not None and len(reader.db.index(user_pk)) == 2
         writer.delete(user="Maya")
-        vectors = reader.index(user_pk)
+        vectors = reader.db.index(user_pk)
         assert len(vectors) == 0 and len(vectors.search(np.ones(vectors.dim), 5)[0]) == 0
 
 
@@ -234,7 +234,7 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
         for thread in readers:
             thread.join(timeout=120)
         assert not failures, failures
-        index = store.index(store._user_pk("default", "Maya") or 0)
+        index = store.db.index(store.user_id("default", "Maya") or 0)
         assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
 
 
@@ -270,7 +270,7 @@ def test_a_store_searches_with_the_embedder_that_filled_it_and_refuses_another(t
 def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     with open_store(db) as store:
-        store.cache_min_vectors = 1
+        store.db.cache_min_vectors = 1
         store.add([MAYA_1, MAYA_2])
         assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
     saved = list((tmp_path / "m.db.vectors").iterdir())
@@ -297,17 +297,17 @@ def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: P
 def test_deleting_a_user_removes_their_saved_index(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     with open_store(db) as store:
-        store.cache_min_vectors = 1
+        store.db.cache_min_vectors = 1
         store.add([MAYA_1, MAYA_2])
         assert store.search("Maya", "Lisbon", k=1)
     with open_store(db) as store:
-        store.cache_min_vectors = 1
+        store.db.cache_min_vectors = 1
         assert store.search("Maya", "Lisbon", k=1)  # the index is loaded (or refilled) and cached
         assert len(list((tmp_path / "m.db.vectors").iterdir())) == 1
         assert store.delete(user="Maya") > 0
     assert list((tmp_path / "m.db.vectors").iterdir()) == []  # close did not write the removed vectors back
     with open_store(db) as reader, open_store(db) as writer:  # removed through another connection
-        reader.cache_min_vectors = 1
+        reader.db.cache_min_vectors = 1
         writer.add([MAYA_1])
         assert reader.search("Maya", "Lisbon", k=1)
         assert writer.delete(user="Maya") > 0
@@ -316,7 +316,7 @@ def test_deleting_a_user_removes_their_saved_index(tmp_path: Path) -> None:
 
 def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from promem_fast.store import schema
+    from promem_fast.persistence import schema
 
     with open_store(tmp_path / "m.db") as store:
         store.add([MAYA_1])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from promem_fast.store import ann
+from promem_fast.persistence import ann
 
 pytest.importorskip("faiss", reason="needs the cpu extra (faiss-cpu)")
 

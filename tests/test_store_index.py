@@ -16,7 +16,7 @@ import pytest
 from conftest import scripted_config
 from promem_fast.config import EngineConfig
 from promem_fast.store import MemoryStore
-from promem_fast.store import ann as ann_module
+from promem_fast.persistence import ann as ann_module
 from store_helpers import graph
 
 
@@ -42,11 +42,11 @@ def test_approximate_search_finds_the_same_top_ten_as_exact_on_real_minilm_embed
     with MemoryStore(db, exact_config, update_judge="off") as exact:
         exact.add([graph(f"s{i}", "Ana", sentences[i:i + 100]) for i in range(0, len(sentences), 100)])
         expected = [[h.node_id for h in exact.search("Ana", q, k=10)] for q in questions]
-        user_pk = exact._user_pk("default", "Ana")
-        assert user_pk is not None and not exact.index(user_pk).approximate
+        user_pk = exact.user_id("default", "Ana")
+        assert user_pk is not None and not exact.db.index(user_pk).approximate
         with MemoryStore(db, approx_config, update_judge="off", embedder=exact.embedder) as approx:
             got = [[h.node_id for h in approx.search("Ana", q, k=10)] for q in questions]
-            assert approx.index(user_pk).approximate
+            assert approx.db.index(user_pk).approximate
     assert len(expected) == 20 and all(len(ids) == 10 for ids in expected)
     assert got == expected
 
@@ -68,7 +68,7 @@ def test_the_graph_is_saved_for_its_owner_only_and_read_back_instead_of_built(tm
     with _store(db) as store:
         store.add(SESSIONS)
         first = [h.node_id for h in store.search("Tom", "candles of list 3", k=5)]
-        assert store.index(store._user_pk("default", "Tom") or 0).approximate
+        assert store.db.index(store.user_id("default", "Tom") or 0).approximate
     folder = tmp_path / "m.db.vectors"
     (saved,) = folder.iterdir()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
@@ -80,7 +80,7 @@ def test_the_graph_is_saved_for_its_owner_only_and_read_back_instead_of_built(tm
     monkeypatch.setattr(ann_module.ApproximateIndex, "add", no_building)
     with _store(db) as store:
         assert [h.node_id for h in store.search("Tom", "candles of list 3", k=5)] == first
-        assert store.index(store._user_pk("default", "Tom") or 0).approximate
+        assert store.db.index(store.user_id("default", "Tom") or 0).approximate
 
 
 def _saved_user(db: Path, query: str) -> tuple[list[int], Path]:
@@ -98,7 +98,7 @@ def test_a_missing_index_file_is_rebuilt_from_the_store_and_saved_again(tmp_path
     saved.unlink()
     with _store(db) as store:
         assert [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)] == first
-        assert store.index(store._user_pk("default", "Tom") or 0).approximate
+        assert store.db.index(store.user_id("default", "Tom") or 0).approximate
     assert [p.name for p in (tmp_path / "m.db.vectors").iterdir()] == [saved.name]
 
 
@@ -106,10 +106,10 @@ def test_a_user_below_the_threshold_and_a_store_set_to_exact_keep_exact_search(t
     with _store(tmp_path / "a.db", threshold=101) as store:
         store.add(SESSIONS)
         assert len(store.search("Tom", "boots", k=3)) == 3
-        assert not store.index(store._user_pk("default", "Tom") or 0).approximate
+        assert not store.db.index(store.user_id("default", "Tom") or 0).approximate
     with _store(tmp_path / "a.db", threshold=0) as store:
         assert len(store.search("Tom", "boots", k=3)) == 3
-        assert not store.index(store._user_pk("default", "Tom") or 0).approximate
+        assert not store.db.index(store.user_id("default", "Tom") or 0).approximate
     assert not (tmp_path / "a.db.vectors").exists()  # 100 exact vectors are not worth a file
 
 
@@ -130,12 +130,12 @@ def test_a_deleted_node_leaves_the_approximate_index_and_its_file(tmp_path: Path
     vector = _stored_vector(db, gone)
     assert _holds(folder, vector)  # the file holds the vectors whole: what must leave it
     with _store(db) as writer, _store(db) as reader:
-        user = writer._user_pk("default", "Tom") or 0
+        user = writer.user_id("default", "Tom") or 0
         assert reader.search("Tom", "candles of list 3", k=5)[0].node_id == gone
         assert writer.delete(user="Tom", node=gone) == 1
         assert not _holds(folder, vector)  # gone from disk at once, not at the next close
         for store in (writer, reader):  # the reader's index was built before the delete
-            index = store.index(user)
+            index = store.db.index(user)
             assert index.approximate and len(index) == 99
             assert not (index.vectors() == np.frombuffer(vector, np.float32)).all(axis=1).any()
             assert [h.node_id for h in store.search("Tom", "candles of list 3", k=5)][:4] == top[1:5]
@@ -154,7 +154,7 @@ def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(t
     np.savez(saved, graph=faiss.serialize_index(hnsw), **fields)
     with _store(db) as store:
         assert [h.node_id for h in store.search("Tom", "dahlias of list 1", k=5)] == expected
-        index = store.index(store._user_pk("default", "Tom") or 0)
+        index = store.db.index(store.user_id("default", "Tom") or 0)
         assert index.approximate and np.array_equal(index.vectors(), vectors)
     with np.load(saved) as replaced:
         assert "grouped" in replaced.files and "graph" not in replaced.files

@@ -70,9 +70,9 @@ def test_kill_9_inside_a_session_leaves_no_torn_session_and_ingest_resumes(tmp_p
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait(timeout=30)
     with MemoryStore(db, scripted_config(), update_judge="off") as store:
-        assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert counts(store) == {f"w{i}": NODES_PER_SESSION for i in range(4)}
-        assert store._db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 4 * NODES_PER_SESSION
+        assert store.db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 4 * NODES_PER_SESSION
         assert store.sessions("w") == [f"w{i}" for i in range(4)]
         assert store.add(worker_graph(i) for i in range(10)) == 6  # the first four are kept, not repeated
         assert counts(store) == {f"w{i}": NODES_PER_SESSION for i in range(10)}

@@ -173,7 +173,7 @@ def test_sessions_arriving_out_of_order_give_the_memory_of_the_canonical_order(t
 
 
 def test_a_store_of_schema_1_gains_validity_times_from_its_own_dates(tmp_path: Path) -> None:
-    from promem_fast.store.schema import MIGRATIONS
+    from promem_fast.persistence.schema import MIGRATIONS
 
     raw = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     raw.execute("BEGIN")

@@ -34,7 +34,7 @@ from promem_fast.io import GraphWriter, read_graphs
 from promem_fast.pipeline.common import gather
 from promem_fast.private import private_dirs, write_private
 from promem_fast.requests import Program
-from promem_fast.store.evaluation import evaluation_index
+from promem_fast.eval.store_index import evaluation_index
 from promem_fast.types import MemoryGraph, RunStats, Session, StageStats
 from promem_fast.store.qa import Answer, RetrievalIndex, Source, answer_program, build_index, turn_units, with_stats
 

@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from promem_fast.errors import PromemError
-from promem_fast.store.connection import open_db
+from promem_fast.persistence.connection import open_db
 
 SCHEMA_VERSION = 1
 
@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
 
 
 def connect(path: str | Path, *, key_file: str | Path | None = None) -> sqlite3.Connection:
-    """A connection for the queue and the keys (see :func:`~promem_fast.store.connection.open_db`), with
+    """A connection for the queue and the keys (see :func:`~promem_fast.persistence.connection.open_db`), with
     ``synchronous=FULL``: a 202 promises that the accepted sessions survive a power cut, so every queue commit
     reaches the disk before it returns. The service tables are created if missing."""
     conn = open_db(path, synchronous="FULL", key_file=key_file)

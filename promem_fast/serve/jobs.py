@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from promem_fast.store.connection import transaction
+from promem_fast.persistence.connection import transaction
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 """How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""

@@ -124,7 +124,7 @@ class Service:
 
     def _user(self, tenant: str, user: str) -> str:
         """``user`` when the tenant has them (one indexed lookup, not the tenant's whole user list), else 404."""
-        if self.store._user_pk(tenant, user) is None:
+        if self.store.user_id(tenant, user) is None:
             raise NotFound("user")
         return user
 
@@ -154,7 +154,7 @@ class Service:
             # what the removed memory had replaced is judged again, in the engine process
             return int(self.worker.call("delete", tenant, user, None, node))
         cancelled = self.queue.cancel(tenant, user, session)
-        stored = self.store._user_pk(tenant, user) is not None and (
+        stored = self.store.user_id(tenant, user) is not None and (
             session is None or session in self.store.sessions(user, tenant=tenant))
         if not stored and not cancelled:
             raise NotFound("session" if session is not None else "user")

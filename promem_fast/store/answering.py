@@ -6,17 +6,16 @@ node is shown to an answerer the same way wherever the question comes from.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import rows
-from .records import Hit
-from .schema import StoreError
-from .timeline import day_label, iso_time, query_time, validity
-from .vectors import from_blobs
+from promem_fast.persistence import rows
+from promem_fast.persistence.api import Database
+from promem_fast.persistence.connection import StoreError
+from promem_fast.persistence.records import Hit
+from promem_fast.persistence.timeline import day_label, iso_time, query_time, validity
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -32,7 +31,7 @@ the question's top-k exactly (nothing outside a question's nearest can outrank t
 PRESELECT_FACTOR = 4
 
 
-def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
+def retrieval_index(store: StoreView, db: Database, wanted: list[str], tenant: str,
                     history: bool, scope: tuple[str, tuple[Any, ...]] | None = None, *,
                     as_of: str | None = None) -> RetrievalIndex:
     """Each wanted session's memories that ``scope`` selects (:func:`.timeline.validity`; default those
@@ -42,7 +41,7 @@ def retrieval_index(store: StoreView, db: sqlite3.Connection, wanted: list[str],
     return _retrieval(store, db, wanted, tenant, scope)[0]
 
 
-def _retrieval(store: StoreView, db: sqlite3.Connection, wanted: list[str], tenant: str,
+def _retrieval(store: StoreView, db: Database, wanted: list[str], tenant: str,
                scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
     where, params = scope
     chunks, found = [], []
@@ -56,7 +55,7 @@ def _retrieval(store: StoreView, db: sqlite3.Connection, wanted: list[str], tena
     return _index(store, db, chunks, found)
 
 
-def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tuple[Any, ...]]],
+def _index(store: StoreView, db: Database, chunks: list[tuple[str, tuple[Any, ...]]],
            sessions: Sequence[str]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
     """The nodes each ``(where, params)`` chunk selects, as units grouped by session (every one of
     ``sessions`` present, maybe empty), with their stored vectors (embedded now where none is stored); and
@@ -65,15 +64,16 @@ def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tup
 
     units: dict[str, list[Unit]] = {sid: [] for sid in sessions}
     keys: dict[str, list[int]] = {sid: [] for sid in sessions}
-    blobs: dict[int, bytes | None] = {}
+    blobs: dict[int, Any] = {}
     behind: dict[tuple[str, str], Hit] = {}
     for where, params in chunks:
-        blobs.update(db.execute(f"SELECT n.id, n.vector FROM nodes n WHERE {where}", params).fetchall())
+        blobs.update(db.execute(f"SELECT n.id, {db.vector_sql('n.vector')} FROM nodes n WHERE {where}",
+                                params).fetchall())
         for hit in rows.read_hits(db, where, params):
             units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body()))
             behind.setdefault((hit.session_id, hit.body()), hit)
             keys.setdefault(hit.session_id, []).append(hit.node_id)
-    dim = store._dim()
+    dim = store.dim()
     vectors = {}
     for sid, ids in keys.items():
         stored = [blobs[node] for node in ids]
@@ -81,7 +81,7 @@ def _index(store: StoreView, db: sqlite3.Connection, chunks: list[tuple[str, tup
         missing = [i for i, blob in enumerate(stored) if blob is None]
         block = np.zeros((len(ids), dim), np.float32)
         if present:
-            block[present] = from_blobs([b for b in stored if b is not None], dim)
+            block[present] = db.decode_vectors([b for b in stored if b is not None], dim)
         if missing:  # imported without vectors: embedded now, for this index only
             block[missing] = store.embedder.embed([units[sid][i].key for i in missing])
         vectors[sid] = block
@@ -92,13 +92,13 @@ def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k
                  scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
     """The pool of a large user: every question's nearest nodes in scope, found through the vector index."""
     wanted: set[int] = set()
-    for query in store._embed_queries(list(questions)):
+    for query in store.embed_queries(list(questions)):
         wanted.update(h.node_id for h in store.search_vector(user_pk, np.asarray(query, np.float32),
                                                              PRESELECT_FACTOR * top_k, scope=scope))
     ids = sorted(wanted)
     chunks = [(f"n.id IN ({rows.placeholders(len(ids[lo:lo + 500]))})", tuple(ids[lo:lo + 500]))
               for lo in range(0, len(ids), 500)]
-    return _index(store, store._db, chunks, sessions)
+    return _index(store, store.db, chunks, sessions)
 
 
 def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
@@ -109,21 +109,21 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
     from .qa import Ask, answer_questions
 
     dim = getattr(engine.services.embedder, "dim", None)
-    if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
-        raise StoreError(f"{store.path}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
-                         f"{store._dim()}; answer with the embedder that filled the store")
+    if dim and store.db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
+        raise StoreError(f"{store.location}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
+                         f"{store.dim()}; answer with the embedder that filled the store")
     when = query_time(as_of, "as_of", end_of_day=True) or (iso_time(question_time) if question_time else None)
     scope = validity(when, query_time(since, "since"), query_time(until, "until", end_of_day=True))
-    user_pk = store._user_pk(tenant, user)
-    dated = [] if user_pk is None else store._db.execute(
+    user_pk = store.user_id(tenant, user)
+    dated = [] if user_pk is None else store.db.execute(
         "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()
-    current = 0 if user_pk is None else store._db.execute(
+    current = 0 if user_pk is None else store.db.execute(
         "SELECT COUNT(*) FROM nodes WHERE user_id = ? AND superseded_by IS NULL", (user_pk,)).fetchone()[0]
     if user_pk is not None and current > PRESELECT_ABOVE:
         index, behind = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, *_ in dated],
                                      scope)
     else:
-        index, behind = _retrieval(store, store._db, [sid for sid, *_ in dated], tenant, scope)
+        index, behind = _retrieval(store, store.db, [sid for sid, *_ in dated], tenant, scope)
     asked_at = day_label(when) if when else question_time
     asked = [(Ask(question_id=str(i), question=text, session_ids=tuple(sid for sid, *_ in dated),
                   session_dates=tuple(day_label(said) or raw for _, said, raw in dated), question_time=asked_at),

@@ -15,15 +15,11 @@ verdict written with its ``judged = 1`` in one transaction, so a killed run resu
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from promem_fast.errors import InputError
+from promem_fast.persistence import pending as judging
 
-from . import rows
-from .connection import integrity_errors
-from .timeline import iso_time, session_key
 from .update import Outcome, candidate_pairs, decide, judge_pairs
 
 if TYPE_CHECKING:
@@ -37,63 +33,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def reopen_from(db: sqlite3.Connection, user_pk: int, key: tuple[Any, ...], *, inclusive: bool) -> int:
-    """Mark the user's judged sessions after ``key`` (from it, with ``inclusive``) pending again and remove
-    the links their entries made (what those replaced or absorbed is as before they came); returns how many."""
-    later = [pk for pk, said_at, sid in db.execute(  # said no earlier (undated ones sort last): few, usually
-        "SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 1 AND (said_at IS NULL OR "
-        "said_at >= ?)", (user_pk, key[0]))
-             if (session_key(said_at, sid) >= key if inclusive else session_key(said_at, sid) > key)]
-    for lo in range(0, len(later), 500):
-        part = later[lo:lo + 500]
-        nodes = f"SELECT id FROM nodes WHERE session_pk IN ({rows.placeholders(len(part))})"
-        db.execute("UPDATE nodes SET superseded_by = NULL, valid_until = NULL WHERE id IN "
-                   f"(SELECT old FROM supersedes WHERE new IN ({nodes}))", part)
-        db.execute(f"DELETE FROM supersedes WHERE new IN ({nodes})", part)
-        db.execute(f"UPDATE nodes SET merged_into = NULL WHERE id IN (SELECT node FROM merges WHERE node IN ({nodes}))",
-                   part)
-        db.execute(f"DELETE FROM merges WHERE node IN ({nodes})", part)
-        db.execute(f"UPDATE sessions SET judged = 0 WHERE id IN ({rows.placeholders(len(part))})", part)
-    return len(later)
-
-
 def write_pending(store: StoreView, tenant: str, graphs: Sequence[MemoryGraph], vectors: Sequence[np.ndarray]
                   ) -> int:
-    """Store each graph in its own transaction, pending judgement, reopening the judged sessions of its
-    user that come after it; returns how many were stored (one another writer stored meanwhile is not)."""
+    """Store each graph in its own transaction, pending judgement (:func:`~promem_fast.persistence.pending.
+    insert_pending`); returns how many were stored (one another writer stored meanwhile is not)."""
     stored = 0
     for graph, block in zip(graphs, vectors, strict=True):
-        with store._write() as db:
+        with store.db.transaction() as db:
             if store.write_guard is not None and not store.write_guard(db, tenant, graph):
                 continue  # cancelled (its user or session was deleted while it was extracted)
-            user_pk = rows.ensure_user(db, tenant, graph.user)
-            if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
-                          (user_pk, graph.session_id)).fetchone():
-                continue
-            try:
-                rows.insert_session(db, user_pk, rows.graph_record(graph), block, judged=False)
-            except integrity_errors() as exc:  # e.g. two nodes with one id: the session is not stored
-                raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id,
-                                 field="nodes") from exc
-            reopen_from(db, user_pk, session_key(iso_time(graph.timestamp), graph.session_id), inclusive=False)
-        stored += 1
+            stored += judging.insert_pending(db, tenant, graph, block)
     return stored
-
-
-def key_of(db: sqlite3.Connection, session_pk: int) -> tuple[Any, ...]:
-    said_at, sid = db.execute("SELECT said_at, session_id FROM sessions WHERE id = ?", (session_pk,)).fetchone()
-    return session_key(said_at, sid)
-
-
-def pending(db: sqlite3.Connection, user_pk: int) -> list[int]:
-    """The user's sessions still to be judged, in the canonical order."""
-    found = db.execute("SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 0",
-                       (user_pk,)).fetchall()
-    return [pk for pk, _, _ in sorted(found, key=lambda r: session_key(r[1], r[2]))]
-
-
-def pending_users(db: sqlite3.Connection) -> list[int]:
-    return [pk for (pk,) in db.execute("SELECT DISTINCT user_id FROM sessions WHERE judged = 0 ORDER BY user_id")]
 
 
 def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> int:
@@ -111,7 +61,7 @@ def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> 
     done = 0
     while users:
         batch = [(user_pk, found[:store.update_lookahead]) for user_pk in users
-                 if (found := pending(store._db, user_pk))]
+                 if (found := judging.pending(store.db, user_pk))]
         users = [user_pk for user_pk, _ in batch]
         crashed = _ask(store, batch, verdicts, engine) if store.update_judge != "off" else set()
         for user_pk, sessions in batch:
@@ -149,13 +99,13 @@ def _ask(store: StoreView, batch: list[tuple[int, list[int]]], verdicts: dict[tu
     """Ask for the verdicts of every guessed pair not known yet; returns the sessions whose asking crashed."""
     jobs = []
     for user_pk, sessions in batch:
-        (name,) = store._db.execute("SELECT name FROM users WHERE id = ?", (user_pk,)).fetchone()
+        name = judging.user_name(store.db, user_pk)
         for position, session_pk in enumerate(sessions):
             guess = candidate_pairs(store, user_pk, session_pk, also=sessions[:position],
                                     wider=WIDER if position else 1)
             todo = [p for p in guess if (p.old, p.new) not in verdicts]
             if todo:
-                jobs.append((session_pk, str(name), todo))
+                jobs.append((session_pk, name, todo))
     if not jobs:
         return set()
     crashed = set()
@@ -187,13 +137,6 @@ def _outcome(store: StoreView, user_pk: int, session_pk: int, verdicts: dict[tup
 def _write(store: StoreView, user_pk: int, session_pk: int, outcome: Outcome | None) -> bool:
     """The session's links and its ``judged`` mark in one transaction; False when another writer changed
     the user meanwhile (it is judged again next round)."""
-    with store._write() as db:
-        still = pending(db, user_pk)
-        if not still or still[0] != session_pk:
-            return False
-        for node, kept, reason in outcome.merges if outcome else ():
-            rows.merge(db, node, kept, reason)
-        for old, new, reason in outcome.supersedes if outcome else ():
-            rows.supersede(db, old, new, reason)
-        db.execute("UPDATE sessions SET judged = 1 WHERE id = ?", (session_pk,))
-    return True
+    with store.db.transaction() as db:
+        return judging.write_verdicts(db, user_pk, session_pk, outcome.merges if outcome else (),
+                                   outcome.supersedes if outcome else ())

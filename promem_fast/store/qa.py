@@ -30,6 +30,8 @@ from promem_fast.engine import Engine
 from promem_fast.requests import Embed, Failure, Generate, Program
 from promem_fast.types import MemoryGraph, RunStats, Session
 
+from promem_fast.persistence.records import unit_body, unit_key
+
 from .qa_prompts import qa_schema, render_qa
 
 log = logging.getLogger(__name__)
@@ -84,21 +86,6 @@ class Unit:
     """The text that is embedded for retrieval."""
     body: str
     """The text shown to the answerer (its date is added per question, since LongMemEval re-dates sessions)."""
-
-
-def unit_key(text: str, details: Sequence[str]) -> str:
-    """What is embedded for a memory entry: ``text (a; b)``, so a question about a detail reaches it."""
-    return text + (" (" + "; ".join(details) + ")" if details else "")
-
-
-def unit_body(text: str, details: Sequence[str], links: Sequence[str]) -> str:
-    """What the answerer is shown for a memory entry: ``text | details: a; b | links: causal → other; …``."""
-    body = text
-    if details:
-        body += " | details: " + "; ".join(details)
-    if links:
-        body += " | links: " + "; ".join(links)
-    return body
 
 
 def memory_units(graph: MemoryGraph) -> list[Unit]:

@@ -1,34 +1,30 @@
 """The memory store: where extracted graphs live, are searched, answered from, updated and exported.
 
-One SQLite file holds every tenant's users, their sessions and each session's nodes, edges and details; a
-user's memory is the union of all their sessions. Search is exact inner product over the user's node
-vectors (:mod:`.vectors`), answering is evaluation's QA program over the hits, and a new session's entries
+The rows live in a persistence backend (:mod:`promem_fast.persistence`: one SQLite file, or PostgreSQL with
+pgvector) holding every tenant's users, their sessions and each session's nodes, edges and details; a
+user's memory is the union of all their sessions. Search is by cosine over the user's node vectors
+(:meth:`~promem_fast.persistence.api.Persistence.nearest`), answering is evaluation's QA program over the hits, and a new session's entries
 are judged against the user's older memories (:mod:`.update`), in one canonical order (:mod:`.ordering`):
 an update marks the older one superseded (kept, with the time it held, for questions about the past), a
 duplicate is merged into the memory it repeats. The store records the embedder that filled it
-(:mod:`.identity`).
+(:mod:`promem_fast.persistence.identity`).
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from promem_fast.config import EngineConfig
-from promem_fast.private import shred
-
-from . import rows
-from .connection import checkpoint, transaction
-from .records import Hit
-from .schema import StoreError, connect
-from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
+from promem_fast.persistence import rows
+from promem_fast.persistence.api import Database, open_persistence, resolve_location
+from promem_fast.persistence.connection import StoreError
+from promem_fast.persistence.records import Hit
+from promem_fast.persistence.vectors import IndexKind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
@@ -42,15 +38,13 @@ log = logging.getLogger(__name__)
 
 UpdateJudge = Literal["llm", "nli", "off"]
 
-LOAD_CHUNK = 65_536
-"""Vectors read from SQLite per step when an index is filled (bounds the memory a large user takes to load)."""
-
 ADD_CHUNK = 64
 """Graphs embedded (and judged for updates) together; each is still written in its own transaction."""
 
 
 class MemoryStore:
-    """``MemoryStore(path)``: open (or create) the store in ``path``; a context manager.
+    """``MemoryStore(path)``: open (or create) the store in ``path`` (an SQLite file) or at a
+    ``postgresql://`` URL (default: ``$PROMEM_DB_URL``); a context manager.
 
     ``config`` chooses the embedder (and the models of update judging and answering when no engine is
     passed); ``embedder`` overrides the configured one. ``index``: ``faiss`` / ``numpy`` / ``auto``.
@@ -59,14 +53,14 @@ class MemoryStore:
     a user judged per engine run (default by chat backend, :func:`.ordering.lookahead`).
     """
 
-    def __init__(self, path: str | Path, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
+    def __init__(self, path: str | Path | None, config: EngineConfig | None = None, *, embedder: Embedder | None = None,
                  read_only: bool = False, index: IndexKind = "auto", update_judge: UpdateJudge = "llm",
                  update_neighbours: int = 3, update_min_cosine: float = 0.5, profile: str | None = None,
                  update_lookahead: int | None = None, key_file: str | Path | None = None) -> None:
-        from .identity import adopt
+        from promem_fast.persistence.identity import adopt
+
         from .ordering import lookahead
 
-        self.path = Path(path)
         self.config = (config or EngineConfig()).validate()
         self.profile = profile
         self.read_only = read_only
@@ -74,47 +68,31 @@ class MemoryStore:
         self.update_neighbours = update_neighbours
         self.update_min_cosine = update_min_cosine
         self.update_lookahead = max(1, update_lookahead or lookahead(self.config.llm.backend))
-        self._db = connect(self.path, read_only=read_only, key_file=key_file)
-        self.encrypted = key_file is not None  # then no vector index file: it would hold vectors in the clear
+        self.db = open_persistence(resolve_location(path), read_only=read_only, key_file=key_file, index=index,
+                                   search_approximate_min=self.config.search_approximate_min)
+        """Where the rows live (:class:`~promem_fast.persistence.api.Persistence`)."""
         self._embedder = embedder
         self._engine: Engine | None = None
-        self._kind = resolve_kind(index)
-        self._indexes: dict[int, VectorIndex] = {}
-        (self._store_id,) = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         try:
-            self.config = adopt(self._db, self.path, self.config, embedder, profile)
+            self.config = adopt(self.db, self.location, self.config, embedder, profile)
         except StoreError:
-            self._db.close()
+            self.db.close()
             raise
-        self.cache_min_vectors = CACHE_MIN_VECTORS
-        """Users with at least this many vectors get their index saved next to the store on close."""
-        self.write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None = None
+        self.write_guard: Callable[[Database, str, MemoryGraph], bool] | None = None
         """Asked in each session's write transaction whether it is still wanted (see the service's delete)."""
-        self._lock = threading.RLock()
-        """One store object may serve several threads (a web server's pool): writes and index refreshes
-        take turns, so a transaction is never shared and no row enters an index twice."""
+
+    @property
+    def location(self) -> str:
+        """The store file, or the database URL without its password (what messages name)."""
+        return self.db.location
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        """Close the file; large users' vector indexes are saved first for the next process to read."""
-        for user_pk, index in self._indexes.items():
-            if (not self.encrypted and (len(index) >= self.cache_min_vectors or index.approximate)
-                    and len(index) > index.saved
-                    and self._current(user_pk, index)):
-                try:
-                    index.save(self._index_file(user_pk), self._store_id)
-                except OSError as exc:  # a cache: a store on a read-only medium just refills next time
-                    log.info("vector index of user %d not saved: %s", user_pk, exc)
+        """Close the store (the SQLite backend saves large users' vector indexes first)."""
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-        self._db.close()
-
-    def _current(self, user_pk: int, index: VectorIndex) -> bool:
-        """Whether ``index`` is still the user's (not removed, no nodes removed since, maybe by another
-        connection): a stale one is not saved, so removed vectors never go back to disk."""
-        row = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
-        return row is not None and int(row[0]) == index.generation
+        self.db.close()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -139,25 +117,15 @@ class MemoryStore:
             self._engine = Engine(self.config, embedder=self.embedder)
         return self._engine
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: all of it is committed, or none of it (a crash rolls it back on reopen)."""
-        if self.read_only:
-            raise StoreError(f"{self.path}: the store was opened read-only")
-        with transaction(self._db, self._lock) as db:
-            yield db
-
     # ------------------------------------------------------------------------------------ ids
-    def _user_pk(self, tenant: str, user: str) -> int | None:
-        row = self._db.execute("SELECT u.id FROM users u JOIN tenants t ON t.id = u.tenant_id "
-                               "WHERE t.name = ? AND u.name = ?", (tenant, user)).fetchone()
+    def user_id(self, tenant: str, user: str) -> int | None:
+        """The user's row id in this store, or None when the store has no such user."""
+        row = self.db.execute("SELECT u.id FROM users u JOIN tenants t ON t.id = u.tenant_id "
+                              "WHERE t.name = ? AND u.name = ?", (tenant, user)).fetchone()
         return None if row is None else int(row[0])
 
-    def _index_file(self, user_pk: int) -> Path:
-        return self.path.with_name(f"{self.path.name}.vectors") / f"user-{user_pk}.npz"
-
-    def _has_session(self, tenant: str, user: str, session_id: str) -> bool:
-        return self._db.execute(
+    def has_session(self, tenant: str, user: str, session_id: str) -> bool:
+        return self.db.execute(
             "SELECT 1 FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON t.id = u.tenant_id "
             "WHERE t.name = ? AND u.name = ? AND s.session_id = ?", (tenant, user, session_id)).fetchone() is not None
 
@@ -182,20 +150,22 @@ class MemoryStore:
     def _add_chunk(self, graphs: list[MemoryGraph], tenant: str, engine: Engine | None) -> int:
         """Write the new sessions (each in its own transaction, pending judgement), then judge every pending
         session in the canonical order (:mod:`.ordering`), those a killed run left included."""
-        from .ordering import pending_users, settle, write_pending
+        from promem_fast.persistence.pending import pending_users
+
+        from .ordering import settle, write_pending
 
         seen: set[tuple[str, str]] = set()
         fresh = []
         for graph in graphs:
             key = (graph.user, graph.session_id)
-            if key not in seen and not self._has_session(tenant, graph.user, graph.session_id):
+            if key not in seen and not self.has_session(tenant, graph.user, graph.session_id):
                 fresh.append(graph)
             seen.add(key)
         try:
             return write_pending(self, tenant, fresh, self._embed_graphs(fresh) if fresh else [])
         finally:  # a graph refused halfway leaves the ones before it stored: they are judged all the same
             if not self.read_only:
-                settle(self, pending_users(self._db), engine)
+                settle(self, pending_users(self.db), engine)
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
         """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
@@ -203,18 +173,19 @@ class MemoryStore:
 
         texts = [unit.key for graph in graphs for unit in memory_units(graph)]
         matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
-        self._check_dim(matrix.shape[1] if texts else None)
+        self.check_dim(matrix.shape[1] if texts else None)
         blocks, start = [], 0
         for graph in graphs:
             blocks.append(matrix[start:start + len(graph.nodes)])
             start += len(graph.nodes)
         return blocks
 
-    def _check_dim(self, dim: int | None) -> None:
-        """Vectors of one store share a dimension; the first fill records it and the embedder (:mod:`.identity`)."""
-        from .identity import check_dim
+    def check_dim(self, dim: int | None) -> None:
+        """Vectors of one store share a dimension; the first fill records it and the embedder
+        (:mod:`promem_fast.persistence.identity`)."""
+        from promem_fast.persistence.identity import check_dim
 
-        check_dim(self._db, self.path, dim, self.config, self._embedder, self.profile, self.read_only)
+        check_dim(self.db, self.location, dim, self.config, self._embedder, self.profile, self.read_only)
 
     def ingest(self, sessions: Iterable[Session | dict[str, Any]], engine: Engine, *,
                tenant: str = "default") -> RunSummary:
@@ -228,7 +199,7 @@ class MemoryStore:
         def todo() -> Iterator[Session]:
             for item in sessions:
                 session = item if not isinstance(item, dict) else session_from_dict(item)
-                if not self._has_session(tenant, session.user, session.session_id):
+                if not self.has_session(tenant, session.user, session.session_id):
                     yield session
 
         for graph in engine.extract_stream(todo()):
@@ -237,17 +208,17 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------------------ reading
     def users(self, *, tenant: str = "default") -> list[str]:
-        return [name for (name,) in self._db.execute(
+        return [name for (name,) in self.db.execute(
             "SELECT u.name FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.name = ? ORDER BY u.id",
             (tenant,))]
 
     def sessions(self, user: str, *, tenant: str = "default") -> list[str]:
-        return [sid for (sid,) in self._db.execute(
+        return [sid for (sid,) in self.db.execute(
             "SELECT s.session_id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
             "t.id = u.tenant_id WHERE t.name = ? AND u.name = ? ORDER BY s.id", (tenant, user))]
 
     def tenants(self) -> list[str]:
-        return [name for (name,) in self._db.execute("SELECT name FROM tenants ORDER BY id")]
+        return [name for (name,) in self.db.execute("SELECT name FROM tenants ORDER BY id")]
 
     def get_all(self, user: str, *, tenant: str = "default", history: bool = False) -> list[dict[str, Any]]:
         """Every node of the user (current ones only unless ``history``), oldest first."""
@@ -256,11 +227,11 @@ class MemoryStore:
     def hits(self, user: str, *, tenant: str = "default", history: bool = False) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
         replaced or merged."""
-        user_pk = self._user_pk(tenant, user)
+        user_pk = self.user_id(tenant, user)
         if user_pk is None:
             return []
         where = "n.user_id = ?" + ("" if history else " AND n.superseded_by IS NULL AND n.merged_into IS NULL")
-        return rows.read_hits(self._db, where, (user_pk,))
+        return rows.read_hits(self.db, where, (user_pk,))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
@@ -269,18 +240,19 @@ class MemoryStore:
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
         those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
-        from .timeline import query_time, validity
+        from promem_fast.persistence.timeline import query_time, validity
 
         scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
                          query_time(until, "until", end_of_day=True), history=history)
-        user_pk = self._user_pk(tenant, user)
+        user_pk = self.user_id(tenant, user)
         if user_pk is None or k <= 0:
             return []
-        vector = np.asarray(self._embed_queries([query]), np.float32)[0]
-        self._check_dim(int(vector.shape[0]))
+        vector = np.asarray(self.embed_queries([query]), np.float32)[0]
+        self.check_dim(int(vector.shape[0]))
         return self.search_vector(user_pk, vector, k, scope=scope)
 
-    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Query vectors (an embedder's query prompt, when it has one)."""
         embedder = self.embedder
         embed = getattr(embedder, "embed_queries", embedder.embed)
         return embed(texts)
@@ -289,44 +261,21 @@ class MemoryStore:
                       scope: tuple[str, tuple[Any, ...]] | None = None) -> list[Hit]:
         """Search by an already embedded (normalised) query vector, among the memories ``scope`` selects
         (SQL over ``nodes n`` and its parameters, :func:`.timeline.validity`; default: the current ones)."""
-        from .timeline import validity
+        from promem_fast.persistence.timeline import validity
 
         where, params = scope or validity(None, None, None, history=history)
-        index = self.index(user_pk)
+        total = self.db.vector_count(user_pk)
         wanted = 2 * k + 8
         while True:
-            ids, scores = index.search(vector, wanted)
+            ids, scores = self.db.nearest(user_pk, vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            kept = rows.in_scope(self._db, score_of, where, params)  # one indexed query, best first
-            if len(kept) >= k or wanted >= len(index):
+            kept = rows.in_scope(self.db, score_of, where, params) if score_of else []  # best first
+            if len(kept) >= k or wanted >= total:
                 break
             wanted *= 4
-        hits = rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(kept[:k]))}) AND {where}",
+        hits = rows.read_hits(self.db, f"n.id IN ({rows.placeholders(len(kept[:k]))}) AND {where}",
                               (*kept[:k], *params), score_of)  # only the k best are read in full
         return sorted(hits, key=lambda h: (-(h.score or 0.0), h.node_id))
-
-    def index(self, user_pk: int) -> VectorIndex:
-        """The user's vector index, brought up to date with SQLite (rows added since; rebuilt after removals)."""
-        with self._lock:
-            row = self._db.execute("SELECT generation FROM users WHERE id = ?", (user_pk,)).fetchone()
-            if row is None:  # deleted by another connection since it was looked up: no memory is left
-                self._indexes.pop(user_pk, None)
-                return VectorIndex(self._dim(), self._kind, -1)
-            (generation,) = row
-            found = self._indexes.get(user_pk)
-            if found is None or found.generation != generation:
-                approximate_min = self.config.search_approximate_min
-                found = (not self.encrypted and VectorIndex.load(self._index_file(user_pk), self._kind, generation,
-                                                                 self._dim(), self._store_id, approximate_min)
-                         or VectorIndex(self._dim(), self._kind, generation, approximate_min))
-                self._indexes[user_pk] = found
-            cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
-                                      "NULL ORDER BY id", (user_pk, found.last_id))
-            while True:
-                new = cursor.fetchmany(LOAD_CHUNK)
-                if not new:
-                    return found
-                found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False, as_of: str | None = None) -> RetrievalIndex:
@@ -335,10 +284,11 @@ class MemoryStore:
         the store does not hold are left out (the answer program reports them missing). ``as_of``: as :meth:`search`."""
         from .answering import retrieval_index
 
-        return retrieval_index(self, self._db, list(dict.fromkeys(session_ids)), tenant, history, as_of=as_of)
+        return retrieval_index(self, self.db, list(dict.fromkeys(session_ids)), tenant, history, as_of=as_of)
 
-    def _dim(self) -> int:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    def dim(self) -> int:
+        """The store's vector dimension (the embedder's before the first fill)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
         if row is not None:
             return int(row[0])
         return int(getattr(self.embedder, "dim", 0) or 1)
@@ -358,31 +308,31 @@ class MemoryStore:
         """Every memory linked to ``node_id`` by replacements and merges (transitively), oldest first; the
         links themselves are in :meth:`history_graph`. A node of another tenant, or none, gives []."""
         ids = [m["id"] for m in self.history_graph(node_id, tenant=tenant)["nodes"]]
-        return [hit.to_dict() for hit in rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})",
+        return [hit.to_dict() for hit in rows.read_hits(self.db, f"n.id IN ({rows.placeholders(len(ids))})",
                                                         tuple(ids))] if ids else []
 
     def history_graph(self, node_id: int, *, tenant: str = "default") -> dict[str, Any]:
         """The replacement graph through ``node_id``: its memories and the links among them (:mod:`.links`)."""
-        from .links import history_graph
+        from promem_fast.persistence.links import history_graph
 
-        return history_graph(self._db, node_id, tenant)
+        return history_graph(self.db, node_id, tenant)
 
     def session_events(self, user: str, session_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
         """What each memory of one stored session did (added, updated, merged as a duplicate), with reasons."""
-        from .links import session_events
+        from promem_fast.persistence.links import session_events
 
-        user_pk = self._user_pk(tenant, user)
-        row = None if user_pk is None else self._db.execute(
+        user_pk = self.user_id(tenant, user)
+        row = None if user_pk is None else self.db.execute(
             "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
-        return [] if row is None else session_events(self._db, int(row[0]))
+        return [] if row is None else session_events(self.db, int(row[0]))
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
         """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
         supersede edges, and details with the node they are anchored to (:func:`.links.drawing`)."""
-        from .links import drawing
+        from promem_fast.persistence.links import drawing
 
-        user_pk = self._user_pk(tenant, user)
-        return drawing([] if user_pk is None else rows.read_hits(self._db, "n.user_id = ?", (user_pk,)))
+        user_pk = self.user_id(tenant, user)
+        return drawing([] if user_pk is None else rows.read_hits(self.db, "n.user_id = ?", (user_pk,)))
 
     # ------------------------------------------------------------------------------------ removing
     def delete(self, *, tenant: str = "default", user: str, session: str | None = None,
@@ -392,10 +342,12 @@ class MemoryStore:
         The memory is then as if the removed ones had never been added: the sessions from the removed one on
         (canonical order) lose their links and are judged again (on ``engine``, else the store's own).
         """
-        from .ordering import key_of, reopen_from, settle
+        from promem_fast.persistence.pending import key_of, reopen_from
 
-        with self._write() as db:
-            user_pk = self._user_pk(tenant, user)
+        from .ordering import settle
+
+        with self.db.transaction() as db:
+            user_pk = self.user_id(tenant, user)
             if user_pk is None:
                 return 0
             if node is not None:
@@ -416,35 +368,24 @@ class MemoryStore:
             else:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
-        self._drop_index(user_pk)
+        self.db.removed(user_pk)
         if node is not None or session is not None:
             settle(self, [user_pk], engine)
-        with self._lock:  # the pages the delete replaced leave the -wal file too
-            checkpoint(self._db, self.path)
+        self.db.compact()
         return int(count)
-
-    def _drop_index(self, user_pk: int) -> None:
-        """Forget the user's cached index and its file: both still hold the removed vectors, and ``close``
-        would otherwise save them again (a deleted user's index would stay on disk for good)."""
-        with self._lock:
-            self._indexes.pop(user_pk, None)
-        shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path, *, tenant: str | None = None) -> int:
-        """Write the store (or one tenant) as JSONL (see :mod:`.exchange`); returns sessions written."""
-        from .exchange import export_store
+        """Write the store (or one tenant) as JSONL (see :mod:`promem_fast.persistence.exchange`); returns
+        sessions written."""
+        from promem_fast.persistence.exchange import export_store
 
-        with self._lock:  # one read transaction: a consistent snapshot while a writer goes on
-            self._db.execute("BEGIN")
-            try:
-                return export_store(self._db, Path(path), tenant)
-            finally:
-                self._db.execute("COMMIT")
+        with self.db.snapshot() as db:  # one read transaction: a consistent snapshot while a writer goes on
+            return export_store(db, Path(path), tenant)
 
     def import_(self, path: str | Path) -> int:
         """Read an export into this store (sessions already here are skipped); returns sessions added."""
-        from .exchange import import_store
+        from promem_fast.persistence.exchange import import_store
 
-        with self._write() as db:
-            return import_store(db, Path(path), self._check_dim)
+        with self.db.transaction() as db:
+            return import_store(db, Path(path), self.check_dim)

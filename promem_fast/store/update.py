@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from promem_fast.context import RunContext
 from promem_fast.requests import Failure, Generate, Program
 
-from . import rows
+from promem_fast.persistence import pending as judging
+from promem_fast.persistence.timeline import UNDATED, day_label
+
 from .prompts import STORE_TEMPLATES, UPDATE_MAX_TOKENS, UPDATE_SCHEMA, VERDICTS
-from .timeline import UNDATED, day_label
-from .vectors import from_blobs
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -64,29 +64,20 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Se
     ``also`` (pending sessions taken as judged, with every entry current) and ``wider`` (times as many
     neighbours) give a guess for a session whose predecessors are not judged yet (:mod:`.ordering`)."""
     m, floor = store.update_neighbours * wider, store.update_min_cosine
-    db = store._db
-    fresh = db.execute("SELECT id, text, valid_from, vector FROM nodes WHERE session_pk = ? AND vector IS NOT NULL "
-                       "ORDER BY local_id", (session_pk,)).fetchall()
+    fresh, vectors = judging.session_entries(store.db, session_pk, store.dim())
     if not fresh:
         return []
-    index = store.index(user_pk)
-    vectors = from_blobs([v for *_, v in fresh], index.dim)
-    eligible = ("SELECT n.id, n.text, n.valid_from FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE "
-                f"s.user_id = ? AND (s.judged = 1 OR s.id IN ({rows.placeholders(len(also)) or 'NULL'})) AND "
-                "n.session_pk != ? AND n.superseded_by IS NULL AND n.merged_into IS NULL AND n.id IN ({})")
+    total = store.db.vector_count(user_pk)
     pairs: list[Pair] = []
-    for (new_id, new_text, new_from, _), vector in zip(fresh, vectors, strict=True):
+    for (new_id, new_text, new_from), vector in zip(fresh, vectors, strict=True):
         found: list[tuple[float, str, str, int]] = []
         wanted = 4 * m
         while True:
-            ids, scores = index.search(vector, wanted)
+            ids, scores = store.db.nearest(user_pk, vector, wanted)
             keep = scores >= floor
-            ids, scores = ids[keep], scores[keep]
-            score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            found = ([(-score_of[i], when or UNDATED, text, i) for i, text, when in db.execute(
-                eligible.format(rows.placeholders(len(ids))), (user_pk, *also, session_pk, *score_of))]
-                     if len(ids) else [])
-            if len(found) >= m or len(ids) < wanted or wanted >= len(index):
+            score_of = dict(zip(ids[keep].tolist(), scores[keep].tolist(), strict=True))
+            found = judging.eligible(store.db, user_pk, session_pk, also, score_of)
+            if len(found) >= m or len(score_of) < wanted or wanted >= total:
                 break  # enough, or every neighbour above the floor was seen
             wanted *= 4
         found.sort()  # best first; ties by when said and text, never by arrival (node ids)

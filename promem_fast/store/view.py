@@ -1,15 +1,13 @@
-"""What the store's helper modules (update detection, answering) use of a store, as a protocol.
+"""What the memory layer's helper modules (update judging, answering) use of a store, as a protocol.
 
 They are handed the :class:`~promem_fast.store.store.MemoryStore` that calls them; typing it by this
-protocol keeps them from importing the class, so the store's modules form no import circle.
+protocol keeps them from importing the class, so the store's modules form no import circle. Every name is
+public: the rows go through ``db`` (:class:`~promem_fast.persistence.api.Persistence`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,31 +15,29 @@ import numpy as np
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
+    from promem_fast.persistence.api import Database, Persistence
+    from promem_fast.persistence.records import Hit
     from promem_fast.types import MemoryGraph
 
     from .qa import RetrievalIndex
-    from .records import Hit
-    from .vectors import VectorIndex
 
 
 class StoreView(Protocol):
-    path: Path
+    db: Persistence
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
     update_lookahead: int
     read_only: bool
-    write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None
-    _db: sqlite3.Connection
+    write_guard: Callable[[Database, str, MemoryGraph], bool] | None
+
+    @property
+    def location(self) -> str: ...
 
     @property
     def embedder(self) -> Embedder: ...
 
     def engine(self) -> Engine: ...
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
-
-    def index(self, user_pk: int) -> VectorIndex: ...
 
     def search_vector(self, user_pk: int, vector: np.ndarray, k: int, *, history: bool = False,
                       scope: tuple[str, tuple[Any, ...]] | None = None) -> list[Hit]: ...
@@ -49,10 +45,8 @@ class StoreView(Protocol):
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False) -> RetrievalIndex: ...
 
-    def _user_pk(self, tenant: str, user: str) -> int | None: ...
+    def user_id(self, tenant: str, user: str) -> int | None: ...
 
-    def _dim(self) -> int: ...
+    def dim(self) -> int: ...
 
-    def _embed_queries(self, texts: list[str]) -> np.ndarray: ...
-
-
+    def embed_queries(self, texts: list[str]) -> np.ndarray: ...

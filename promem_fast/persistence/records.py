@@ -7,6 +7,7 @@ nodes of the same session) and its date, so a question about a detail reaches th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,17 +52,13 @@ class Hit:
     """For a later saying of an already known fact: the memory that stands for both."""
 
     def body(self) -> str:
-        """What an answerer is shown (:func:`.qa.unit_body`): text, details and links."""
-        from .qa import unit_body
-
+        """What an answerer is shown (:func:`unit_body`): text, details and links."""
         arrows = {"out": "→", "in": "←"}
         return unit_body(self.text, self.details,
                          [f"{e['relation']} {arrows[e['direction']]} {e['text']}" for e in self.edges])
 
     def key(self) -> str:
-        """What is embedded for retrieval (:func:`.qa.unit_key`)."""
-        from .qa import unit_key
-
+        """What is embedded for retrieval (:func:`unit_key`)."""
         return unit_key(self.text, self.details)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,3 +82,18 @@ class Hit:
             "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
                        "memory": e["text"]} for e in self.edges],
         }
+
+
+def unit_key(text: str, details: Sequence[str]) -> str:
+    """What is embedded for a memory entry: ``text (a; b)``, so a question about a detail reaches it."""
+    return text + (" (" + "; ".join(details) + ")" if details else "")
+
+
+def unit_body(text: str, details: Sequence[str], links: Sequence[str]) -> str:
+    """What the answerer is shown for a memory entry: ``text | details: a; b | links: causal → other; …``."""
+    body = text
+    if details:
+        body += " | details: " + "; ".join(details)
+    if links:
+        body += " | links: " + "; ".join(links)
+    return body

@@ -7,14 +7,14 @@ Several older facts replaced by one newer are several edges into one node: a gra
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from . import rows
+from .api import Database
 from .records import Hit
 
 
-def _edges_touching(db: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, str]]:
+def _edges_touching(db: Database, ids: list[int]) -> list[tuple[int, int, str, str]]:
     marks = rows.placeholders(len(ids))
     found = db.execute(f"SELECT old, new, 'update', reason FROM supersedes WHERE old IN ({marks}) OR new IN ({marks})",
                        (*ids, *ids)).fetchall()
@@ -23,7 +23,7 @@ def _edges_touching(db: sqlite3.Connection, ids: list[int]) -> list[tuple[int, i
     return found
 
 
-def history_graph(db: sqlite3.Connection, node_id: int, tenant: str) -> dict[str, Any]:
+def history_graph(db: Database, node_id: int, tenant: str) -> dict[str, Any]:
     """Every memory linked to ``node_id`` (transitively, either way) and the links among them:
     ``{"id", "nodes": [memory...] (oldest first), "edges": [{"old", "new", "kind", "reason"}]}``; for a
     duplicate edge ``old`` is the later saying and ``new`` the memory it was merged into. A memory of another
@@ -47,7 +47,7 @@ def history_graph(db: sqlite3.Connection, node_id: int, tenant: str) -> dict[str
                       for old, new, kind, reason in sorted(edges, key=lambda e: (e[1], e[0]))]}
 
 
-def session_events(db: sqlite3.Connection, session_pk: int) -> list[dict[str, Any]]:
+def session_events(db: Database, session_pk: int) -> list[dict[str, Any]]:
     """What each memory of one session did: ``{"id", "memory", "event", "replaces", "duplicate_of", "reason"}``."""
     out = []
     for node_id, text, merged_into in db.execute(

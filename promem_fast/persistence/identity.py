@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 from promem_fast.config import EmbedderConfig, EngineConfig
 
-from .schema import StoreError
+from .api import Database
+from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +35,12 @@ def _name(found: dict[str, Any]) -> str:
     return text + (f" ({dims} dims)" if dims else "")
 
 
-def recorded(db: sqlite3.Connection) -> dict[str, Any] | None:
+def recorded(db: Database) -> dict[str, Any] | None:
     row = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
     return None if row is None else dict(json.loads(row[0]))
 
 
-def adopt(db: sqlite3.Connection, path: Path, config: EngineConfig, embedder: Any, profile: str | None
+def adopt(db: Database, path: str, config: EngineConfig, embedder: Any, profile: str | None
           ) -> EngineConfig:
     """The configuration to use with this store: ``config`` with the recorded embedder when none was handed
     over; refuses a handed-over embedder that is not the recorded one."""
@@ -62,7 +61,7 @@ def adopt(db: sqlite3.Connection, path: Path, config: EngineConfig, embedder: An
     return dataclasses.replace(config, embedder=adopted)
 
 
-def check_dim(db: sqlite3.Connection, path: Path, dim: int | None, config: EngineConfig, embedder: Any,
+def check_dim(db: Database, path: str, dim: int | None, config: EngineConfig, embedder: Any,
               profile: str | None, read_only: bool) -> None:
     """Vectors of one store share a dimension: the first fill records it with the embedder's identity; a
     later one of another dimension is refused, naming the recorded embedder."""
@@ -77,5 +76,7 @@ def check_dim(db: sqlite3.Connection, path: Path, dim: int | None, config: Engin
     if read_only or (row is not None and recorded(db) is not None):
         return
     mine = {**identity(getattr(embedder, "config", None) or config.embedder), "vectors": dim, "profile": profile}
-    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('dim', ?)", (str(dim),))
-    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('embedder', ?)", (json.dumps(mine),))
+    db.execute("INSERT INTO meta (key, value) VALUES ('dim', ?) ON CONFLICT DO NOTHING", (str(dim),))
+    db.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?) ON CONFLICT DO NOTHING", (json.dumps(mine),))
+    if row is None:
+        db.dim_recorded(dim)

@@ -1,5 +1,6 @@
 """Evaluation's memory, held in a store: ``promem eval`` retrieves through the same path as
-:meth:`MemoryStore.answer` (kept apart from :mod:`.answering`, which the store itself calls)."""
+:meth:`MemoryStore.answer` (kept with evaluation, apart from :mod:`promem_fast.store.answering`, which the
+store itself calls)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .store import MemoryStore
+from promem_fast.store.store import MemoryStore
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
-    from .qa import RetrievalIndex
+    from promem_fast.store.qa import RetrievalIndex
     from promem_fast.types import MemoryGraph
 
 

@@ -53,15 +53,17 @@ def _driver(key_file: Path | None) -> Any:
 
 
 def database_errors() -> tuple[type[Exception], ...]:
-    """The DatabaseError classes of every driver loaded (SQLCipher's are not subclasses of sqlite3's)."""
-    cipher = sys.modules.get("sqlcipher3.dbapi2")
-    return (sqlite3.DatabaseError,) + ((cipher.DatabaseError,) if cipher is not None else ())
+    """The DatabaseError classes of every driver loaded (SQLCipher's and psycopg's are not sqlite3's)."""
+    cipher, pg = sys.modules.get("sqlcipher3.dbapi2"), sys.modules.get("psycopg")
+    return ((sqlite3.DatabaseError,) + ((cipher.DatabaseError,) if cipher is not None else ())
+            + ((pg.DatabaseError,) if pg is not None else ()))
 
 
 def integrity_errors() -> tuple[type[Exception], ...]:
     """The IntegrityError classes of every driver loaded (a constraint the data breaks)."""
-    cipher = sys.modules.get("sqlcipher3.dbapi2")
-    return (sqlite3.IntegrityError,) + ((cipher.IntegrityError,) if cipher is not None else ())
+    cipher, pg = sys.modules.get("sqlcipher3.dbapi2"), sys.modules.get("psycopg")
+    return ((sqlite3.IntegrityError,) + ((cipher.IntegrityError,) if cipher is not None else ())
+            + ((pg.IntegrityError,) if pg is not None else ()))
 
 
 def key_pragma(key_file: Path) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from dataclasses import fields
 from typing import Any
 
@@ -18,9 +17,9 @@ from promem_fast.errors import InputError
 from promem_fast.names import name_problem
 from promem_fast.types import MemoryGraph
 
+from .api import Database
 from .records import Hit, turn_key
 from .timeline import iso_time, now_iso
-from .vectors import to_blob
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +32,21 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def ensure_user(db: sqlite3.Connection, tenant: str, user: str) -> int:
+def ensure_user(db: Database, tenant: str, user: str) -> int:
     """The user's row id, creating the tenant and the user when they are new. The last guard of the name rule
     (:mod:`promem_fast.names`): every way into the store checks it earlier, naming file and line."""
     for field, value in (("tenant", tenant), ("user", user)):
         problem = name_problem(value)
         if problem is not None:
             raise InputError(problem, field=field)
-    db.execute("INSERT OR IGNORE INTO tenants (name) VALUES (?)", (tenant,))
+    db.execute("INSERT INTO tenants (name) VALUES (?) ON CONFLICT DO NOTHING", (tenant,))
     (tenant_pk,) = db.execute("SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
-    db.execute("INSERT OR IGNORE INTO users (tenant_id, name) VALUES (?, ?)", (tenant_pk, user))
+    db.execute("INSERT INTO users (tenant_id, name) VALUES (?, ?) ON CONFLICT DO NOTHING", (tenant_pk, user))
     (user_pk,) = db.execute("SELECT id FROM users WHERE tenant_id = ? AND name = ?", (tenant_pk, user)).fetchone()
     return int(user_pk)
 
 
-def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None, *,
+def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: np.ndarray | None, *,
                    judged: bool = True) -> dict[int, int]:
     """Write one session's graph (``MemoryGraph.to_dict`` form); returns node id in the graph → store id.
 
@@ -60,10 +59,10 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
     said_at = iso_time(record.get("timestamp"))
     cur = db.execute(
         "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
          dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged)))
-    session_pk = int(cur.lastrowid or 0)
+    session_pk = int(cur.fetchall()[0][0])
     db.executemany(
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
         [(session_pk, i, d["text"], turn_key(d.get("turn_id")), dumps(d)) for i, d in enumerate(record["details"])])
@@ -73,7 +72,7 @@ def insert_session(db: sqlite3.Connection, user_pk: int, record: dict[str, Any],
         [(session_pk, user_pk, node["id"], node["text"],
           turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
           node.get("date") or record.get("timestamp"), dumps(node),
-          None if vectors is None else to_blob(vectors[row]),
+          None if vectors is None else db.encode_vector(vectors[row]),
           said_at) for row, node in enumerate(record["nodes"])])
     ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
     edges = []
@@ -111,26 +110,28 @@ def _fields(record: Any) -> dict[str, Any]:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def supersede(db: sqlite3.Connection, old: int, new: int, reason: str) -> bool:
+def supersede(db: Database, old: int, new: int, reason: str) -> bool:
     """Mark ``old`` as replaced by ``new`` (held until ``new`` was said) unless something already replaced
     it; True when marked."""
     cur = db.execute("UPDATE nodes SET superseded_by = ?, valid_until = (SELECT valid_from FROM nodes WHERE id = ?)"
                      " WHERE id = ? AND superseded_by IS NULL AND id != ?", (new, new, old, new))
     if cur.rowcount:
-        db.execute("INSERT OR REPLACE INTO supersedes (old, new, reason) VALUES (?, ?, ?)", (old, new, reason))
+        db.execute("INSERT INTO supersedes (old, new, reason) VALUES (?, ?, ?) ON CONFLICT (old) DO UPDATE SET "
+                   "new = excluded.new, reason = excluded.reason", (old, new, reason))
     return bool(cur.rowcount)
 
 
-def merge(db: sqlite3.Connection, node: int, kept: int, reason: str) -> bool:
+def merge(db: Database, node: int, kept: int, reason: str) -> bool:
     """Mark ``node`` as a later saying of ``kept`` (which then lists its session); True when marked."""
     cur = db.execute("UPDATE nodes SET merged_into = ? WHERE id = ? AND merged_into IS NULL AND id != ?",
                      (kept, node, kept))
     if cur.rowcount:
-        db.execute("INSERT OR REPLACE INTO merges (node, kept, reason) VALUES (?, ?, ?)", (node, kept, reason))
+        db.execute("INSERT INTO merges (node, kept, reason) VALUES (?, ?, ?) ON CONFLICT (node) DO UPDATE SET "
+                   "kept = excluded.kept, reason = excluded.reason", (node, kept, reason))
     return bool(cur.rowcount)
 
 
-def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
+def read_hits(db: Database, where: str, params: tuple[Any, ...],
               scores: dict[int, float] | None = None) -> list[Hit]:
     """Hits for the nodes matching ``where`` (over ``nodes n``), with their details and edges, by id."""
     rows = db.execute(
@@ -174,7 +175,7 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
     return hits
 
 
-def in_scope(db: sqlite3.Connection, score_of: dict[int, float], where: str, params: tuple[Any, ...]) -> list[int]:
+def in_scope(db: Database, score_of: dict[int, float], where: str, params: tuple[Any, ...]) -> list[int]:
     """The candidates (node id -> score) that ``where`` (over ``nodes n``) keeps, best first (lower id on a tie):
     one indexed query that reads no text, so a search reads details, links and merges of the k best only."""
     kept = [node for (node,) in db.execute(

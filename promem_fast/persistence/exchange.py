@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from promem_fast.names import name_problem
 from promem_fast.private import open_private
 
 from . import rows
+from .api import Database
 from .connection import integrity_errors
 
 _LINKS = (("supersede", "supersedes", "old", "new"), ("merge", "merges", "node", "kept"))
@@ -49,9 +49,10 @@ MAX_DIM = 65_536
 """Largest vector dimension an export may declare (real embedders give a few hundred to a few thousand)."""
 
 
-def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
+def export_store(db: Database, path: Path, tenant: str | None) -> int:
     """Write every session (of ``tenant``, or all) and the supersede links among them; returns sessions."""
-    dim = db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    row = db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    dim = int(row[0]) if row else None
     scope, params = ("WHERE t.name = ?", (tenant,)) if tenant is not None else ("", ())
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -63,12 +64,12 @@ def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
     return count
 
 
-def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, params: tuple[Any, ...]) -> int:
+def _write_export(db: Database, tmp: Path, dim: int | None, scope: str, params: tuple[Any, ...]) -> int:
     """The export written to ``tmp``; returns the sessions written (the caller moves it into place)."""
     count = 0
     with open_private(tmp, "w", encoding="utf-8") as out:
-        out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
-        for line in _session_lines(db, scope, params):
+        out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": dim}) + "\n")
+        for line in _session_lines(db, scope, params, dim):
             out.write(line + "\n")
             count += 1
         for kind, table, first, second in _LINKS:  # first the replaced / merged node, then the other
@@ -83,17 +84,18 @@ def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, param
     return count
 
 
-def _session_lines(db: sqlite3.Connection, scope: str, params: tuple[Any, ...]) -> Iterator[str]:
+def _session_lines(db: Database, scope: str, params: tuple[Any, ...], dim: int | None) -> Iterator[str]:
     sessions = db.execute(
         "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats FROM sessions s "
         f"JOIN users u ON u.id = s.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY s.id", params)
     for spk, t_name, u_name, sid, timestamp, mode, events, stats in sessions.fetchall():
-        nodes = db.execute("SELECT data, vector FROM nodes WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
+        nodes = db.execute(f"SELECT data, {db.vector_sql('vector')} FROM nodes WHERE session_pk = ? ORDER BY id",
+                           (spk,)).fetchall()
         edges = db.execute("SELECT data FROM edges WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
         details = db.execute("SELECT data FROM details WHERE session_pk = ? ORDER BY local_id", (spk,)).fetchall()
         blobs = [v for _, v in nodes]
-        vectors = (base64.b64encode(b"".join(blobs)).decode("ascii")
-                   if blobs and all(b is not None for b in blobs) else None)
+        vectors = (base64.b64encode(db.decode_vectors(blobs, dim).tobytes()).decode("ascii")
+                   if blobs and dim and all(b is not None for b in blobs) else None)
         record = {"session_id": sid, "timestamp": timestamp, "mode": mode,
                   "nodes": [json.loads(d) for d, _ in nodes], "edges": [json.loads(d) for (d,) in edges],
                   "details": [json.loads(d) for (d,) in details], "events": json.loads(events),
@@ -102,7 +104,7 @@ def _session_lines(db: sqlite3.Connection, scope: str, params: tuple[Any, ...]) 
                           "vectors": vectors})
 
 
-def import_store(db: sqlite3.Connection, path: Path, check_dim: Callable[[int | None], None]) -> int:
+def import_store(db: Database, path: Path, check_dim: Callable[[int | None], None]) -> int:
     """Add the sessions and links of an export (inside the caller's transaction); returns sessions added."""
     added = 0
     fresh: set[tuple[str, str, str]] = set()
@@ -166,7 +168,7 @@ def _check_name(value: Any, path: Path, number: int, item: dict[str, Any], field
         raise InputError(problem, file=str(path), line=number, session_id=_session_of(item), field=field)
 
 
-def _node(db: sqlite3.Connection, user_pk: int, ref: dict[str, Any]) -> int:
+def _node(db: Database, user_pk: int, ref: dict[str, Any]) -> int:
     row = db.execute("SELECT n.id FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE s.user_id = ? AND "
                      "s.session_id = ? AND n.local_id = ?", (user_pk, ref["session_id"], ref["node"])).fetchone()
     if row is None:

@@ -1,0 +1,139 @@
+"""The persistence API: what the memory layer (:mod:`promem_fast.store`) may ask of where memory is kept.
+
+Two backends implement it: :class:`~.sqlite.SqlitePersistence` (one file, the embedded default: SQLCipher,
+secure delete, grouped HNSW index in process) and :class:`~.postgres.PostgresPersistence` (PostgreSQL with
+pgvector, for several API replicas and engine workers over one database). Above this line nothing knows which
+one it talks to: SQL is written once, with ``?`` placeholders and the statements both dialects share
+(``INSERT ... ON CONFLICT``, ``RETURNING``); vectors go through :meth:`Persistence.nearest`, words through
+:meth:`Persistence.lexical`. :func:`open_persistence` picks the backend from the location.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+DB_URL_ENV = "PROMEM_DB_URL"
+"""The environment variable naming the database when no ``--db`` is given."""
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the layers above use."""
+
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def fetchmany(self, size: int = ...) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Database(Protocol):
+    """A connection as the row functions use it: ``?`` placeholders, either backend."""
+
+    dialect: Literal["sqlite", "postgresql"]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any: ...
+
+    def encode_vector(self, vector: np.ndarray) -> Any:
+        """One vector as the ``vector`` column takes it."""
+        ...
+
+    def vector_sql(self, column: str) -> str:
+        """The SQL expression that reads ``column`` (a ``vector`` column) back for :meth:`decode_vectors`."""
+        ...
+
+    def decode_vectors(self, values: Sequence[Any], dim: int) -> np.ndarray:
+        """The values read through :meth:`vector_sql` as one (n, dim) float32 matrix."""
+        ...
+
+
+class Persistence(Database, Protocol):
+    """Rows, vectors, full text and transactions of one store; reads outside a transaction autocommit."""
+
+    location: str
+    """The file, or the database URL without its password: what messages name."""
+    read_only: bool
+    encrypted: bool
+
+    def transaction(self) -> AbstractContextManager[Database]:
+        """One write transaction, all or nothing; writers take turns."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Database]:
+        """One read transaction: a consistent view while writers go on (an export)."""
+        ...
+
+    def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` node ids of the user whose vectors are closest (cosine) to ``vector``, with their
+        scores, best first; ties within :data:`~promem_fast.backends.base.TIE_TOLERANCE` go to the lower id."""
+        ...
+
+    def vector_count(self, user_pk: int) -> int:
+        """How many vectors the user has (what :meth:`nearest` can return at most)."""
+        ...
+
+    def lexical(self, user_pk: int, query: str, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nodes of the user whose text best matches the words of ``query`` (the backend's own
+        full-text ranking, higher is better), best first; nodes sharing no word are not returned."""
+        ...
+
+    def dim_recorded(self, dim: int) -> None:
+        """Called once the store's vector dimension is known (PostgreSQL types its column and indexes it)."""
+        ...
+
+    def removed(self, user_pk: int) -> None:
+        """Nodes of the user were removed: drop what still holds their vectors (caches, index files)."""
+        ...
+
+    def compact(self) -> None:
+        """After a delete: make the removed rows' pages leave the files (WAL checkpoint, or VACUUM)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def is_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def resolve_location(location: str | Path | None) -> str | Path:
+    """``location``, else :data:`DB_URL_ENV`; a caller with neither has no store to open."""
+    if location is not None and str(location) != "":
+        return location
+    found = os.environ.get(DB_URL_ENV)
+    if not found:
+        from .connection import StoreError
+
+        raise StoreError(f"no store given: pass --db PATH or postgresql://... (or set {DB_URL_ENV})")
+    return found
+
+
+def open_persistence(location: str | Path, *, read_only: bool = False, key_file: str | Path | None = None,
+                     search_approximate_min: int = 0, index: str = "auto") -> Persistence:
+    """The backend for ``location``: a ``postgresql://`` URL, else an SQLite file path."""
+    if is_url(location):
+        if key_file is not None:
+            from .connection import StoreError
+
+            raise StoreError("--key-file encrypts an SQLite file; a PostgreSQL store is protected by the "
+                             "server (TLS, disk encryption, roles)")
+        from .postgres import PostgresPersistence
+
+        return PostgresPersistence(str(location), read_only=read_only, approximate_min=search_approximate_min)
+    from .sqlite import SqlitePersistence
+
+    return SqlitePersistence(Path(location), read_only=read_only, key_file=key_file,
+                             approximate_min=search_approximate_min, index=index)  # type: ignore[arg-type]

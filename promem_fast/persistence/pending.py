@@ -1,0 +1,115 @@
+"""The rows behind the canonical order of update judging (the rule is :mod:`promem_fast.store.ordering`'s).
+
+A session is written with ``judged = 0``; the judged sessions of a user are always a prefix of their
+canonical order (:func:`.timeline.session_key`). These functions read and change that state, each inside
+the transaction its caller holds: which sessions are pending, reopening the judged ones after a point
+(their links removed), the candidates an entry is compared with, and a session's verdicts with its mark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from promem_fast.errors import InputError
+from promem_fast.types import MemoryGraph
+
+from . import rows
+from .api import Database
+from .connection import integrity_errors
+from .timeline import UNDATED, iso_time, session_key
+
+
+def reopen_from(db: Database, user_pk: int, key: tuple[Any, ...], *, inclusive: bool) -> int:
+    """Mark the user's judged sessions after ``key`` (from it, with ``inclusive``) pending again and remove
+    the links their entries made (what those replaced or absorbed is as before they came); returns how many."""
+    later = [pk for pk, said_at, sid in db.execute(  # said no earlier (undated ones sort last): few, usually
+        "SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 1 AND (said_at IS NULL OR "
+        "said_at >= ?)", (user_pk, key[0]))
+             if (session_key(said_at, sid) >= key if inclusive else session_key(said_at, sid) > key)]
+    for lo in range(0, len(later), 500):
+        part = later[lo:lo + 500]
+        nodes = f"SELECT id FROM nodes WHERE session_pk IN ({rows.placeholders(len(part))})"
+        db.execute("UPDATE nodes SET superseded_by = NULL, valid_until = NULL WHERE id IN "
+                   f"(SELECT old FROM supersedes WHERE new IN ({nodes}))", part)
+        db.execute(f"DELETE FROM supersedes WHERE new IN ({nodes})", part)
+        db.execute(f"UPDATE nodes SET merged_into = NULL WHERE id IN (SELECT node FROM merges WHERE node IN ({nodes}))",
+                   part)
+        db.execute(f"DELETE FROM merges WHERE node IN ({nodes})", part)
+        db.execute(f"UPDATE sessions SET judged = 0 WHERE id IN ({rows.placeholders(len(part))})", part)
+    return len(later)
+
+
+def insert_pending(db: Database, tenant: str, graph: MemoryGraph, vectors: np.ndarray) -> bool:
+    """Store one graph pending judgement and reopen the judged sessions of its user that come after it;
+    False when the session is already stored (by another writer meanwhile: stored once, by tenant, user
+    and session id)."""
+    user_pk = rows.ensure_user(db, tenant, graph.user)
+    if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND session_id = ?",
+                  (user_pk, graph.session_id)).fetchone():
+        return False
+    try:
+        rows.insert_session(db, user_pk, rows.graph_record(graph), vectors, judged=False)
+    except integrity_errors() as exc:  # e.g. two nodes with one id: the session is not stored
+        raise InputError(f"graph cannot be stored ({exc})", session_id=graph.session_id, field="nodes") from exc
+    reopen_from(db, user_pk, session_key(iso_time(graph.timestamp), graph.session_id), inclusive=False)
+    return True
+
+
+def key_of(db: Database, session_pk: int) -> tuple[Any, ...]:
+    said_at, sid = db.execute("SELECT said_at, session_id FROM sessions WHERE id = ?", (session_pk,)).fetchone()
+    return session_key(said_at, sid)
+
+
+def pending(db: Database, user_pk: int) -> list[int]:
+    """The user's sessions still to be judged, in the canonical order."""
+    found = db.execute("SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 0",
+                       (user_pk,)).fetchall()
+    return [pk for pk, _, _ in sorted(found, key=lambda r: session_key(r[1], r[2]))]
+
+
+def pending_users(db: Database) -> list[int]:
+    return [pk for (pk,) in db.execute("SELECT DISTINCT user_id FROM sessions WHERE judged = 0 ORDER BY user_id")]
+
+
+def user_name(db: Database, user_pk: int) -> str:
+    (name,) = db.execute("SELECT name FROM users WHERE id = ?", (user_pk,)).fetchone()
+    return str(name)
+
+
+def write_verdicts(db: Database, user_pk: int, session_pk: int, merges: Sequence[tuple[int, int, str]],
+                   supersedes: Sequence[tuple[int, int, str]]) -> bool:
+    """A session's links and its ``judged`` mark; False when it is no longer the user's first pending
+    session (another writer changed the user meanwhile)."""
+    still = pending(db, user_pk)
+    if not still or still[0] != session_pk:
+        return False
+    for node, kept, reason in merges:
+        rows.merge(db, node, kept, reason)
+    for old, new, reason in supersedes:
+        rows.supersede(db, old, new, reason)
+    db.execute("UPDATE sessions SET judged = 1 WHERE id = ?", (session_pk,))
+    return True
+
+
+def session_entries(db: Database, session_pk: int, dim: int) -> tuple[list[tuple[int, str, str | None]], np.ndarray]:
+    """A session's embedded entries ``(id, text, valid_from)`` in graph order, and their vectors."""
+    found = db.execute(f"SELECT id, text, valid_from, {db.vector_sql('vector')} FROM nodes WHERE session_pk = ? "
+                       "AND vector IS NOT NULL ORDER BY local_id", (session_pk,)).fetchall()
+    return [(int(i), t, f) for i, t, f, _ in found], db.decode_vectors([v for *_, v in found], dim)
+
+
+def eligible(db: Database, user_pk: int, session_pk: int, also: Sequence[int], score_of: dict[int, float]
+             ) -> list[tuple[float, str, str, int]]:
+    """Of the candidates (node id -> score), the older memories an entry of ``session_pk`` may update:
+    current ones of judged sessions (or of ``also``), as ``(-score, said or UNDATED, text, id)``."""
+    if not score_of:
+        return []
+    sql = ("SELECT n.id, n.text, n.valid_from FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE "
+           f"s.user_id = ? AND (s.judged = 1 OR s.id IN ({rows.placeholders(len(also)) or 'NULL'})) AND "
+           "n.session_pk != ? AND n.superseded_by IS NULL AND n.merged_into IS NULL AND "
+           f"n.id IN ({rows.placeholders(len(score_of))})")
+    return [(-score_of[i], when or UNDATED, text, i)
+            for i, text, when in db.execute(sql, (user_pk, *also, session_pk, *score_of))]

@@ -1,0 +1,259 @@
+"""The PostgreSQL backend of :mod:`.api`: one database shared by API replicas and engine workers.
+
+psycopg 3 with a connection pool (the ``postgres`` extra). Reads outside a transaction take a pooled
+connection for one statement (autocommit); a transaction pins one connection to the calling thread, so the
+row functions, written once with ``?`` placeholders, run on it unchanged (the placeholders become ``%s``).
+Writers take one advisory lock per transaction, as SQLite's single writer does: update judging relies on
+no two writers interleaving their reads and writes, and a session is stored once whichever replica or
+worker writes it (the ``(user, session_id)`` key backs that up).
+
+Vectors are pgvector's type, cosine distance. A user below ``approximate_min`` vectors is searched exactly
+(a scan of their rows, as SQLite's exact index); from there on through the table's HNSW index, widened to
+exact when the index's filtered answer comes back short. Full text is PostgreSQL's own: a generated
+``tsvector`` (``simple`` configuration) with a GIN index, ranked by ``ts_rank``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import numpy as np
+
+from promem_fast.backends.base import TIE_TOLERANCE
+
+from .connection import StoreError
+from .pg_schema import migrate, type_vectors
+
+log = logging.getLogger(__name__)
+
+WRITE_LOCK = 0x70726F6E
+"""The advisory lock key every write transaction holds until it ends."""
+
+POOL_MAX = 8
+CONNECT_TIMEOUT_S = 10
+
+
+def redact(url: str) -> str:
+    """The URL without its password (what messages and logs name)."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def _translate(sql: str) -> str:
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _Rows:
+    """A finished statement's rows, read like a cursor after its connection went back to the pool."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows, self._at, self.rowcount = rows, 0, rowcount
+
+    def fetchone(self) -> Any:
+        if self._at >= len(self._rows):
+            return None
+        self._at += 1
+        return self._rows[self._at - 1]
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        part = self._rows[self._at:self._at + size]
+        self._at += len(part)
+        return part
+
+    def fetchall(self) -> list[Any]:
+        part = self._rows[self._at:]
+        self._at = len(self._rows)
+        return part
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
+class PostgresPersistence:
+    """A store in a PostgreSQL database with pgvector (see the module)."""
+
+    dialect: Literal["postgresql"] = "postgresql"
+    encrypted = False
+
+    def __init__(self, url: str, *, read_only: bool = False, approximate_min: int = 0) -> None:
+        from promem_fast.deps import require
+
+        self.psycopg = require("psycopg", "postgres", "psycopg[binary]")
+        pool = require("psycopg_pool", "postgres", "psycopg-pool")
+        self.location = redact(url)
+        self.read_only = read_only
+        self.approximate_min = approximate_min
+        self._local = threading.local()
+        self._check_server(url)
+        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False,
+                                         kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S})
+        self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+
+    def _check_server(self, url: str) -> None:
+        """Connect once, make sure pgvector is there and the schema is this version's, each fault in one line."""
+        psycopg = self.psycopg
+        try:
+            conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.location}: cannot connect ({_first_line(exc)})") from None
+        with conn:
+            try:
+                if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+                    if self.read_only:
+                        raise StoreError(f"{self.location}: the pgvector extension is not created in this database")
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except psycopg.Error as exc:
+                raise StoreError(f"{self.location}: the server has no usable pgvector extension "
+                                 f"({_first_line(exc)}); install pgvector 0.5 or newer on the server") from None
+            try:
+                migrate(conn, self.location, read_only=self.read_only)
+            except psycopg.Error as exc:
+                raise StoreError(f"{self.location}: cannot bring the schema up to date ({_first_line(exc)}); "
+                                 "nothing was changed") from None
+
+    # ------------------------------------------------------------------------------------ rows
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        pinned = getattr(self._local, "conn", None)
+        if pinned is not None:
+            return pinned.execute(_translate(sql), tuple(params))
+        try:
+            with self._pool.connection() as conn:
+                cur = conn.execute(_translate(sql), tuple(params))
+                return _Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+        except self.psycopg.OperationalError as exc:
+            raise StoreError(f"{self.location}: connection lost ({_first_line(exc)})") from None
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        pinned = getattr(self._local, "conn", None)
+        if pinned is None:
+            with self.transaction():
+                return self.executemany(sql, rows)
+        cur = pinned.cursor()
+        cur.executemany(_translate(sql), [tuple(r) for r in rows])
+        return cur
+
+    @staticmethod
+    def encode_vector(vector: np.ndarray) -> str:
+        values = np.asarray(vector, np.float32).reshape(-1).tolist()
+        return "[" + ",".join(repr(v) for v in values) + "]"
+
+    @staticmethod
+    def vector_sql(column: str) -> str:
+        return f"{column}::real[]"
+
+    @staticmethod
+    def decode_vectors(values: Sequence[Any], dim: int) -> np.ndarray:
+        if not values:
+            return np.zeros((0, dim), np.float32)
+        return np.asarray(values, np.float32).reshape(len(values), dim)
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresPersistence]:
+        if self.read_only:
+            raise StoreError(f"{self.location}: the store was opened read-only")
+        with self._pinned(write=True):
+            yield self
+
+    @contextmanager
+    def snapshot(self) -> Iterator[PostgresPersistence]:
+        with self._pinned(write=False):
+            yield self
+
+    @contextmanager
+    def _pinned(self, *, write: bool) -> Iterator[None]:
+        if getattr(self._local, "conn", None) is not None:  # already inside one: it holds the whole of it
+            yield
+            return
+        psycopg = self.psycopg
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if write:
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                else:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self._local.conn = conn
+                try:
+                    yield
+                finally:
+                    self._local.conn = None
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"{self.location}: connection lost ({_first_line(exc)}); the transaction was rolled "
+                             "back, nothing of it is stored") from None
+
+    # ------------------------------------------------------------------------------------ vectors
+    def vector_count(self, user_pk: int) -> int:
+        row = self.execute("SELECT COUNT(*) FROM nodes WHERE user_id = ? AND vector IS NOT NULL", (user_pk,))
+        return int(row.fetchone()[0])
+
+    def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        n = self.vector_count(user_pk)
+        k = min(k, n)
+        if k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        query = self.encode_vector(vector)
+        fetch = min(n, k + 16)
+        while True:
+            ids, scores = self._top(user_pk, query, fetch, approximate=0 < self.approximate_min <= n)
+            if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
+                break
+            fetch = min(n, fetch * 4)
+        order = np.lexsort((ids, -np.round(scores / TIE_TOLERANCE)))[:k]
+        return ids[order], scores[order]
+
+    def _top(self, user_pk: int, query: str, fetch: int, *, approximate: bool) -> tuple[np.ndarray, np.ndarray]:
+        found: list[Any] = []
+        if approximate:
+            with self.snapshot():
+                self.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 2 * fetch))}")
+                found = self.execute(
+                    "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
+                    "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
+        if len(found) < fetch:  # exact (a small user, or the index's filtered answer came back short)
+            found = self.execute(
+                "SELECT id, 1 - (vector <=> ?::vector) AS score FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
+                "ORDER BY score DESC, id LIMIT ?", (query, user_pk, fetch)).fetchall()
+        return (np.array([r[0] for r in found], np.int64), np.array([r[1] for r in found], np.float32))
+
+    def dim_recorded(self, dim: int) -> None:
+        pinned = getattr(self._local, "conn", None)
+        if pinned is not None:
+            type_vectors(pinned, dim)
+        else:
+            with self.transaction():
+                self.dim_recorded(dim)
+
+    # ------------------------------------------------------------------------------------ words
+    def lexical(self, user_pk: int, query: str, k: int) -> list[tuple[int, float]]:
+        from .fulltext import ts_query
+
+        text = ts_query(query)
+        if text is None or k <= 0:
+            return []
+        found = self.execute(
+            "SELECT n.id, ts_rank(n.words, q) AS score FROM nodes n, to_tsquery('simple', ?) q "
+            "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
+        return [(int(i), float(s)) for i, s in found]
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def removed(self, user_pk: int) -> None:
+        """Nothing is cached outside the database."""
+
+    def compact(self) -> None:
+        """VACUUM the tables a delete touches: dead rows are removed and their space made free for reuse."""
+        if self.read_only:
+            return
+        with self._pool.connection() as conn:
+            for table in ("nodes", "details", "edges", "supersedes", "merges", "sessions", "users"):
+                conn.execute(f"VACUUM {table}")
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
