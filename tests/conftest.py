@@ -132,3 +132,33 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if skipped:
         terminalreporter.write_line(f"{len(skipped)} tests skipped because {SAMPLE_ABSENT} ({HALUMEM}); "
                                     "they run where it is present")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL with pgvector (:mod:`pg_server`), started once per run."""
+    from pg_server import PG_URL_ENV, Server
+
+    if not os.environ.get(PG_URL_ENV):
+        pytest.importorskip("pgserver", reason="PostgreSQL tests need the pgserver wheel (pip install "
+                                               "'promem-fast[dev]') or PROMEM_TEST_PG_URL")
+    pytest.importorskip("psycopg", reason="PostgreSQL tests need psycopg (pip install 'promem-fast[postgres]')")
+    server = Server()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """The URL of a new empty database on the test server, dropped after the test."""
+    url = pg_server.fresh_database()
+    yield url
+    pg_server.drop(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's store lives, once per backend: an SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    return str(request.getfixturevalue("pg_url"))

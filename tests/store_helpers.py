@@ -78,7 +78,8 @@ def main(argv: list[str]) -> int:
     import argparse
 
     from promem_fast.config import EngineConfig
-    from promem_fast.store import MemoryStore, rows
+    from promem_fast.persistence import rows
+    from promem_fast.store import MemoryStore
 
     parser = argparse.ArgumentParser()
     parser.add_argument("db", type=Path)

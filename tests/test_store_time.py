@@ -77,9 +77,9 @@ def current(store: MemoryStore) -> set[tuple[str, tuple[str, ...]]]:
     return {(h.text, tuple(h.sessions)) for h in store.hits("Tom")}
 
 
-def test_a_question_about_the_past_finds_the_fact_that_held_then(tmp_path: Path) -> None:
+def test_a_question_about_the_past_finds_the_fact_that_held_then(store_at: str) -> None:
     shown: list[str] = []
-    with open_store(tmp_path / "m.db") as store, engine(shown) as eng:
+    with open_store(store_at) as store, engine(shown) as eng:
         store.add([S1, S2, S3], engine=eng)
         now = [h.text for h in store.search("Tom", "Where is Tom's home?", k=10)]
         assert DENVER in now and BOSTON not in now
@@ -102,8 +102,8 @@ def test_a_question_about_the_past_finds_the_fact_that_held_then(tmp_path: Path)
     assert any(m["memory"] == BOSTON and m["day"] == "2024-01-15 (Monday)" for m in past["memories"])
 
 
-def test_a_repeated_fact_is_one_memory_with_both_sessions(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store, engine() as eng:
+def test_a_repeated_fact_is_one_memory_with_both_sessions(store_at: str) -> None:
+    with open_store(store_at) as store, engine() as eng:
         store.add([S1, S2, S3], engine=eng)
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
         hits = store.search("Tom", "What is Tom's job?", k=10)
@@ -115,8 +115,8 @@ def test_a_repeated_fact_is_one_memory_with_both_sessions(tmp_path: Path) -> Non
     assert events[1]["event"] == "update" and events[1]["reason"] == "sold the Honda; sold the Vespa"
 
 
-def test_history_is_the_graph_of_replacements(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store, engine() as eng:
+def test_history_is_the_graph_of_replacements(store_at: str) -> None:
+    with open_store(store_at) as store, engine() as eng:
         store.add([S1, S2, S3], engine=eng)
         ids = {h.text: h.node_id for h in store.hits("Tom", history=True) if h.session_id != "s3" or h.text == BIKE}
         found = store.history_graph(ids[BIKE])
@@ -149,8 +149,8 @@ def test_deleting_a_session_restores_the_memory_as_if_it_had_never_been_added(tm
         assert state(never) == after
 
 
-def test_deleting_a_memory_restores_what_it_had_absorbed(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store, engine() as eng:
+def test_deleting_a_memory_restores_what_it_had_absorbed(store_at: str) -> None:
+    with open_store(store_at) as store, engine() as eng:
         store.add([S1, S2, S3], engine=eng)
         (fintech,) = [h.node_id for h in store.hits("Tom") if h.text == FINTECH]
         assert store.delete(user="Tom", node=fintech, engine=eng) == 1
@@ -214,10 +214,10 @@ class TableNLI:
         return out
 
 
-def test_the_nli_judge_reads_contradiction_as_update_and_mutual_entailment_as_duplicate(tmp_path: Path) -> None:
+def test_the_nli_judge_reads_contradiction_as_update_and_mutual_entailment_as_duplicate(store_at: str) -> None:
     config = scripted_config()
     config.nli.backend = "onnx"  # any model backend: the injected one answers
-    with MemoryStore(tmp_path / "m.db", scripted_config(), update_judge="nli", update_min_cosine=-1.0,
+    with MemoryStore(store_at, scripted_config(), update_judge="nli", update_min_cosine=-1.0,
                      update_neighbours=10) as store, Engine(config, nli=TableNLI()) as eng:
         store.add([S1, S2, S3], engine=eng)
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
@@ -237,13 +237,13 @@ def test_an_export_carries_merges_and_replacements_with_their_reasons(tmp_path: 
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
-def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the_next_add(tmp_path: Path) -> None:
+def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the_next_add(store_at: str) -> None:
     from promem_fast.store.ordering import write_pending
 
-    with open_store(tmp_path / "m.db") as store:  # a run killed after storing, before judging
+    with open_store(store_at) as store:  # a run killed after storing, before judging
         write_pending(store, "default", [S1, S2, S3], store._embed_graphs([S1, S2, S3]))
         assert current(store) == {(t, (g.session_id,)) for g in (S1, S2, S3) for t in (n.text for n in g.nodes)}
-    with open_store(tmp_path / "m.db") as store, engine() as eng:
+    with open_store(store_at) as store, engine() as eng:
         store.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)  # another user's session
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
 

@@ -175,12 +175,15 @@ def read_hits(db: Database, where: str, params: tuple[Any, ...],
     return hits
 
 
-def in_scope(db: Database, score_of: dict[int, float], where: str, params: tuple[Any, ...]) -> list[int]:
-    """The candidates (node id -> score) that ``where`` (over ``nodes n``) keeps, best first (lower id on a tie):
-    one indexed query that reads no text, so a search reads details, links and merges of the k best only."""
-    kept = [node for (node,) in db.execute(
-        f"SELECT n.id FROM nodes n WHERE n.id IN ({placeholders(len(score_of))}) AND {where}", (*score_of, *params))]
-    return sorted(kept, key=lambda node: (-score_of[node], node))
+def in_scope(db: Database, ranked: list[int], where: str, params: tuple[Any, ...]) -> list[int]:
+    """The candidates (node ids, best first as the vector search ranked them: ties within
+    :data:`~promem_fast.backends.base.TIE_TOLERANCE` already by the lower id) that ``where`` (over ``nodes
+    n``) keeps, in that order: one indexed query that reads no text, so a search reads details, links and
+    merges of the k best only. The rank is kept rather than the raw score re-sorted, whose last bits differ
+    between kernels and backends."""
+    kept = {node for (node,) in db.execute(
+        f"SELECT n.id FROM nodes n WHERE n.id IN ({placeholders(len(ranked))}) AND {where}", (*ranked, *params))}
+    return [node for node in ranked if node in kept]
 
 
 def placeholders(n: int) -> str:

@@ -269,13 +269,14 @@ class MemoryStore:
         while True:
             ids, scores = self.db.nearest(user_pk, vector, wanted)
             score_of = dict(zip(ids.tolist(), scores.tolist(), strict=True))
-            kept = rows.in_scope(self.db, score_of, where, params) if score_of else []  # best first
+            kept = rows.in_scope(self.db, ids.tolist(), where, params) if score_of else []  # best first
             if len(kept) >= k or wanted >= total:
                 break
             wanted *= 4
         hits = rows.read_hits(self.db, f"n.id IN ({rows.placeholders(len(kept[:k]))}) AND {where}",
                               (*kept[:k], *params), score_of)  # only the k best are read in full
-        return sorted(hits, key=lambda h: (-(h.score or 0.0), h.node_id))
+        rank = {node: position for position, node in enumerate(kept)}
+        return sorted(hits, key=lambda h: rank[h.node_id])
 
     def retrieval_index(self, session_ids: Iterable[str], *, tenant: str = "default",
                         history: bool = False, as_of: str | None = None) -> RetrievalIndex:

@@ -1,0 +1,144 @@
+"""The store on PostgreSQL with pgvector against the same store in an SQLite file: the same data gives the
+same answers, memory moves between them byte for byte, and each fault of a server is one clear line with
+nothing half-written. A real server (``pg_url``: the pgserver wheel, or ``PROMEM_TEST_PG_URL``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import scripted_config
+from store_helpers import TopicEmbedder, graph
+
+from promem_fast.store import MemoryStore, StoreError
+
+JOBS = [("j1", "2024-01-10T09:00:00", "Maya works as a nurse at Mercy hospital in Boston."),
+        ("j2", "2024-06-10T09:00:00", "Maya works as a teacher at Lincoln school in Boston."),
+        ("j3", "2025-01-10T09:00:00", "Maya works as a pilot at Delta airline in Boston.")]
+
+
+def fill(store: MemoryStore) -> None:
+    store.add([graph(sid, "Maya", [text, f"Maya collects stamps from place {i}."], timestamp=ts,
+                     details=[["shift work"]], edges=[(1, 0, "temporal")])
+               for i, (sid, ts, text) in enumerate(JOBS)])
+    store.add([graph("b1", "Ben", ["Ben plays chess on Sundays.", "Ben owns a cat named Io."])], tenant="acme")
+
+
+def open_store(where: str | Path, **kwargs: object) -> MemoryStore:
+    return MemoryStore(where, scripted_config(), embedder=TopicEmbedder(), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("first", ["sqlite", "postgresql"])
+def test_export_import_into_the_other_backend_and_export_again_gives_the_same_bytes(
+        first: str, tmp_path: Path, pg_url: str) -> None:
+    source, target = (tmp_path / "m.db", pg_url) if first == "sqlite" else (pg_url, tmp_path / "m.db")
+    with open_store(source) as store:
+        fill(store)
+        assert store.export(tmp_path / "a.jsonl") == 4
+    with open_store(target) as copy:
+        assert copy.import_(tmp_path / "a.jsonl") == 4
+        copy.export(tmp_path / "b.jsonl")
+        # the replaced jobs came across as replaced: only the newest is current
+        assert [h.text for h in copy.search("Maya", "where does Maya work?", k=2)][0] == JOBS[2][2]
+    exported = (tmp_path / "a.jsonl").read_bytes()
+    assert b'"kind":"supersede"' in exported and b'"vectors":"' in exported
+    assert exported == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_the_same_search_gives_the_same_top_k_on_both_backends(tmp_path: Path, pg_url: str) -> None:
+    """Exact search on both: the same ids in the same order (a tie, scores within TIE_TOLERANCE, goes to
+    the lower id on both)."""
+    rng = np.random.default_rng(7)
+    words = ["cello", "chess", "stamps", "cat", "job", "watercolor", "orchestra", "dog", "works", "paints"]
+    sessions = [graph(f"s{i}", "Ann", [" ".join(rng.choice(words, 3)) + f" note {i}-{j}" for j in range(20)],
+                      timestamp=f"2024-01-{1 + i % 28:02d}T10:00:00") for i in range(15)]
+    queries = [" ".join(rng.choice(words, 2)) for _ in range(25)]
+    found = {}
+    for where in (tmp_path / "m.db", pg_url):
+        with open_store(where, update_judge="off") as store:
+            store.add(sessions)
+            found[str(where)] = [[h.text for h in store.search("Ann", q, k=10)] for q in queries]
+    a, b = found.values()
+    assert a == b and all(len(top) == 10 for top in a)
+
+
+def test_lexical_search_finds_the_same_nodes_on_both_backends(tmp_path: Path, pg_url: str) -> None:
+    matched = {}
+    for where in (tmp_path / "m.db", pg_url):
+        with open_store(where) as store:
+            fill(store)
+            user = store.user_id("default", "Maya")
+            assert user is not None
+            texts = {h.node_id: h.text for h in store.hits("Maya", history=True)}
+            matched[str(where)] = sorted(texts[i] for i, _ in store.db.lexical(user, "Teacher, Lincoln!", 10))
+            assert store.db.lexical(user, "chess", 10) == []  # Ben's word, another tenant's user
+    a, b = matched.values()
+    assert a == b == [JOBS[1][2]]
+
+
+def test_delete_on_postgresql_removes_the_rows(pg_url: str) -> None:
+    import psycopg
+
+    with open_store(pg_url) as store:
+        fill(store)
+        store.delete(tenant="acme", user="Ben")
+        assert store.users(tenant="acme") == []
+    with psycopg.connect(pg_url) as conn:
+        left = conn.execute("SELECT count(*) FROM nodes WHERE text LIKE '%chess%' OR text LIKE '%Io.%'").fetchone()
+        assert left == (0,)
+
+
+def test_a_wrong_url_is_one_line_naming_the_server_without_its_password(pg_url: str) -> None:
+    bad = "postgresql://promem:s3cret@127.0.0.1:1/nowhere"
+    with pytest.raises(StoreError) as caught:
+        open_store(bad)
+    message = str(caught.value)
+    assert message.startswith("postgresql://promem:***@127.0.0.1:1/nowhere: cannot connect")
+    assert "s3cret" not in message and "\n" not in message
+
+
+def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(pg_url: str) -> None:
+    import psycopg
+
+    with open_store(pg_url) as store:
+        fill(store)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"schema version 99 was written by a newer promem_fast"):
+        open_store(pg_url)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (4,)
+
+
+def test_a_server_without_usable_pgvector_is_named(pg_server: object, pg_url: str) -> None:
+    """A role that may not create the extension, in a database that lacks it: what a server without
+    pgvector installed answers too."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS promem_plain")
+        conn.execute("CREATE ROLE promem_plain LOGIN")
+    plain = pg_url.replace("postgresql://postgres:", "postgresql://promem_plain:", 1)
+    with pytest.raises(StoreError, match=r"the server has no usable pgvector extension \(.*\); install pgvector"):
+        open_store(plain)
+
+
+def test_a_connection_dropped_inside_a_write_leaves_nothing_half_written(pg_url: str) -> None:
+    import psycopg
+
+    with open_store(pg_url) as store:
+        fill(store)
+
+        def drop_connection(db: object, tenant: str, g: object) -> bool:
+            (pid,) = db.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            return True
+
+        store.write_guard = drop_connection
+        with pytest.raises(StoreError, match=r"connection lost .*rolled back, nothing of it is stored"):
+            store.add([graph("late", "Maya", ["Maya moved to Denver."])])
+        store.write_guard = None
+        assert store.sessions("Maya") == ["j1", "j2", "j3"]  # the pool replaced the dropped connection
+        assert store.add([graph("late", "Maya", ["Maya moved to Denver."])]) == 1
