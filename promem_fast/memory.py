@@ -65,10 +65,11 @@ if TYPE_CHECKING:
     from promem_fast.types import Session
 
 class Memory:
-    """``Memory(path, profile="cpu")``: a memory store at ``path`` with the engine of ``profile`` (or
-    ``config``) that extracts sessions, judges updates and answers; a context manager."""
+    """``Memory(path, profile="cpu")``: a memory store at ``path`` (an SQLite file, or a ``postgresql://``
+    URL; ``None``: ``$PROMEM_DB_URL``) with the engine of ``profile`` (or ``config``) that extracts sessions,
+    judges updates and answers; a context manager."""
 
-    def __init__(self, path: str | Path, *, profile: str = "cpu", config: EngineConfig | None = None,
+    def __init__(self, path: str | Path | None, *, profile: str = "cpu", config: EngineConfig | None = None,
                  tenant: str = "default", update_judge: UpdateJudge = "llm",
                  key_file: str | Path | None = None) -> None:
         """``key_file``: the store is encrypted with that key (see the README's data lifecycle section)."""

@@ -47,7 +47,7 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
-def new_key(path: Path, tenant: str) -> str:
+def new_key(path: Path | str, tenant: str) -> str:
     conn = db.connect(path)
     try:
         return KeyRing(conn).create(tenant, "test")
@@ -58,11 +58,12 @@ def new_key(path: Path, tenant: str) -> str:
 class Server:
     """``promem serve --profile scripted`` in a child process."""
 
-    def __init__(self, path: Path, *extra: str, log: Path | None = None, verbose: bool = False) -> None:
+    def __init__(self, path: Path | str, *extra: str, log: Path | None = None, verbose: bool = False) -> None:
+        """``path``: the store, an SQLite file or a PostgreSQL URL (then ``log`` names the log file)."""
         self.path = path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log or path.with_suffix(f".{self.port}.log")
+        self.log = log or Path(path).with_suffix(f".{self.port}.log")
         cmd = [sys.executable, "-m", "promem_fast.cli", *(["-v"] if verbose else []), "serve", "--db", str(path),
                "--port", str(self.port),
                "--profile", "scripted", *extra]

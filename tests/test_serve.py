@@ -41,9 +41,14 @@ def add(http: httpx.Client, user: str, sessions: list[dict[str, Any]]) -> dict[s
     return wait_job(http, reply.json()["job_id"])
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
-    path = tmp_path_factory.mktemp("serve") / "memory.db"
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[Server, dict[str, str]]]:
+    """One server per backend: the store in an SQLite file, then in a PostgreSQL database."""
+    folder = tmp_path_factory.mktemp("serve")
+    path: Path | str = folder / "memory.db"
+    if request.param == "postgresql":
+        path = request.getfixturevalue("pg_server").fresh_database()
     keys = {name: new_key(path, tenant) for name, tenant in
             (("a", "acme"), ("b", "globex"), ("rate", "acme"), ("revoked", "acme"))}
     from promem_fast.serve import db
@@ -52,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, d
     conn = db.connect(path)
     KeyRing(conn).revoke(keys["revoked"])
     conn.close()
-    server = Server(path, "--rate", "20", "--burst", "60", "--max-body", "1000000")
+    server = Server(path, "--rate", "20", "--burst", "60", "--max-body", "1000000", log=folder / "serve.log")
     try:
         with server.client(keys["a"]) as a, server.client(keys["b"]) as b:
             assert add(a, TOMAS, [s.to_dict() for s in tomas_sessions(3)])["done"] == 3

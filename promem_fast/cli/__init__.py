@@ -14,7 +14,7 @@ import os
 import sys
 
 COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "memories",
-                            "serve", "calibrate")
+                            "serve", "migrate", "calibrate")
 """Modules of :mod:`promem_fast.cli`, in the order their subcommands appear in ``promem --help``."""
 
 

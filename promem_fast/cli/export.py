@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.store_io import key_arg
+from promem_fast.persistence.api import location_arg
 
 
 def register(sub: Any) -> None:
@@ -16,7 +17,7 @@ def register(sub: Any) -> None:
     p.add_argument("input", type=Path, help="graphs JSONL; with --db, the JSONL file to write")
     p.add_argument("out_dir", type=Path, nargs="?", help="folder for one file per graph (not with --db)")
     p.add_argument("--format", choices=["node-link", "graphml"], default="node-link")
-    p.add_argument("--db", type=Path, help="export this memory store instead of a graphs file")
+    p.add_argument("--db", type=location_arg, help="export this memory store instead of a graphs file")
     p.add_argument("--tenant", help="with --db: only this tenant (default: all)")
     key_arg(p)
     p.set_defaults(func=cmd_export)

@@ -12,6 +12,7 @@ from typing import Any
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import key_arg
 from promem_fast.distributed.cli import add_arguments as add_ray_arguments
+from promem_fast.persistence.api import location_arg
 
 
 log = logging.getLogger("promem_fast")
@@ -28,7 +29,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
     p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
-    p.add_argument("--db", type=Path, help="also add each graph to this memory store as it is written")
+    p.add_argument("--db", type=location_arg, help="also add each graph to this memory store as it is written")
     key_arg(p)
     config_args(p)
     add_ray_arguments(p)

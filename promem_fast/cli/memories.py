@@ -11,6 +11,7 @@ from typing import Any
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.search import unknown_user, user_arg
 from promem_fast.cli.store_io import store_args
+from promem_fast.persistence.api import shown
 
 
 def register(sub: Any) -> None:
@@ -59,7 +60,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     with _open(args) as store:
         graph = store.history_graph(args.memory_id, tenant=args.tenant)
     if not graph["nodes"]:
-        print(f"promem: no memory #{args.memory_id} in {args.db} (tenant {args.tenant})", file=sys.stderr)
+        print(f"promem: no memory #{args.memory_id} in {shown(args.db)} (tenant {args.tenant})", file=sys.stderr)
         return 1
     print(json.dumps(graph, ensure_ascii=False))
     return 0
@@ -72,7 +73,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         deleted = store.delete(tenant=args.tenant, user=args.user, session=args.session_id, node=args.memory_id)
     if not deleted and (args.memory_id is not None or args.session_id is not None):
         what = f"memory #{args.memory_id}" if args.memory_id is not None else f"session {args.session_id!r}"
-        print(f"promem: {args.user!r} has no {what} in {args.db}", file=sys.stderr)
+        print(f"promem: {args.user!r} has no {what} in {shown(args.db)}", file=sys.stderr)
         return 1
     print(json.dumps({"deleted": deleted}))
     return 0

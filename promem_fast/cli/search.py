@@ -7,6 +7,7 @@ from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import store_args
+from promem_fast.persistence.api import shown
 from promem_fast.shapes import DEFAULT_K
 
 
@@ -53,7 +54,7 @@ def unknown_user(store: Any, args: argparse.Namespace) -> bool:
 
     if args.user in store.users(tenant=args.tenant):
         return False
-    print(f"promem: no memory for user {args.user!r} in {args.db} (tenant {args.tenant})", file=sys.stderr)
+    print(f"promem: no memory for user {args.user!r} in {shown(args.db)} (tenant {args.tenant})", file=sys.stderr)
     return True
 
 

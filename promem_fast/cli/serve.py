@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
-from promem_fast.cli.store_io import key_arg
+from promem_fast.cli.store_io import db_arg, key_arg
+from promem_fast.persistence.api import shown
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, parse_priority
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S
 
@@ -24,7 +25,7 @@ def engine_priority(text: str) -> EnginePriority:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the memory service (HTTP API, web page) over a store")
-    p.add_argument("--db", type=Path, required=True, help="the store's SQLite file (created if missing)")
+    db_arg(p, "the store (created if missing)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--rate", type=float, default=20.0, help="requests per second per API key (0: no limit)")
@@ -52,12 +53,12 @@ def register(sub: Any) -> None:
     revoke = ks.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
     for q in (create, listing, revoke):
-        q.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
+        db_arg(q, "the store")
         key_arg(q)
     k.set_defaults(func=cmd_keys)
 
     m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
-    m.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
+    db_arg(m, "the store")
     m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
     key_arg(m)
     judge_arg(m)
@@ -90,7 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       job_retention_s=args.job_retention, engine_priority=args.engine_priority)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
-    print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
+    print(f"promem serve: store {shown(args.db)}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
           flush=True)
     # info: uvicorn's start-up line and one access line per request (method, path, status; never a key)
     server = uvicorn.Config(app, host=args.host, port=args.port, log_level="debug" if args.verbose >= 2 else "info")
@@ -117,7 +118,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             return 0
         revoked = ring.revoke(args.key_id)
     if not revoked:
-        print(f"promem: no live key {args.key_id!r} in {args.db}", file=sys.stderr)
+        print(f"promem: no live key {args.key_id!r} in {shown(args.db)}", file=sys.stderr)
         return 2
     return 0
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promem_fast.cli.common import build_config, config_args
+from promem_fast.persistence.api import shown
 
 if TYPE_CHECKING:
     from promem_fast.errors import InputError
@@ -22,8 +23,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("promem_fast")
 
 
-def store_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    parser.add_argument("--db", type=Path, required=required, help="the memory store (one SQLite file)")
+def db_arg(parser: argparse.ArgumentParser, what: str = "the memory store") -> None:
+    """``--db``: an SQLite file or a ``postgresql://`` URL, by default ``$PROMEM_DB_URL``."""
+    from promem_fast.persistence.api import DB_URL_ENV, location_arg
+
+    found = os.environ.get(DB_URL_ENV) or None
+    parser.add_argument("--db", type=location_arg, required=found is None, default=found,
+                        help=f"{what}: an SQLite file or a postgresql://user@host/db URL (default: ${DB_URL_ENV})")
+
+
+def store_args(parser: argparse.ArgumentParser) -> None:
+    db_arg(parser)
     parser.add_argument("--tenant", default="default", help="tenant the users belong to (default: default)")
     key_arg(parser)
 
@@ -44,7 +54,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("import", help="read a memory store export (promem export --db) into a store")
     p.add_argument("input", type=Path, help="JSONL written by promem export --db")
-    p.add_argument("--db", type=Path, required=True, help="the memory store to add to (created if missing)")
+    db_arg(p, "the memory store to add to (created if missing)")
     key_arg(p)
     config_args(p)
     p.set_defaults(func=cmd_import)
@@ -132,7 +142,7 @@ def ingest_into(args: argparse.Namespace, config: Any, source: Path) -> int:
                     bad += 1
         users = len(store.users(tenant=tenant))
     files = f" from {len(paths)} files" if len(paths) > 1 else ""
-    print(f"added {added} sessions{files} to {args.db} (tenant {tenant}, {users} users)"
+    print(f"added {added} sessions{files} to {shown(args.db)} (tenant {tenant}, {users} users)"
           + (f"; skipped {bad} bad lines (see the log)" if bad else ""))
     return 0
 
@@ -143,7 +153,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     check_input(args.input)
     with open_store(args, build_config(args)) as store:
         added = store.import_(args.input)
-    print(f"imported {added} sessions into {args.db}")
+    print(f"imported {added} sessions into {shown(args.db)}")
     return 0
 
 

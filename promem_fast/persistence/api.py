@@ -14,9 +14,10 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 DB_URL_ENV = "PROMEM_DB_URL"
 """The environment variable naming the database when no ``--db`` is given."""
@@ -36,6 +37,32 @@ class Cursor(Protocol):
     def fetchmany(self, size: int = ...) -> list[Any]: ...
 
     def __iter__(self) -> Iterator[Any]: ...
+
+
+class Rows:
+    """A finished statement's rows, read like a cursor after its connection went back to others."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows, self._at, self.rowcount = rows, 0, rowcount
+
+    def fetchone(self) -> Any:
+        if self._at >= len(self._rows):
+            return None
+        self._at += 1
+        return self._rows[self._at - 1]
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        part = self._rows[self._at:self._at + size]
+        self._at += len(part)
+        return part
+
+    def fetchall(self) -> list[Any]:
+        part = self._rows[self._at:]
+        self._at = len(self._rows)
+        return part
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
 
 
 class Database(Protocol):
@@ -105,6 +132,18 @@ class Persistence(Database, Protocol):
     def close(self) -> None: ...
 
 
+def location_arg(text: str) -> str | Path:
+    """``--db``'s value: a ``postgresql://`` URL as it is, anything else a file path."""
+    return text if is_url(text) else Path(text)
+
+
+def shown(location: str | Path) -> str:
+    """How messages name a store: the path, or the URL without its password."""
+    import re
+
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", str(location))
+
+
 def is_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
@@ -137,3 +176,29 @@ def open_persistence(location: str | Path, *, read_only: bool = False, key_file:
 
     return SqlitePersistence(Path(location), read_only=read_only, key_file=key_file,
                              approximate_min=search_approximate_min, index=index)  # type: ignore[arg-type]
+
+
+def migrate(location: str | Path, *, key_file: str | Path | None = None) -> tuple[int, int]:
+    """Bring the store's schema up to this version's (all steps in one transaction); returns the versions
+    before and after. A store written by a newer version is refused, unchanged."""
+    if is_url(location):
+        from .postgres import PostgresPersistence
+        from .pg_schema import SCHEMA_VERSION as PG_VERSION
+
+        probe = PostgresPersistence.schema_version_at(str(location))
+        PostgresPersistence(str(location)).close()
+        return probe, PG_VERSION
+    from .connection import open_db
+    from .schema import SCHEMA_VERSION, connect, user_version
+
+    path = Path(location)
+    if path.exists():
+        db = open_db(path, read_only=True, key_file=key_file)
+        try:
+            before = user_version(db)
+        finally:
+            db.close()
+    else:
+        before = 0
+    connect(path, key_file=key_file).close()
+    return before, SCHEMA_VERSION

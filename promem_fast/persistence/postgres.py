@@ -16,7 +16,6 @@ exact when the index's filtered answer comes back short. Full text is PostgreSQL
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,8 +25,9 @@ import numpy as np
 
 from promem_fast.backends.base import TIE_TOLERANCE
 
+from .api import Rows, shown
 from .connection import StoreError
-from .pg_schema import migrate, type_vectors
+from .pg_schema import migrate, schema_version, type_vectors
 
 log = logging.getLogger(__name__)
 
@@ -38,39 +38,8 @@ POOL_MAX = 8
 CONNECT_TIMEOUT_S = 10
 
 
-def redact(url: str) -> str:
-    """The URL without its password (what messages and logs name)."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
-
-
 def _translate(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
-
-
-class _Rows:
-    """A finished statement's rows, read like a cursor after its connection went back to the pool."""
-
-    def __init__(self, rows: list[Any], rowcount: int) -> None:
-        self._rows, self._at, self.rowcount = rows, 0, rowcount
-
-    def fetchone(self) -> Any:
-        if self._at >= len(self._rows):
-            return None
-        self._at += 1
-        return self._rows[self._at - 1]
-
-    def fetchmany(self, size: int = 1) -> list[Any]:
-        part = self._rows[self._at:self._at + size]
-        self._at += len(part)
-        return part
-
-    def fetchall(self) -> list[Any]:
-        part = self._rows[self._at:]
-        self._at = len(self._rows)
-        return part
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.fetchall())
 
 
 class PostgresPersistence:
@@ -84,7 +53,7 @@ class PostgresPersistence:
 
         self.psycopg = require("psycopg", "postgres", "psycopg[binary]")
         pool = require("psycopg_pool", "postgres", "psycopg-pool")
-        self.location = redact(url)
+        self.location = shown(url)
         self.read_only = read_only
         self.approximate_min = approximate_min
         self._local = threading.local()
@@ -92,6 +61,18 @@ class PostgresPersistence:
         self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False,
                                          kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S})
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+
+    @staticmethod
+    def schema_version_at(url: str) -> int:
+        """The schema version of the database at ``url`` as it is (0: no store yet), changing nothing."""
+        from promem_fast.deps import require
+
+        psycopg = require("psycopg", "postgres", "psycopg[binary]")
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                return schema_version(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"{shown(url)}: cannot connect ({_first_line(exc)})") from None
 
     def _check_server(self, url: str) -> None:
         """Connect once, make sure pgvector is there and the schema is this version's, each fault in one line."""
@@ -123,7 +104,7 @@ class PostgresPersistence:
         try:
             with self._pool.connection() as conn:
                 cur = conn.execute(_translate(sql), tuple(params))
-                return _Rows(cur.fetchall() if cur.description else [], cur.rowcount)
+                return Rows(cur.fetchall() if cur.description else [], cur.rowcount)
         except self.psycopg.OperationalError as exc:
             raise StoreError(f"{self.location}: connection lost ({_first_line(exc)})") from None
 

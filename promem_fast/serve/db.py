@@ -1,4 +1,7 @@
-"""The service's own tables in the store's SQLite file, with their own schema version.
+"""The service's own tables (keys, jobs, the queue) in the store's database, with their own schema version.
+
+On PostgreSQL they are part of the store's schema (:mod:`promem_fast.persistence.pg_schema`), so every API
+replica and engine worker of a deployment shares them; in an SQLite file they are created here.
 
 The queue and the keys live beside the memory so that one file is the whole state of a deployment (one backup,
 one restore) and a job is committed in the same database the worker writes its graph to. The store keeps its
@@ -8,10 +11,15 @@ version in ``PRAGMA user_version``; ours is a row of ``serve_meta``, so either s
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Protocol
 
 from promem_fast.errors import PromemError
-from promem_fast.persistence.connection import open_db
+from promem_fast.persistence.api import Database, Rows, is_url
+from promem_fast.persistence.connection import open_db, transaction
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +36,7 @@ CREATE TABLE IF NOT EXISTS serve_keys (
 CREATE TABLE IF NOT EXISTS serve_jobs (
     id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
-    user TEXT NOT NULL,
+    "user" TEXT NOT NULL,
     created REAL NOT NULL,
     total INTEGER NOT NULL
 );
@@ -47,7 +55,53 @@ CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
 """
 
 
-def connect(path: str | Path, *, key_file: str | Path | None = None) -> sqlite3.Connection:
+class Tables(Database, Protocol):
+    """The service tables' connection: statements, write transactions, close."""
+
+    def transaction(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteTables:
+    """An SQLite connection shared by threads: each statement and transaction takes the lock, and a
+    statement's rows are read before the lock is let go."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self._lock:
+            cur = self._conn.execute(sql, params)
+            return Rows(cur.fetchall(), cur.rowcount)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        with self._lock:
+            return self._conn.executemany(sql, rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteTables]:
+        with transaction(self._conn, self._lock):
+            yield self
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def connect(location: str | Path, *, key_file: str | Path | None = None) -> Tables:
+    """The service tables of the store at ``location``: a PostgreSQL database (its pool), else the SQLite
+    file (see :func:`connect_file`)."""
+    if is_url(location):
+        from promem_fast.persistence.postgres import PostgresPersistence
+
+        return PostgresPersistence(str(location))  # type: ignore[return-value]
+    return SqliteTables(connect_file(Path(location), key_file=key_file))
+
+
+def connect_file(path: str | Path, *, key_file: str | Path | None = None) -> sqlite3.Connection:
     """A connection for the queue and the keys (see :func:`~promem_fast.persistence.connection.open_db`), with
     ``synchronous=FULL``: a 202 promises that the accepted sessions survive a power cut, so every queue commit
     reaches the disk before it returns. The service tables are created if missing."""
@@ -56,7 +110,8 @@ def connect(path: str | Path, *, key_file: str | Path | None = None) -> sqlite3.
         conn.executescript(_SCHEMA)
         row = conn.execute("SELECT value FROM serve_meta WHERE key='schema_version'").fetchone()
         if row is None:
-            conn.execute("INSERT OR IGNORE INTO serve_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("INSERT INTO serve_meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING",
+                         (str(SCHEMA_VERSION),))
         elif int(row[0]) > SCHEMA_VERSION:
             raise PromemError(f"{path}: the service tables are of schema version {row[0]}, newer than this "
                               f"promem_fast understands ({SCHEMA_VERSION}); upgrade promem_fast")

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from promem_fast.persistence.connection import transaction
+from promem_fast.persistence.api import Database
+
+from .db import Tables
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 """How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""
@@ -28,20 +29,20 @@ DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 EXPIRY_EVERY_S = 60.0
 """How often the worker's polling looks for expired jobs (a shorter retention looks more often)."""
 
-STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job WHERE q.tenant = ? AND j.user = ? "
+STILL_WANTED = ("SELECT 1 FROM serve_queue q JOIN serve_jobs j ON j.id = q.job WHERE q.tenant = ? AND j.\"user\" = ? "
                 "AND q.session_id = ? AND q.state = 'running' LIMIT 1")
 """Whether a finished session may still be stored: its claimed row is still running (a delete of its user or
 session cancelled it). Run inside the store's write transaction, so a delete is before it or after the write."""
 
 
 
-def still_wanted(conn: sqlite3.Connection, tenant: str, graph: Any) -> bool:
+def still_wanted(conn: Database, tenant: str, graph: Any) -> bool:
     """The store writer's guard (``MemoryStore.write_guard``): a graph is stored only while its claimed queue
     row is still running; see :data:`STILL_WANTED`."""
     return conn.execute(STILL_WANTED, (tenant, graph.user, graph.session_id)).fetchone() is not None
 
 
-_DRAINED = "DELETE FROM serve_jobs WHERE user = '' AND id NOT IN (SELECT job FROM serve_queue)"
+_DRAINED = "DELETE FROM serve_jobs WHERE \"user\" = '' AND id NOT IN (SELECT job FROM serve_queue)"
 """Removes the blanked jobs of a deleted user once the engine has finished their last cancelled session."""
 
 
@@ -59,16 +60,15 @@ class Claimed:
 class JobQueue:
     """Submit, claim, finish and report jobs; safe to share between request threads and the worker."""
 
-    def __init__(self, conn: sqlite3.Connection, *, retention_s: float = DEFAULT_RETENTION_S) -> None:
+    def __init__(self, conn: Tables, *, retention_s: float = DEFAULT_RETENTION_S) -> None:
         self._conn = conn
-        self._lock = threading.Lock()
         self.retention_s = retention_s
         self._next_expiry = 0.0
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
 
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        return transaction(self._conn, self._lock)
+    def _transaction(self) -> AbstractContextManager[Database]:
+        return self._conn.transaction()
 
     def recover(self) -> int:
         """Put sessions a previous process had claimed back in line (cancelled ones go); returns how many."""
@@ -83,7 +83,7 @@ class JobQueue:
         job = secrets.token_hex(8)
         rows = [(job, tenant, str(s["session_id"]), json.dumps(s, ensure_ascii=False)) for s in sessions]
         with self._transaction() as conn:
-            conn.execute("INSERT INTO serve_jobs (id, tenant, user, created, total) VALUES (?, ?, ?, ?, ?)",
+            conn.execute("INSERT INTO serve_jobs (id, tenant, \"user\", created, total) VALUES (?, ?, ?, ?, ?)",
                          (job, tenant, user, time.time(), len(rows)))
             conn.executemany("INSERT INTO serve_queue (job, tenant, session_id, payload) VALUES (?, ?, ?, ?)", rows)
         self.wakeup.set()
@@ -125,7 +125,7 @@ class JobQueue:
         checks :data:`STILL_WANTED` in its own transaction). Deleting a whole user also blanks the user's
         name on the jobs whose sessions are still running and deletes every other job of theirs. Returns
         the sessions that were pending or running."""
-        scope = "job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND user = ?)"
+        scope = 'job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND "user" = ?)'
         params: tuple[str, ...] = (tenant, user)
         if session_id is not None:
             scope, params = scope + " AND session_id = ?", (*params, session_id)
@@ -135,7 +135,7 @@ class JobQueue:
             conn.execute(f"UPDATE serve_queue SET state='cancelled', session_id='', payload='', error=NULL "
                          f"WHERE {scope} AND state='running'", params)
             conn.execute(f"DELETE FROM serve_queue WHERE {scope} AND state != 'cancelled'", params)
-            conn.execute("UPDATE serve_jobs SET user='' WHERE tenant = ? AND user = ? AND id NOT IN "
+            conn.execute("UPDATE serve_jobs SET \"user\"='' WHERE tenant = ? AND \"user\" = ? AND id NOT IN "
                          "(SELECT job FROM serve_queue WHERE state != 'cancelled')", (tenant, user))
             conn.execute(_DRAINED)
         return int(live)
@@ -145,8 +145,8 @@ class JobQueue:
         cutoff = time.time() - self.retention_s
         with self._transaction() as conn:
             old = [job for (job,) in conn.execute(
-                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(state IN ('pending', 'running', 'cancelled')) "
-                "= 0 AND MAX(finished) < ?", (cutoff,))]
+                "SELECT job FROM serve_queue GROUP BY job HAVING SUM(CASE WHEN state IN ('pending', 'running', "
+                "'cancelled') THEN 1 ELSE 0 END) = 0 AND MAX(finished) < ?", (cutoff,))]
             conn.executemany("DELETE FROM serve_queue WHERE job = ?", [(job,) for job in old])
             conn.executemany("DELETE FROM serve_jobs WHERE id = ?", [(job,) for job in old])
         self._next_expiry = time.monotonic() + min(EXPIRY_EVERY_S, self.retention_s / 2)
@@ -154,20 +154,18 @@ class JobQueue:
 
     def depth(self) -> int:
         """Sessions accepted and not finished yet (pending or running, or cancelled and still running)."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running', 'cancelled')").fetchone()
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM serve_queue WHERE state IN ('pending', 'running', 'cancelled')").fetchone()
         return int(row[0])
 
     def status(self, tenant: str, job: str) -> dict[str, Any] | None:
         """A job's progress, or None when ``tenant`` has no such job (another tenant's looks the same)."""
-        with self._lock:
-            head = self._conn.execute("SELECT user, created, total FROM serve_jobs WHERE id=? AND tenant=? AND "
-                                      "user != ''", (job, tenant)).fetchone()
-            if head is None:
-                return None
-            rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? AND "
-                                      "state != 'cancelled' ORDER BY seq", (job,)).fetchall()
+        head = self._conn.execute('SELECT "user", created, total FROM serve_jobs WHERE id=? AND tenant=? AND '
+                                  '"user" != \'\'', (job, tenant)).fetchone()
+        if head is None:
+            return None
+        rows = self._conn.execute("SELECT session_id, state, error FROM serve_queue WHERE job=? AND "
+                                  "state != 'cancelled' ORDER BY seq", (job,)).fetchall()
         counts = {state: 0 for state in ("pending", "running", "done", "failed")}
         for _, state, _ in rows:
             counts[state] += 1

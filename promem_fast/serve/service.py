@@ -18,6 +18,7 @@ from promem_fast import shapes
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError, PromemError
 from promem_fast.jsonl import printable
+from promem_fast.persistence.api import is_url
 from promem_fast.private import shred
 from promem_fast.serve import db
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, EngineProcess
@@ -47,7 +48,8 @@ class Service:
         from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
-        self.path = Path(path)
+        self.path = path if is_url(path) else Path(path)
+        """The store: an SQLite file or a PostgreSQL URL."""
         self.config = config
         self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
         self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
@@ -67,8 +69,9 @@ class Service:
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
-            shred(stale)
+        if isinstance(self.path, Path):
+            for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
+                shred(stale)
         self.worker.start()
 
     def close(self) -> None:
@@ -178,7 +181,9 @@ class Service:
         """The tenant's export as an open file that no folder lists: it is written beside the store (the
         operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
         before it is sent, so it is gone whenever the client goes away or the process dies."""
-        handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.export-", suffix=".jsonl")
+        where = ({"dir": self.path.parent, "prefix": f".{self.path.name}.export-"} if isinstance(self.path, Path)
+                 else {"prefix": ".promem.export-"})  # a database has no folder: the system's, 0600, unlinked at once
+        handle, name = tempfile.mkstemp(suffix=".jsonl", **where)  # type: ignore[call-overload]
         os.close(handle)
         target = Path(name)
         try:
