@@ -28,7 +28,8 @@ demo: $(STAMP)
 	@echo "graphs written to out/demo_graphs.jsonl (one JSON graph per session; promem export turns them into GraphML)"
 
 ## The whole suite, slow real-model tests included (builds the native core first). The web page test needs
-## Debian's headless Chromium; it is installed here when missing (as root, as CI runs).
+## Debian's headless Chromium; it is installed here when missing (as root, as CI runs). The store and service
+## suites run on SQLite and on a real PostgreSQL with pgvector (the pgserver wheel, or PROMEM_TEST_PG_URL).
 test: $(STAMP)
 	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || echo "chromium not installed: the web page test will be skipped"

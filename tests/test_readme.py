@@ -31,6 +31,7 @@ NOT_RUN = {
     "--profile gpu": "needs a GPU with vLLM",
     "promem eval halumem     --data": "needs the benchmarks' data files",
     "--profile paper": "needs a GPU box, the paper's models and an OpenAI-compatible endpoint",
+    "PROMEM_DB_URL=postgresql": "needs a PostgreSQL server at that address (tests/test_store_postgres.py runs a real one)",
 }
 
 

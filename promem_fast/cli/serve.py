@@ -23,6 +23,12 @@ def engine_priority(text: str) -> EnginePriority:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def lease_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--job-lease", type=float, default=None, metavar="SECONDS",
+                        help="on PostgreSQL: how long a claimed session stays this process's without a heartbeat; "
+                             "a killed process's sessions go to another after it (default: 30)")
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the memory service (HTTP API, web page) over a store")
     db_arg(p, "the store (created if missing)")
@@ -39,10 +45,20 @@ def register(sub: Any) -> None:
                         "(Linux SCHED_IDLE: a request preempts it at once, but extraction all but stops while other "
                         f"programs keep the cores busy). Default {ENGINE_PRIORITY}: extraction keeps a share of "
                         "a machine shared with other work")
+    lease_arg(p)
     key_arg(p)
     judge_arg(p)
     config_args(p)
     p.set_defaults(func=cmd_serve)
+
+    w = sub.add_parser("worker", help="an engine worker without the API: claims and stores the sessions that the "
+                                      "API replicas of a shared PostgreSQL store accept")
+    db_arg(w, "the store (a postgresql:// URL that the API replicas share)")
+    lease_arg(w)
+    key_arg(w)
+    judge_arg(w)
+    config_args(w)
+    w.set_defaults(func=cmd_worker)
 
     k = sub.add_parser("keys", help="create, list or revoke API keys of the service")
     ks = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
@@ -88,6 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = build_config(args)
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
+                      job_lease_s=args.job_lease,
                       job_retention_s=args.job_retention, engine_priority=args.engine_priority)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
@@ -97,6 +114,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = uvicorn.Config(app, host=args.host, port=args.port, log_level="debug" if args.verbose >= 2 else "info")
     redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")  # after Config, which sets up uvicorn's logging
     uvicorn.Server(server).run()
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run the engine process alone until SIGTERM or SIGINT; it exits with the process."""
+    import signal
+    import threading
+
+    from promem_fast.persistence.api import open_persistence
+    from promem_fast.serve.engine_process import EngineProcess
+
+    config = build_config(args)
+    config.progress = False
+    open_persistence(args.db, key_file=args.key_file).close()  # a wrong URL or schema: one line, here
+    worker = EngineProcess(args.db, config, args.update_judge, key_file=args.key_file, job_lease_s=args.job_lease)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker.start()
+    announced = False
+    try:
+        while not stop.wait(0.2):
+            if worker.alive and not announced:
+                print(f"promem worker: store {shown(args.db)}, engine process {worker.pid} ready", flush=True)
+                announced = True
+            if worker.exited:
+                print("promem: the engine process exited; see its log lines above", file=sys.stderr)
+                return 1
+    finally:
+        worker.stop()
     return 0
 
 

@@ -133,7 +133,9 @@ CREATE TABLE serve_queue (
     payload TEXT NOT NULL,
     state {_TEXT} NOT NULL DEFAULT 'pending',
     error TEXT,
-    finished DOUBLE PRECISION
+    finished DOUBLE PRECISION,
+    lease_until DOUBLE PRECISION,
+    claimed_by TEXT
 );
 CREATE INDEX serve_queue_state ON serve_queue (state, seq);
 CREATE INDEX serve_queue_job ON serve_queue (job);

@@ -133,10 +133,12 @@ class PostgresPersistence:
         return np.asarray(values, np.float32).reshape(len(values), dim)
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresPersistence]:
+    def transaction(self, *, exclusive: bool = True) -> Iterator[PostgresPersistence]:
+        """``exclusive``: take the writers' advisory lock (every store write does; the service's queue,
+        whose claims lock their own rows, does not)."""
         if self.read_only:
             raise StoreError(f"{self.location}: the store was opened read-only")
-        with self._pinned(write=True):
+        with self._pinned(write=True, exclusive=exclusive):
             yield self
 
     @contextmanager
@@ -145,16 +147,16 @@ class PostgresPersistence:
             yield self
 
     @contextmanager
-    def _pinned(self, *, write: bool) -> Iterator[None]:
+    def _pinned(self, *, write: bool, exclusive: bool = True) -> Iterator[None]:
         if getattr(self._local, "conn", None) is not None:  # already inside one: it holds the whole of it
             yield
             return
         psycopg = self.psycopg
         try:
             with self._pool.connection() as conn, conn.transaction():
-                if write:
+                if write and exclusive:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                else:
+                elif not write:
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 self._local.conn = conn
                 try:

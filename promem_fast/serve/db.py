@@ -21,7 +21,8 @@ from promem_fast.errors import PromemError
 from promem_fast.persistence.api import Database, Rows, is_url
 from promem_fast.persistence.connection import open_db, transaction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: keys, jobs, queue; 2: a claimed row's lease and holder (``lease_until``, ``claimed_by``)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS serve_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,7 +49,9 @@ CREATE TABLE IF NOT EXISTS serve_queue (
     payload TEXT NOT NULL,
     state TEXT NOT NULL DEFAULT 'pending',
     error TEXT,
-    finished REAL
+    finished REAL,
+    lease_until REAL,
+    claimed_by TEXT
 );
 CREATE INDEX IF NOT EXISTS serve_queue_state ON serve_queue(state, seq);
 CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
@@ -58,7 +61,7 @@ CREATE INDEX IF NOT EXISTS serve_queue_job ON serve_queue(job);
 class Tables(Database, Protocol):
     """The service tables' connection: statements, write transactions, close."""
 
-    def transaction(self) -> Any: ...
+    def transaction(self, *, exclusive: bool = True) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -83,7 +86,7 @@ class SqliteTables:
             return self._conn.executemany(sql, rows)
 
     @contextmanager
-    def transaction(self) -> Iterator[SqliteTables]:
+    def transaction(self, *, exclusive: bool = True) -> Iterator[SqliteTables]:
         with transaction(self._conn, self._lock):
             yield self
 
@@ -115,6 +118,11 @@ def connect_file(path: str | Path, *, key_file: str | Path | None = None) -> sql
         elif int(row[0]) > SCHEMA_VERSION:
             raise PromemError(f"{path}: the service tables are of schema version {row[0]}, newer than this "
                               f"promem_fast understands ({SCHEMA_VERSION}); upgrade promem_fast")
+        elif int(row[0]) == 1:
+            with transaction(conn, threading.Lock()):
+                conn.execute("ALTER TABLE serve_queue ADD COLUMN lease_until REAL")
+                conn.execute("ALTER TABLE serve_queue ADD COLUMN claimed_by TEXT")
+                conn.execute("UPDATE serve_meta SET value = '2' WHERE key = 'schema_version'")
     except BaseException:
         conn.close()
         raise

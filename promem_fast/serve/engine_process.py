@@ -61,8 +61,8 @@ class EngineProcess:
 
     def __init__(self, path: str | Path, config: EngineConfig, update_judge: str, *,
                  key_file: str | Path | None = None, job_retention_s: float | None = None,
-                 priority: EnginePriority = ENGINE_PRIORITY) -> None:
-        self._args = (str(path), config, update_judge, key_file, job_retention_s, priority)
+                 priority: EnginePriority = ENGINE_PRIORITY, job_lease_s: float | None = None) -> None:
+        self._args = (str(path), config, update_judge, key_file, job_retention_s, priority, job_lease_s)
         self._proc: Any = None
         self._conn: Any = None
         self._send_lock = threading.Lock()
@@ -82,6 +82,11 @@ class EngineProcess:
     @property
     def alive(self) -> bool:
         return self._ready.is_set() and not self._gone.is_set() and self._proc is not None and self._proc.is_alive()
+
+    @property
+    def exited(self) -> bool:
+        """Whether the child was started and is gone (crashed, killed, or failed before it was ready)."""
+        return self._proc is not None and not self._proc.is_alive()
 
     @property
     def pid(self) -> int | None:
@@ -215,13 +220,13 @@ class SerializedEmbedder:
 
 
 def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: str | Path | None,
-                retention_s: float | None, priority: EnginePriority, conn: Any) -> None:
+                retention_s: float | None, priority: EnginePriority, lease_s: float | None, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     lower_priority(priority)  # first: the threads the engine starts inherit it
     from promem_fast.engine import Engine
     from promem_fast.serve import db
-    from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted
+    from promem_fast.serve.jobs import DEFAULT_RETENTION_S, LEASE_S, JobQueue, still_wanted
     from promem_fast.serve.metrics import Metrics
     from promem_fast.serve.worker import EngineGate, Worker
     from promem_fast.services import Services
@@ -232,7 +237,8 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
     writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
     reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
-    jobs = JobQueue(db.connect(path, key_file=key_file), retention_s=retention_s or DEFAULT_RETENTION_S)
+    jobs = JobQueue(db.connect(path, key_file=key_file), retention_s=retention_s or DEFAULT_RETENTION_S,
+                    lease_s=lease_s or LEASE_S)
     metrics = Metrics(jobs.depth, lambda: (engine.summary.rounds, dict(engine.summary.backend_calls)))
     holder: list[EngineGate] = []
     worker = Worker(engine, jobs, metrics,

@@ -12,7 +12,10 @@ also cancels the user's queued and running sessions) and, finished, after the op
 from __future__ import annotations
 
 import json
+import logging
+import os
 import secrets
+import socket
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -22,6 +25,11 @@ from typing import Any
 from promem_fast.persistence.api import Database
 
 from .db import Tables
+
+log = logging.getLogger(__name__)
+
+LEASE_S = 30.0
+"""How long a claimed session stays a process's without a heartbeat (shared queues: see :class:`JobQueue`)."""
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 """How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""
@@ -58,25 +66,63 @@ class Claimed:
 
 
 class JobQueue:
-    """Submit, claim, finish and report jobs; safe to share between request threads and the worker."""
+    """Submit, claim, finish and report jobs; safe to share between request threads and the worker.
 
-    def __init__(self, conn: Tables, *, retention_s: float = DEFAULT_RETENTION_S) -> None:
+    On PostgreSQL several processes (API replicas with their engines, ``promem worker``) share one queue: a
+    claim takes rows ``FOR UPDATE SKIP LOCKED`` and holds them under a lease of ``lease_s`` seconds that a
+    heartbeat thread renews while the engine runs them; a process killed mid-job stops renewing, and once
+    the lease lapses another claims its sessions (the store keeps one copy of a session whoever writes it:
+    its key is tenant, user and session id). In an SQLite file one process owns the queue, and a restart
+    puts every running row back at once."""
+
+    def __init__(self, conn: Tables, *, retention_s: float = DEFAULT_RETENTION_S, lease_s: float = LEASE_S) -> None:
         self._conn = conn
         self.retention_s = retention_s
+        self.lease_s = lease_s
+        self._shared = conn.dialect == "postgresql"
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        """Who claims (``claimed_by``): host and process id, so an operator sees which process holds what."""
+        self._held: set[int] = set()
+        """The rows this process claimed and has not finished: the heartbeat renews their lease."""
+        self._held_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
         self._next_expiry = 0.0
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
 
     def _transaction(self) -> AbstractContextManager[Database]:
-        return self._conn.transaction()
+        return self._conn.transaction(exclusive=False)
 
     def recover(self) -> int:
-        """Put sessions a previous process had claimed back in line (cancelled ones go); returns how many."""
+        """Put sessions back in line (cancelled ones go); returns how many. In a file: every running row (a
+        previous process's). Shared: this process's own claims and those whose lease lapsed, never a live
+        process's."""
+        with self._held_lock:
+            mine, self._held = sorted(self._held), set()
         with self._transaction() as conn:
-            conn.execute("DELETE FROM serve_queue WHERE state='cancelled'")
-            conn.execute(_DRAINED)
-            cur = conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'")
-        return cur.rowcount
+            if not self._shared:
+                conn.execute("DELETE FROM serve_queue WHERE state='cancelled'")
+                conn.execute(_DRAINED)
+                return int(conn.execute("UPDATE serve_queue SET state='pending' WHERE state='running'").rowcount)
+            cur = conn.execute("UPDATE serve_queue SET state='pending', lease_until=NULL WHERE state='running' AND "
+                               f"(lease_until < ? OR seq IN ({','.join('?' * len(mine)) or 'NULL'}))",
+                               (time.time(), *mine))
+        return int(cur.rowcount)
+
+    def _renew(self) -> None:
+        """The heartbeat: extend the lease of every row this process holds, a third of a lease apart."""
+        while True:
+            time.sleep(self.lease_s / 3)
+            with self._held_lock:
+                held = sorted(self._held)
+            if not held:
+                continue
+            try:
+                with self._transaction() as conn:
+                    conn.execute(f"UPDATE serve_queue SET lease_until=? WHERE state='running' AND seq IN "
+                                 f"({','.join('?' * len(held))})", (time.time() + self.lease_s, *held))
+            except Exception:  # the database is away: the lease may lapse, and another process takes over
+                log.warning("could not renew the lease of %d claimed sessions", len(held), exc_info=True)
 
     def submit(self, tenant: str, user: str, sessions: list[dict[str, Any]]) -> str:
         """Store a job and its sessions in one transaction; the id is returned only once it is durable."""
@@ -96,10 +142,20 @@ class JobQueue:
             self.expire()
         if limit <= 0:
             return []
+        now = time.time()
         with self._transaction() as conn:
-            rows = conn.execute("SELECT seq, job, tenant, session_id, payload FROM serve_queue WHERE state='pending' "
-                                "ORDER BY seq LIMIT ?", (limit,)).fetchall()
-            conn.executemany("UPDATE serve_queue SET state='running' WHERE seq=?", [(r[0],) for r in rows])
+            rows = conn.execute(
+                "SELECT seq, job, tenant, session_id, payload FROM serve_queue WHERE state='pending' OR "
+                "(state='running' AND lease_until < ?) ORDER BY seq LIMIT ?"
+                + (" FOR UPDATE SKIP LOCKED" if self._shared else ""), (now, limit)).fetchall()
+            conn.executemany("UPDATE serve_queue SET state='running', lease_until=?, claimed_by=? WHERE seq=?",
+                             [(now + self.lease_s, self.holder, r[0]) for r in rows])
+        if self._shared and rows:
+            with self._held_lock:
+                self._held.update(r[0] for r in rows)
+                if self._heartbeat is None:
+                    self._heartbeat = threading.Thread(target=self._renew, name="promem-lease", daemon=True)
+                    self._heartbeat.start()
         return [Claimed(seq=r[0], job=r[1], tenant=r[2], session_id=r[3], payload=json.loads(r[4])) for r in rows]
 
     def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
@@ -107,6 +163,8 @@ class JobQueue:
         (its memory is in the store now); a failed one keeps it, to be looked at or sent again. A session
         cancelled while it ran is removed now that the engine is done with it."""
         now = time.time()
+        with self._held_lock:
+            self._held.difference_update(seq for seq, _ in outcomes)
         with self._transaction() as conn:
             conn.executemany("UPDATE serve_queue SET state='done', error=NULL, finished=?, payload='' WHERE seq=? "
                              "AND state='running'", [(now, seq) for seq, error in outcomes if not error])

@@ -44,7 +44,7 @@ class Service:
 
     def __init__(self, path: str | Path, config: EngineConfig, *, update_judge: UpdateJudge = "llm",
                  key_file: str | Path | None = None, job_retention_s: float = DEFAULT_RETENTION_S,
-                 engine_priority: EnginePriority = ENGINE_PRIORITY) -> None:
+                 engine_priority: EnginePriority = ENGINE_PRIORITY, job_lease_s: float | None = None) -> None:
         from promem_fast.services import Services
         from promem_fast.store import MemoryStore
 
@@ -63,7 +63,8 @@ class Service:
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
         only, never one the worker is writing."""
         self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
-                                    job_retention_s=job_retention_s, priority=engine_priority)
+                                    job_retention_s=job_retention_s, priority=engine_priority,
+                                    job_lease_s=job_lease_s)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
 
