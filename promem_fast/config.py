@@ -268,7 +268,7 @@ class EngineConfig:
     qa_top_k: int = 20
     """Memory entries retrieved per question in evaluation."""
     search_approximate_min: int = 50_000
-    """A user with this many memory vectors or more is searched through an approximate index (store/ann.py;
+    """A user with this many memory vectors or more is searched through an approximate index (persistence/ann.py;
     recall@10 and latency up to 1M nodes in benchmarks/README.md), not an exact scan; 0 keeps every user
     exact. FAISS on a GPU always searches exactly."""
 

@@ -353,3 +353,35 @@ def test_the_layer_checker_names_an_upward_import_and_a_package_circle() -> None
     assert [sorted({e.source for e in c}) for c in circles(package_edges(edges))] == [["backends", "store"]]
     assert two_way(package_edges(edges)) == [("backends", "store")]
     assert unit_of("promem_fast") is None and unit_of("promem_fast.store.qa") == "store"
+
+
+def private_reaches(package: Path) -> list[str]:
+    """Places where a module touches another object's private name (``x._name``) or imports one from another
+    package: ``self``/``cls`` are the object itself, and so is an instance a classmethod of its own class has
+    just built (``found = cls(...)``); ``os._exit`` is the standard library's."""
+    found = []
+    for name, path in module_files(package).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        built = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                 and node.value.func.id == "cls" for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in {"self", "cls", "os", *built}:
+                    continue
+                found.append(f"{name} line {node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(f"{package.name}."):
+                unit = unit_of(node.module)
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and unit != unit_of(name):
+                        found.append(f"{name} line {node.lineno}: imports {node.module}.{alias.name}")
+    return found
+
+
+@pytest.mark.parametrize("unit", ["store", "persistence", "serve", "eval", "cli", "memory"])
+def test_no_private_name_crosses_an_object_or_a_package(unit: str) -> None:
+    """The store's helpers, the service and the command line use public names only (issue 33: 16 reach-ins of
+    ``store._x``, ``serve`` reading ``_user_pk``, a protocol made of private attributes)."""
+    assert [r for r in private_reaches(PACKAGE) if r.startswith((f"promem_fast.{unit}.", f"promem_fast.{unit} "))] \
+        == []

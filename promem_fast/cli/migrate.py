@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from promem_fast.persistence.api import migrate, shown
+    from promem_fast.persistence.api import shown
+    from promem_fast.persistence.opening import migrate
 
     before, after = migrate(args.db, key_file=args.key_file)
     if before == after:

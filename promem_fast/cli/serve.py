@@ -122,7 +122,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from promem_fast.persistence.api import open_persistence
+    from promem_fast.persistence.opening import open_persistence
     from promem_fast.serve.engine_process import EngineProcess
 
     config = build_config(args)

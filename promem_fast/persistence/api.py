@@ -5,7 +5,7 @@ secure delete, grouped HNSW index in process) and :class:`~.postgres.PostgresPer
 pgvector, for several API replicas and engine workers over one database). Above this line nothing knows which
 one it talks to: SQL is written once, with ``?`` placeholders and the statements both dialects share
 (``INSERT ... ON CONFLICT``, ``RETURNING``); vectors go through :meth:`Persistence.nearest`, words through
-:meth:`Persistence.lexical`. :func:`open_persistence` picks the backend from the location.
+:meth:`Persistence.lexical`. :func:`~.opening.open_persistence` picks the backend from the location.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class Persistence(Database, Protocol):
     read_only: bool
     encrypted: bool
 
-    def transaction(self) -> AbstractContextManager[Database]:
-        """One write transaction, all or nothing; writers take turns."""
+    def transaction(self, *, exclusive: bool = True) -> AbstractContextManager[Database]:
+        """One write transaction, all or nothing; ``exclusive`` ones (every store write) take turns."""
         ...
 
     def snapshot(self) -> AbstractContextManager[Database]:
@@ -158,47 +158,3 @@ def resolve_location(location: str | Path | None) -> str | Path:
 
         raise StoreError(f"no store given: pass --db PATH or postgresql://... (or set {DB_URL_ENV})")
     return found
-
-
-def open_persistence(location: str | Path, *, read_only: bool = False, key_file: str | Path | None = None,
-                     search_approximate_min: int = 0, index: str = "auto") -> Persistence:
-    """The backend for ``location``: a ``postgresql://`` URL, else an SQLite file path."""
-    if is_url(location):
-        if key_file is not None:
-            from .connection import StoreError
-
-            raise StoreError("--key-file encrypts an SQLite file; a PostgreSQL store is protected by the "
-                             "server (TLS, disk encryption, roles)")
-        from .postgres import PostgresPersistence
-
-        return PostgresPersistence(str(location), read_only=read_only, approximate_min=search_approximate_min)
-    from .sqlite import SqlitePersistence
-
-    return SqlitePersistence(Path(location), read_only=read_only, key_file=key_file,
-                             approximate_min=search_approximate_min, index=index)  # type: ignore[arg-type]
-
-
-def migrate(location: str | Path, *, key_file: str | Path | None = None) -> tuple[int, int]:
-    """Bring the store's schema up to this version's (all steps in one transaction); returns the versions
-    before and after. A store written by a newer version is refused, unchanged."""
-    if is_url(location):
-        from .postgres import PostgresPersistence
-        from .pg_schema import SCHEMA_VERSION as PG_VERSION
-
-        probe = PostgresPersistence.schema_version_at(str(location))
-        PostgresPersistence(str(location)).close()
-        return probe, PG_VERSION
-    from .connection import open_db
-    from .schema import SCHEMA_VERSION, connect, user_version
-
-    path = Path(location)
-    if path.exists():
-        db = open_db(path, read_only=True, key_file=key_file)
-        try:
-            before = user_version(db)
-        finally:
-            db.close()
-    else:
-        before = 0
-    connect(path, key_file=key_file).close()
-    return before, SCHEMA_VERSION

@@ -35,6 +35,9 @@ WRITE_LOCK = 0x70726F6E
 """The advisory lock key every write transaction holds until it ends."""
 
 POOL_MAX = 8
+EF_SEARCH = 100
+"""pgvector's HNSW search width (``hnsw.ef_search``, set on every pooled connection): a query asks for at most
+this many rows through the index (more go to an exact scan), and its recall grows with it (40 by default)."""
 CONNECT_TIMEOUT_S = 10
 
 
@@ -58,7 +61,10 @@ class PostgresPersistence:
         self.approximate_min = approximate_min
         self._local = threading.local()
         self._check_server(url)
-        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False,
+        self._counts: dict[int, tuple[int, int, int]] = {}
+        """user -> (generation, highest node id, vectors), see :meth:`vector_count`."""
+        self._counts_lock = threading.Lock()
+        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, configure=_configure,
                                          kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S})
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
 
@@ -169,8 +175,26 @@ class PostgresPersistence:
 
     # ------------------------------------------------------------------------------------ vectors
     def vector_count(self, user_pk: int) -> int:
-        row = self.execute("SELECT COUNT(*) FROM nodes WHERE user_id = ? AND vector IS NOT NULL", (user_pk,))
-        return int(row.fetchone()[0])
+        """Counted once per user and process, then brought up to date by the rows added since (node ids only
+        grow) and counted again when the user's ``generation`` says nodes were removed: a search costs one
+        short index range scan, not a count of a large user's rows."""
+        with self._counts_lock:
+            known = self._counts.get(user_pk)
+        generation, last, count = known or (-1, 0, 0)
+        row = self.execute(
+            "SELECT u.generation, (SELECT count(*) FROM nodes n WHERE n.user_id = u.id AND n.id > ? AND "
+            "n.vector IS NOT NULL), (SELECT max(n.id) FROM nodes n WHERE n.user_id = u.id) FROM users u "
+            "WHERE u.id = ?", (last if known else 0, user_pk)).fetchone()
+        if row is None:
+            return 0
+        if int(row[0]) != generation and known is not None:  # nodes were removed: count afresh
+            with self._counts_lock:
+                self._counts.pop(user_pk, None)
+            return self.vector_count(user_pk)
+        total = count + int(row[1])
+        with self._counts_lock:
+            self._counts[user_pk] = (int(row[0]), int(row[2] or 0), total)
+        return total
 
     def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         n = self.vector_count(user_pk)
@@ -189,12 +213,10 @@ class PostgresPersistence:
 
     def _top(self, user_pk: int, query: str, fetch: int, *, approximate: bool) -> tuple[np.ndarray, np.ndarray]:
         found: list[Any] = []
-        if approximate:
-            with self.snapshot():
-                self.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 2 * fetch))}")
-                found = self.execute(
-                    "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
-                    "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
+        if approximate and fetch <= EF_SEARCH:
+            found = self.execute(
+                "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
+                "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
         if len(found) < fetch:  # exact (a small user, or the index's filtered answer came back short)
             found = self.execute(
                 "SELECT id, 1 - (vector <=> ?::vector) AS score FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
@@ -235,6 +257,10 @@ class PostgresPersistence:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _configure(conn: Any) -> None:
+    conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -72,7 +72,8 @@ class SqlitePersistence:
         return from_blobs(list(values), dim)
 
     @contextmanager
-    def transaction(self) -> Iterator[SqlitePersistence]:
+    def transaction(self, *, exclusive: bool = True) -> Iterator[SqlitePersistence]:
+        """Every write transaction of a file is exclusive (``BEGIN IMMEDIATE``), whatever ``exclusive`` says."""
         if self.read_only:
             raise StoreError(f"{self.path}: the store was opened read-only")
         with transaction(self._db, self._lock):

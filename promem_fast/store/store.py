@@ -21,7 +21,8 @@ import numpy as np
 
 from promem_fast.config import EngineConfig
 from promem_fast.persistence import rows
-from promem_fast.persistence.api import Database, open_persistence, resolve_location
+from promem_fast.persistence.api import Database, resolve_location
+from promem_fast.persistence.opening import open_persistence
 from promem_fast.persistence.connection import StoreError
 from promem_fast.persistence.records import Hit
 from promem_fast.persistence.vectors import IndexKind
