@@ -4,11 +4,15 @@ nothing half-written. A real server (``pg_url``: the pgserver wheel, or ``PROMEM
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import scripted_config
+from conftest import ROOT, scripted_config
 from store_helpers import TopicEmbedder, graph
 
 from promem_fast.store import MemoryStore, StoreError
@@ -142,3 +146,27 @@ def test_a_connection_dropped_inside_a_write_leaves_nothing_half_written(pg_url:
         store.write_guard = None
         assert store.sessions("Maya") == ["j1", "j2", "j3"]  # the pool replaced the dropped connection
         assert store.add([graph("late", "Maya", ["Maya moved to Denver."])]) == 1
+
+
+def promem(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "promem_fast.cli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_the_command_line_takes_the_database_from_promem_db_url(tmp_path: Path, pg_url: str) -> None:
+    with MemoryStore(tmp_path / "m.db", scripted_config(), profile="scripted") as store:  # the CLI's embedder
+        fill(store)
+        store.export(tmp_path / "a.jsonl")
+        expected = store.search("Maya", "where does Maya work?", k=1)[0].text
+    env = {"PROMEM_DB_URL": pg_url}
+    first = promem("migrate", env=env)
+    assert first.returncode == 0 and first.stdout.strip().endswith("schema version 0 -> 2"), first.stderr
+    assert promem("migrate", env=env).stdout.strip().endswith("schema version 2, up to date")
+    done = promem("import", str(tmp_path / "a.jsonl"), "--profile", "scripted", env=env)
+    assert done.returncode == 0 and "imported 4 sessions" in done.stdout, done.stderr
+    found = promem("search", "where does Maya work?", "--user", "Maya", "--json", env=env)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout.splitlines()[0])["memory"] == expected
+    wrong = promem("search", "job", "--user", "Maya", "--db", "postgresql://me:pw@127.0.0.1:1/x")
+    assert wrong.returncode == 2 and wrong.stderr.strip() == wrong.stderr.strip().splitlines()[0]
+    assert wrong.stderr.startswith("promem: postgresql://me:***@127.0.0.1:1/x: cannot connect")
