@@ -2,7 +2,7 @@
 grouped HNSW index in process, recall@10 and single-query latency (p50, p99), side by side in one run.
 
 Run: ``python benchmarks/bench_pg_search.py [--sizes 100000] [--queries 300]`` (writes
-``results/bench_pg_search.json``). PostgreSQL is the server ``PROMEM_TEST_PG_URL`` names, else one started
+``results/bench_pg_search.json`` through :func:`figures.write_result`). PostgreSQL is the server ``PROMEM_TEST_PG_URL`` names, else one started
 from the pgserver wheel in a temporary folder.
 
 The vectors (384 dims, normalised) are noisy copies of 2,000 random centres at cosine about 0.9 to their
@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from promem_fast.persistence import rows  # noqa: E402
 from promem_fast.persistence.opening import open_persistence  # noqa: E402
@@ -99,11 +100,32 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
     return out
 
 
+def write(results: list[dict[str, object]], command: str) -> None:
+    """``results/bench_pg_search.json``: per size and backend, recall@10, p50/p99 and the seconds to load and
+    index, as figures and one table."""
+    import figures
+
+    found: dict[str, object] = {}
+    rows = []
+    for result in results:
+        size = result["nodes"]
+        for name in ("sqlite", "postgresql"):
+            for key, value in result[name].items():  # type: ignore[union-attr]
+                found[f"{size}.{name}.{key}"] = value
+            got = result[name]
+            rows.append([f"{size:,}", name, got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
+                         got["load_s"], got["build_s"]])  # type: ignore[index]
+    figures.write_result("bench_pg_search", found, command, tables={"main": {
+        "columns": ["nodes", "backend", "recall@10", "p50 ms", "p99 ms", "load s", "index s"], "rows": rows}},
+        note="One user; synthetic clustered vectors (2,000 centres, cosine about 0.9), 384 dims; both backends "
+             "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW, ef_search 100); "
+             "queries timed alternately, on 2 CPU cores shared with other work.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_pg_search.json")
     args = parser.parse_args()
     from pg_server import Server
 
@@ -119,11 +141,7 @@ def main() -> int:
                 print(json.dumps(results[-1]), flush=True)
     finally:
         server.close()
-    args.out.write_text(json.dumps({
-        "benchmark": "bench_pg_search", "command": "python benchmarks/bench_pg_search.py " + " ".join(sys.argv[1:]),
-        "machine": "2 shared CPU cores (noisy: ratios measured side by side in one run)",
-        "vectors": "synthetic clustered (2,000 centres, cosine about 0.9 to the centre), 384 dims",
-        "results": results}, indent=1) + "\n", encoding="utf-8")
+    write(results, "python benchmarks/bench_pg_search.py " + " ".join(sys.argv[1:]))
     return 0
 
 

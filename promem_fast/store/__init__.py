@@ -1,5 +1,5 @@
-"""The memory store: extracted memory kept in a persistence backend (:mod:`promem_fast.persistence`), searched, answered from, updated
-across sessions and exported (see :class:`MemoryStore`).
+"""The memory store: extracted memory kept in a persistence backend (:mod:`promem_fast.persistence`),
+searched, answered from, updated across sessions and exported (see :class:`MemoryStore`).
 
 The names are loaded on first use, so the scripted backend can read the store's prompt templates without
 importing the engine.

@@ -3,8 +3,9 @@
 The rows live in a persistence backend (:mod:`promem_fast.persistence`: one SQLite file, or PostgreSQL with
 pgvector) holding every tenant's users, their sessions and each session's nodes, edges and details; a
 user's memory is the union of all their sessions. Search is by cosine over the user's node vectors
-(:meth:`~promem_fast.persistence.api.Persistence.nearest`), answering is evaluation's QA program over the hits, and a new session's entries
-are judged against the user's older memories (:mod:`.update`), in one canonical order (:mod:`.ordering`):
+(:meth:`~promem_fast.persistence.api.Persistence.nearest`), answering is evaluation's QA program over the
+hits, and a new session's entries are judged against the user's older memories (:mod:`.update`), in one
+canonical order (:mod:`.ordering`):
 an update marks the older one superseded (kept, with the time it held, for questions about the past), a
 duplicate is merged into the memory it repeats. The store records the embedder that filled it
 (:mod:`promem_fast.persistence.identity`).
