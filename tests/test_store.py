@@ -107,6 +107,23 @@ def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path:
         assert JOBS[1][2] in [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
 
 
+def test_the_update_judge_runs_on_the_model_that_roles_update_names(tmp_path: Path) -> None:
+    """``roles.update`` chooses the chat model that judges updates, apart from the one that checks entailment
+    (``roles.nli``): here a model whose context cannot hold the judge's prompt, so the judge fails and the
+    older job stays current; the same model under ``roles.nli`` changes nothing."""
+    jobs = [graph(sid, "Maya", [text], timestamp=ts) for sid, ts, text in JOBS[:2]]
+    tiny = ["backend=scripted", "context_length=64"]
+    current = {}
+    for role in ("nli", "update"):
+        config = scripted_config().with_overrides([f"roles.{role}.{value}" for value in tiny])
+        with MemoryStore(tmp_path / f"{role}.db", config, embedder=TopicEmbedder()) as store:
+            store.add(jobs[:1])
+            store.add(jobs[1:])
+            current[role] = {h.text for h in store.search("Maya", "where does Maya work?", k=10)}
+    assert current["nli"] == {JOBS[1][2]}
+    assert current["update"] == {JOBS[0][2], JOBS[1][2]}
+
+
 def test_an_older_session_added_later_takes_its_place_in_time(tmp_path: Path) -> None:
     newer = graph(JOBS[1][0], "Maya", [JOBS[1][2]], timestamp=JOBS[1][1])
     older = graph(JOBS[0][0], "Maya", [JOBS[0][2]], timestamp=JOBS[0][1])

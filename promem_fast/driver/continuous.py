@@ -26,9 +26,11 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from promem_fast.context import RunContext
+from promem_fast.driver.accounting import share
 from promem_fast.driver.kinds import Job, Kinds
 from promem_fast.driver.lanes import Delivery, Lanes
-from promem_fast.driver.state import END, SessionRun, advance, pull, start
+from promem_fast.driver.settle import Settler
+from promem_fast.driver.state import END, IDLE, SessionRun, advance, pull, start
 from promem_fast.requests import Program
 from promem_fast.summary import RunSummary
 
@@ -45,6 +47,7 @@ class Scheduler:
         self.lanes = lanes
         self.summary = summary
         config = kinds.config
+        self.settler = Settler(config, kinds.services)
         self.window = kinds.window()
         self.max_reorder = config.max_reorder or self.window
         self.order: deque[SessionRun] = deque()
@@ -97,11 +100,11 @@ class Scheduler:
             self.summary.backend_calls[kind] = self.summary.backend_calls.get(kind, 0) + n
         for kind, seconds in delivery.backend_seconds.items():
             self.summary.backend_seconds[kind] = self.summary.backend_seconds.get(kind, 0.0) + seconds
-        self.kinds.share(delivery.jobs, delivery.outcomes, delivery.seconds)
+        share(delivery.jobs, delivery.outcomes, delivery.seconds)
         retry: dict[int, tuple[SessionRun, list[int]]] = {}
         for job, outcome in zip(delivery.jobs, delivery.outcomes):
             run = job.run
-            if not self.kinds.settle(job, outcome):
+            if not self.settler.settle(job, outcome):
                 retry.setdefault(id(run), (run, []))[1].append(job.slot)
             elif run.ready:
                 advance(run)
@@ -126,11 +129,10 @@ class Scheduler:
 class ContinuousDriver:
     """Runs ``(key, make_program)`` pairs on the lanes; ``(key, value or exception)`` out in input order."""
 
-    def __init__(self, kinds: Kinds, lanes: Lanes, summary: RunSummary, idle: Any) -> None:
+    def __init__(self, kinds: Kinds, lanes: Lanes, summary: RunSummary) -> None:
         self.kinds = kinds
         self.lanes = lanes
         self.summary = summary
-        self._idle = idle
         self.last: Scheduler | None = None
         """The scheduler of the latest run (its counters), for tests and benchmarks."""
 
@@ -151,7 +153,7 @@ class ContinuousDriver:
             idle = False
             while not exhausted and sched.has_room:
                 item = pull(source)
-                exhausted, idle = item is END, item is self._idle
+                exhausted, idle = item is END, item is IDLE
                 if exhausted or idle:
                     break
                 sched.admit(*item)

@@ -2,7 +2,7 @@
 
 The worker's source claims pending sessions only as the engine's window has room, so sessions of different
 clients share every backend batch (continuous batching across requests). When the queue is empty but
-sessions are in flight it yields :data:`~promem_fast.engine.IDLE` so they keep advancing; when nothing is in
+sessions are in flight it yields :data:`~promem_fast.driver.state.IDLE` so they keep advancing; when nothing is in
 flight it waits on the queue's wakeup event. Question answering runs on the same engine: :class:`EngineGate`
 hands QA programs to the worker, which interleaves them with extraction.
 
@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from promem_fast.engine import IDLE, Engine
+from promem_fast.driver.state import IDLE
+from promem_fast.engine import Engine
 from promem_fast.errors import PromemError
 from promem_fast.serve.jobs import Claimed, JobQueue
 from promem_fast.serve.metrics import Metrics
