@@ -1,4 +1,6 @@
-"""Tiny text utilities shared by the deterministic backends (content words, crude stemming)."""
+"""Content words of a text (lower-cased, crudely stemmed, stop words out), for the pipeline's word-overlap
+checks: a detail that only repeats the prompt's words, a relation's entries against the dialogue. The test
+stand-ins compare texts the same way."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def stem(word: str) -> str:
 
 @lru_cache(maxsize=2048)
 def content_words(text: str) -> tuple[str, ...]:
-    """Lower-cased, stemmed words of ``text`` without stop words, in order (cached: the deterministic
-    backends see the same dialogue text in many prompts)."""
+    """Lower-cased, stemmed words of ``text`` without stop words, in order (cached: the same dialogue text
+    comes back in many prompts)."""
     return tuple(stem(w) for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS)
 
 
