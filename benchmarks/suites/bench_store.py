@@ -163,17 +163,17 @@ def test_halumem_update_points_as_supersede_links(benchmark: Any, tmp_path: Path
     store = benchmark.pedantic(add, rounds=1, iterations=1)
     points = [p for user in bench.users for p in user.memory_points if p.is_update]
     found = matched = 0
-    nodes = [h for user in store.users() for h in store.get_all(user, history=True)]
+    nodes = [h for user in store.users() for h in store.hits(user, history=True)]
     replaced: dict[int, list[str]] = {}
     for h in nodes:
-        if h["superseded_by"] is not None:
-            replaced.setdefault(h["superseded_by"], []).append(h["text"])
+        if h.superseded_by is not None:
+            replaced.setdefault(h.superseded_by, []).append(h.text)
     embed = store.embedder.embed
     for point in points:
-        mine = [h for h in nodes if h["session_id"] == point.session_id]
+        mine = [h for h in nodes if h.session_id == point.session_id]
         if not mine:
             continue
-        best = mine[int(np.argmax(embed([h["text"] for h in mine]) @ embed([point.content])[0]))]["id"]
+        best = mine[int(np.argmax(embed([h.text for h in mine]) @ embed([point.content])[0]))].node_id
         if best in replaced:
             found += 1
             if point.original_memories:
@@ -181,7 +181,7 @@ def test_halumem_update_points_as_supersede_links(benchmark: Any, tmp_path: Path
                 matched += bool((olds @ embed(list(point.original_memories)).T).max() >= 0.5)
     benchmark.extra_info.update({"update_points": len(points), "update_points_superseding": found,
                                  "update_points_superseding_an_original": matched,
-                                 "supersede_links": sum(h["superseded_by"] is not None for h in nodes),
+                                 "supersede_links": sum(h.superseded_by is not None for h in nodes),
                                  "nodes": len(nodes), "sessions": len(graphs)})
     print(benchmark.extra_info)
     store.close()

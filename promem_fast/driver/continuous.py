@@ -55,8 +55,6 @@ class Scheduler:
         self.running = 0
         self.waiting = 0
         """Finished sessions in :attr:`order` (the reorder buffer)."""
-        self.peak_held = 0
-        """Most sessions held at once (in progress plus waiting), for the memory bound's tests."""
         self._reply: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
 
     @property
@@ -71,7 +69,6 @@ class Scheduler:
         else:
             self.running += 1
             self._post(run, range(len(run.pending)))
-        self.peak_held = max(self.peak_held, self.running + self.waiting)
 
     def finished(self) -> Iterator[SessionRun]:
         """Sessions ready to hand out: the finished head of the input order."""
@@ -133,8 +130,6 @@ class ContinuousDriver:
         self.kinds = kinds
         self.lanes = lanes
         self.summary = summary
-        self.last: Scheduler | None = None
-        """The scheduler of the latest run (its counters), for tests and benchmarks."""
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
             ) -> Iterator[tuple[Any, Any]]:
@@ -146,7 +141,7 @@ class ContinuousDriver:
 
     def _run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
              ) -> Iterator[tuple[Any, Any]]:
-        sched = self.last = Scheduler(self.kinds, self.lanes, self.summary)
+        sched = Scheduler(self.kinds, self.lanes, self.summary)
         source = iter(programs)
         exhausted = False
         while True:

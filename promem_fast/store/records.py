@@ -18,7 +18,8 @@ def turn_key(turn_id: Any) -> str | None:
 
 @dataclass(slots=True)
 class Hit:
-    """One node of a user's memory, as search, ``get_all`` and ``history`` return it."""
+    """One node of a user's memory, as search and :meth:`MemoryStore.hits` return it (:meth:`memory`: the shape
+    :class:`promem_fast.Memory` and every surface hand out)."""
 
     node_id: int
     user: str
@@ -63,16 +64,6 @@ class Hit:
         from .qa import unit_key
 
         return unit_key(self.text, self.details)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.node_id, "user": self.user, "session_id": self.session_id, "text": self.text,
-            "date": self.date, "turn_id": self.turn_id,
-            "score": None if self.score is None else round(float(self.score), 6),
-            "details": list(self.details), "edges": [dict(e) for e in self.edges],
-            "superseded_by": self.superseded_by, "node": dict(self.node),
-            "valid_from": self.valid_from, "valid_until": self.valid_until, "session_ids": list(self.sessions),
-        }
 
     def memory(self) -> dict[str, Any]:
         """The memory as :class:`promem_fast.Memory` hands it out (its module docstring gives the shape)."""
