@@ -30,7 +30,7 @@ from promem_fast.driver.rounds import RoundDriver
 from promem_fast.errors import SessionFailed
 from promem_fast.requests import Program
 from promem_fast.services import Services
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ MAX_LINES = 450
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "prompts", "native", "jsonl", "io", "models",
-     "manifest", "summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache"),
+     "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
@@ -253,7 +253,7 @@ def test_the_product_loads_no_stand_in_until_the_scripted_profile_asks_for_one()
         "import importlib, sys\n"
         "for name in ('promem_fast', 'promem_fast.cli', 'promem_fast.store.store', 'promem_fast.store.qa',\n"
         "             'promem_fast.eval.runner', 'promem_fast.eval.judges', 'promem_fast.distributed.driver',\n"
-        "             'promem_fast.serve.app', 'promem_fast.serve.worker', 'promem_fast.backends'):\n"
+        "             'promem_fast.serve.app', 'promem_fast.serve.job_worker', 'promem_fast.backends'):\n"
         "    importlib.import_module(name)\n"
         "print(sorted(m for m in sys.modules if m.startswith('promem_fast.testing')))\n"
         "from promem_fast.backends import create\n"

@@ -20,7 +20,7 @@ from promem_fast.isolation import FaultIsolation
 from promem_fast.prefix_cache import block_hashes
 from promem_fast.requests import Anchor, Attend, CleanEdges, Compress, Embed, Entail, Match
 from promem_fast.services import Services
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 
 def call(services: Services, kind: str, jobs: Sequence[Job], isolation: FaultIsolation,

@@ -32,7 +32,7 @@ from promem_fast.driver.lanes import Delivery, Lanes
 from promem_fast.driver.settle import Settler
 from promem_fast.driver.state import END, IDLE, SessionRun, advance, pull, start
 from promem_fast.requests import Program
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 IDLE_WAIT_S = 0.05
 """While the source has nothing new (it yielded IDLE), how long a step waits for answers before the source

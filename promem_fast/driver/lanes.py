@@ -27,7 +27,7 @@ from promem_fast.backends.base import Completion, GenerationRequest, LLMBackend
 from promem_fast.driver.calls import call, prepare_job
 from promem_fast.driver.kinds import Job, Kinds
 from promem_fast.isolation import FaultIsolation
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from promem_fast.driver.settle import Settler
 from promem_fast.driver.state import END, IDLE, UNSET, SessionRun, advance, pull, start
 from promem_fast.isolation import FaultIsolation
 from promem_fast.requests import Program
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 
 class RoundDriver:

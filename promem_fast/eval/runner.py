@@ -53,7 +53,7 @@ from .judges import (
     update_program,
 )
 from .provenance import provenance
-from .records import Benchmark, EvalUser, GoldMemory, Question
+from .benchmark import Benchmark, EvalUser, GoldMemory, Question
 from .report import write_report
 from .split import apply_tau, select_users
 from .updates import UPDATE_ROUTINGS, has_memories, history, route_points, update_inputs
@@ -265,7 +265,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
     ``limit``: the first N items; ``sessions``: the first N sessions of each (the questions that stay are
-    those :meth:`~promem_fast.eval.records.Benchmark.first_sessions` keeps);
+    those :meth:`~promem_fast.eval.benchmark.Benchmark.first_sessions` keeps);
     ``graphs_path``: a graphs JSONL to reuse and extend (default ``OUT/graphs-<kind>-<variant>.jsonl``);
     ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one);
     ``update_routing``: which judges HaluMem's update points go to (:data:`~.updates.UPDATE_ROUTINGS`);

@@ -3,7 +3,7 @@ across sessions and exported (see :class:`MemoryStore`)."""
 
 from __future__ import annotations
 
-from .records import Hit
+from .hits import Hit
 from .schema import StoreError
 from .store import MemoryStore
 

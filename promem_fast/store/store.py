@@ -26,14 +26,14 @@ from promem_fast.private import shred
 
 from . import rows
 from .connection import checkpoint, transaction
-from .records import Hit
+from .hits import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from promem_fast.summary import RunSummary
+    from promem_fast.run_summary import RunSummary
     from promem_fast.types import MemoryGraph, Session
 
     from .qa import RetrievalIndex

@@ -33,7 +33,7 @@ from .vectors import from_blobs
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
 
-    from .view import StoreView
+    from .protocol import StoreView
 
 log = logging.getLogger(__name__)
 

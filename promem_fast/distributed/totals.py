@@ -1,6 +1,6 @@
 """Accounting of a distributed run: per-shard summaries summed over shards and actors, rates per actor.
 
-Each shard's manifest keeps the :class:`~promem_fast.summary.RunSummary` of that shard and the actor that
+Each shard's manifest keeps the :class:`~promem_fast.run_summary.RunSummary` of that shard and the actor that
 made it, so the totals of a run that was killed and rerun still count every shard exactly once: the run
 summary is rebuilt from the manifests of all shards, not from what this driver process happened to see.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 from promem_fast.types import RunStats
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import Shard, read_shard, session_ids
-from promem_fast.distributed.summary import summary_to_dict
+from promem_fast.distributed.totals import summary_to_dict
 from promem_fast.errors import InputError, PromemError
 from promem_fast.io import input_reject, session_reject
 from promem_fast.types import Session
@@ -54,7 +54,7 @@ class ShardWorker:
     def run(self, shard: Shard, taken: frozenset[str]) -> tuple[str, str, str, str, str]:
         """One shard through the engine: (name, graphs JSONL, rejects JSONL, report JSON, error JSON or '');
         ``taken`` are the ids an earlier shard holds (rejected here as duplicates)."""
-        from promem_fast.summary import RunSummary
+        from promem_fast.run_summary import RunSummary
 
         engine = self.engine
         engine.summary = RunSummary()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from promem_fast.types import MemoryGraph
 
     from .qa import RetrievalIndex
-    from .records import Hit
+    from .hits import Hit
     from .vectors import VectorIndex
 
 
