@@ -11,7 +11,7 @@ from typing import Any
 
 from . import rows
 from .api import Database
-from .records import Hit
+from .hits import Hit
 
 
 def _edges_touching(db: Database, ids: list[int]) -> list[tuple[int, int, str, str]]:

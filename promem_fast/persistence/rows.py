@@ -18,7 +18,7 @@ from promem_fast.names import name_problem
 from promem_fast.types import MemoryGraph
 
 from .api import Database
-from .records import Hit, turn_key
+from .hits import Hit, turn_key
 from .timeline import iso_time, now_iso
 
 log = logging.getLogger(__name__)

@@ -14,14 +14,14 @@ import numpy as np
 from promem_fast.persistence import rows
 from promem_fast.persistence.api import Database
 from promem_fast.persistence.connection import StoreError
-from promem_fast.persistence.records import Hit
+from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.timeline import day_label, iso_time, query_time, validity
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
 
     from .qa import RetrievalIndex
-    from .view import StoreView
+    from .protocol import StoreView
 
 
 PRESELECT_ABOVE = 20_000

@@ -30,7 +30,7 @@ from promem_fast.engine import Engine
 from promem_fast.requests import Embed, Failure, Generate, Program
 from promem_fast.types import MemoryGraph, RunStats, Session
 
-from promem_fast.persistence.records import unit_body, unit_key
+from promem_fast.persistence.hits import unit_body, unit_key
 
 from .qa_prompts import qa_schema, render_qa
 
@@ -44,7 +44,7 @@ _FIELD_OF: dict[str, str] = {"memory": "memories", "turns": "excerpts"}
 
 
 class Asked(Protocol):
-    """What the answer program reads of a question (evaluation's :class:`~promem_fast.eval.records.Question`
+    """What the answer program reads of a question (evaluation's :class:`~promem_fast.eval.benchmark.Question`
     and the store's :class:`Ask` both have it)."""
 
     @property

@@ -1,0 +1,145 @@
+"""One user's search on the two persistence backends: pgvector's HNSW index in PostgreSQL against SQLite's
+grouped HNSW index in process, recall@10 and single-query latency (p50, p99), side by side in one run.
+
+Run: ``python -m benchmarks.runs.bench_pg_search [--sizes 100000] [--queries 300]`` (writes
+``results/bench_pg_search.json`` through :func:`benchmarks.tools.figures.write_result`). PostgreSQL is the server ``PROMEM_TEST_PG_URL`` names, else one started
+from the pgserver wheel in a temporary folder.
+
+The vectors (384 dims, normalised) are noisy copies of 2,000 random centres at cosine about 0.9 to their
+centre: clustered, as sentence embeddings of one person's memories are. Each backend holds one user of
+``size`` vectors, written through :func:`~promem_fast.persistence.rows.insert_session` in sessions of 1,000
+nodes; the index is then built (the timed ``build_s``: pgvector's ``CREATE INDEX ... USING hnsw`` over the
+typed column; the grouped graph on SQLite's first search). Queries are further noisy copies; recall@10
+counts the ids of each backend's top 10 found in the exact top 10 (numpy, float64). Latency is
+``Persistence.nearest(user, query, 10)`` as the store calls it, both backends timed alternately query by
+query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common.paths import ROOT
+from benchmarks.tools import figures
+from promem_fast.persistence import rows
+from promem_fast.persistence.opening import open_persistence
+
+DIM = 384
+CENTRES = 2000
+K = 10
+
+
+def vectors(n: int, centres: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    picked = centres[rng.integers(0, len(centres), n)]
+    noisy = picked + rng.normal(0, 0.5 / np.sqrt(DIM), (n, DIM)).astype(np.float32)
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+
+
+def fill(db: object, data: np.ndarray) -> None:
+    with db.transaction() as tx:  # type: ignore[attr-defined]
+        tx.execute("INSERT INTO meta (key, value) VALUES ('dim', ?) ON CONFLICT DO NOTHING", (str(DIM),))
+        user = rows.ensure_user(tx, "bench", "u")
+    for start in range(0, len(data), 1000):
+        block = data[start:start + 1000]
+        record = {"session_id": f"s{start // 1000}", "timestamp": None, "mode": "promem",
+                  "nodes": [{"id": i, "text": f"memory {start + i}", "turn_ids": [], "details": []}
+                            for i in range(len(block))],
+                  "edges": [], "details": [], "events": [], "stats": {}}
+        with db.transaction() as tx:  # type: ignore[attr-defined]
+            rows.insert_session(tx, user, record, block)
+
+
+def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.Generator) -> dict[str, object]:
+    centres = rng.normal(size=(CENTRES, DIM)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    data = vectors(size, centres, rng)
+    asked = vectors(queries, centres, rng)
+    exact = np.argsort(-(asked.astype(np.float64) @ data.astype(np.float64).T), axis=1)[:, :K] + 1  # node ids
+    out: dict[str, object] = {"nodes": size, "queries": queries}
+    stores = {"sqlite": open_persistence(folder / f"bench-{size}.db", search_approximate_min=1),
+              "postgresql": open_persistence(pg_url, search_approximate_min=1)}
+    try:
+        for name, db in stores.items():
+            started = time.perf_counter()
+            fill(db, data)
+            loaded = time.perf_counter() - started
+            started = time.perf_counter()
+            if name == "postgresql":
+                db.dim_recorded(DIM)
+            else:
+                db.nearest(1, asked[0], K)  # builds the grouped graph
+            out[name] = {"load_s": round(loaded, 1), "build_s": round(time.perf_counter() - started, 1)}
+        times: dict[str, list[float]] = {name: [] for name in stores}
+        hits: dict[str, int] = {name: 0 for name in stores}
+        for row, query in enumerate(asked):
+            for name, db in stores.items():
+                started = time.perf_counter()
+                ids, _ = db.nearest(1, query, K)
+                times[name].append(time.perf_counter() - started)
+                hits[name] += len(set(ids.tolist()) & set(exact[row].tolist()))
+        for name in stores:
+            ordered = sorted(times[name])
+            out[name].update({  # type: ignore[union-attr]
+                "recall_at_10": round(hits[name] / (K * queries), 4),
+                "p50_ms": round(1000 * statistics.median(ordered), 2),
+                "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2)})
+    finally:
+        for db in stores.values():
+            db.close()
+    return out
+
+
+def write(results: list[dict[str, object]], command: str) -> None:
+    """``results/bench_pg_search.json``: per size and backend, recall@10, p50/p99 and the seconds to load and
+    index, as figures and one table."""
+    found: dict[str, object] = {}
+    rows = []
+    for result in results:
+        size = result["nodes"]
+        for name in ("sqlite", "postgresql"):
+            for key, value in result[name].items():  # type: ignore[union-attr]
+                found[f"{size}.{name}.{key}"] = value
+            got = result[name]
+            rows.append([f"{size:,}", name, got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
+                         got["load_s"], got["build_s"]])  # type: ignore[index]
+    figures.write_result("bench_pg_search", found, command, tables={"main": {
+        "columns": ["nodes", "backend", "recall@10", "p50 ms", "p99 ms", "load s", "index s"], "rows": rows}},
+        note="One user; synthetic clustered vectors (2,000 centres, cosine about 0.9), 384 dims; both backends "
+             "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW, ef_search 100); "
+             "queries timed alternately, on 2 CPU cores shared with other work.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--queries", type=int, default=300)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pg_server import Server  # the tests' server: PROMEM_TEST_PG_URL, else the pgserver wheel
+
+    server = Server()
+    rng = np.random.default_rng(11)
+    results = []
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            for size in args.sizes:
+                url = server.fresh_database()
+                results.append(measure(size, args.queries, url, Path(folder), rng))
+                server.drop(url)
+                print(json.dumps(results[-1]), flush=True)
+    finally:
+        server.close()
+    write(results, "python -m benchmarks.runs.bench_pg_search " + " ".join(sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
