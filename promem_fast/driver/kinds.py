@@ -30,6 +30,7 @@ from promem_fast.requests import (
 )
 from promem_fast.services import Services
 from promem_fast.summary import RunSummary
+from promem_fast.times import day_of
 
 KIND_NAMES: dict[type, str] = {
     Generate: "generate", Entail: "entail", Embed: "embed", Match: "match", Anchor: "anchor",
@@ -56,10 +57,10 @@ class Job:
 
 
 def session_date(timestamp: str | None) -> str | None:
-    """The ``YYYY-MM-DD`` day of a session timestamp, for the chat template's own date (None if absent)."""
-    if not timestamp or len(timestamp) < 10 or timestamp[4] != "-" or timestamp[7] != "-":
-        return None
-    return timestamp[:10]
+    """The ``YYYY-MM-DD`` day of a session timestamp, for the chat template's own date (None if absent); read
+    by :func:`promem_fast.times.day_of`, so the template shows the day the prompts and the store show."""
+    day = day_of(timestamp)
+    return day.isoformat() if day is not None else None
 
 
 def prepare_prompt(backend: LLMBackend, request: GenerationRequest) -> GenerationRequest:

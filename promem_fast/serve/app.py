@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 from promem_fast.deps import require
-from promem_fast.errors import PromemError
+from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import schemas as api
 from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
 from promem_fast.serve.keys import Caller
@@ -188,6 +188,14 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": "not found"}, status_code=404)
+
+    @app.exception_handler(InputError)
+    def bad_input(request: Request, exc: InputError) -> JSONResponse:
+        """The request's own fault (a time that breaks the date rule, an empty window): 422 naming the field,
+        in FastAPI's validation shape."""
+        return JSONResponse({"detail": [{"loc": ["body", exc.field] if exc.field else ["body"],
+                                         "field": f"body.{exc.field}" if exc.field else "body",
+                                         "msg": exc.message, "type": "value_error"}]}, status_code=422)
 
     @app.exception_handler(PromemError)
     def unavailable(request: Request, exc: PromemError) -> JSONResponse:

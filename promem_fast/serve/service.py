@@ -7,6 +7,7 @@ takes the tenant first and passes it to the store; none reads a tenant from requ
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import tempfile
@@ -25,6 +26,7 @@ from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.store.store import UpdateJudge
+from promem_fast.store.timeline import time_window
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +164,13 @@ class Service:
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
                **when: str) -> list[dict[str, Any]]:
-        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
+        """``when``: the question's time (``as_of``) and date window (refused by field before any work)."""
+        when = _window(when)  # first: a bad time is the caller's error whoever the user
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
         return [hit.memory() for hit in hits]
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
+        when = _window(when)  # here, so a bad time is the caller's error, not the engine process's
         name = self._user(tenant, user)
         (reply,) = self.worker.call("answer", tenant, name, [question], when)
         return shapes.answer(reply)
@@ -187,6 +191,20 @@ class Service:
         finally:
             target.unlink(missing_ok=True)
         return reader
+
+
+def _memory_file() -> BinaryIO:
+    """A file held in memory only: a Linux memfd (streamed like any file), else an in-process buffer."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("promem-export", os.MFD_CLOEXEC), "w+b")
+    return io.BytesIO()
+
+
+def _window(when: dict[str, str]) -> dict[str, str]:
+    """The time arguments read by the one rule (:func:`~promem_fast.store.timeline.time_window`), so an
+    unreadable time or an empty window is an :class:`InputError` naming the field."""
+    read = time_window(when.get("as_of"), when.get("since"), when.get("until"))
+    return {name: value for name, value in zip(("as_of", "since", "until"), read) if value is not None}
 
 
 def _duplicates(sessions: list[Any]) -> list[dict[str, Any]]:

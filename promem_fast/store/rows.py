@@ -16,10 +16,11 @@ import numpy as np
 
 from promem_fast.errors import InputError
 from promem_fast.names import name_problem
+from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
 from .records import Hit, turn_key
-from .timeline import iso_time, now_iso
+from .timeline import now_iso
 from .vectors import to_blob
 
 log = logging.getLogger(__name__)

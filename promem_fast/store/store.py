@@ -268,11 +268,10 @@ class MemoryStore:
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
-        from .timeline import query_time, validity
+        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it)."""
+        from .timeline import time_window, validity
 
-        scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
-                         query_time(until, "until", end_of_day=True), history=history)
+        scope = validity(*time_window(as_of, since, until), history=history)
         user_pk = self._user_pk(tenant, user)
         if user_pk is None or k <= 0:
             return []
