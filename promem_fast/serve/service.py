@@ -51,6 +51,7 @@ class Service:
 
         self.path = Path(path)
         self.config = config
+        self.encrypted = key_file is not None
         self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
         self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
         self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
@@ -179,9 +180,18 @@ class Service:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
 
     def export(self, tenant: str) -> BinaryIO:
-        """The tenant's export as an open file that no folder lists: it is written beside the store (the
-        operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
-        before it is sent, so it is gone whenever the client goes away or the process dies."""
+        """The tenant's export as an open file that no folder lists. A plain store's is written beside the
+        store (the operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
+        before it is sent, so it is gone whenever the client goes away or the process dies. An encrypted
+        store's is never written to a disk in plain text: it is staged in memory (an anonymous memory file)."""
+        if self.encrypted:
+            staged = _memory_file()
+            text = io.TextIOWrapper(staged, encoding="utf-8", newline="")
+            self.store.export(text, tenant=tenant)
+            text.flush()
+            text.detach()
+            staged.seek(0)
+            return staged
         handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.export-", suffix=".jsonl")
         os.close(handle)
         target = Path(name)

@@ -185,3 +185,34 @@ def in_scope(db: sqlite3.Connection, score_of: dict[int, float], where: str, par
 
 def placeholders(n: int) -> str:
     return ",".join("?" * n)
+
+
+def forget_node(db: sqlite3.Connection, user_pk: int, node_pk: int) -> None:
+    """Before a node is deleted, take it out of what its session keeps beside the nodes: the macro events
+    that quote it or were drawn from its turns, and the step failures that quote it. Delete means gone, and
+    the session row would otherwise keep the memory's words after the memory itself is deleted."""
+    row = db.execute("SELECT session_pk, text, data FROM nodes WHERE id = ? AND user_id = ?", (node_pk, user_pk)
+                     ).fetchone()
+    if row is None:
+        return
+    session_pk, text, data = row
+    needle = text.casefold()
+    turns = {turn_key(t) for t in json.loads(data).get("turn_ids", [])}
+    events, stats = db.execute("SELECT events, stats FROM sessions WHERE id = ?", (session_pk,)).fetchone()
+    kept = [e for e in json.loads(events) if needle not in str(e.get("text", "")).casefold()
+            and not turns & {turn_key(t) for t in e.get("turn_ids", [])}]
+    record = json.loads(stats)
+    if isinstance(record, dict) and isinstance(record.get("failures"), list):
+        record["failures"] = [f for f in record["failures"] if needle not in _strings(f).casefold()]
+    db.execute("UPDATE sessions SET events = ?, stats = ? WHERE id = ?", (dumps(kept), dumps(record), session_pk))
+
+
+def _strings(value: Any) -> str:
+    """Every string inside a JSON value, one per line (what a search for a memory's words must look through)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "\n".join(_strings(v) for v in value.values())
+    if isinstance(value, list):
+        return "\n".join(_strings(v) for v in value)
+    return ""

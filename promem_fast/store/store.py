@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -409,6 +409,7 @@ class MemoryStore:
             if first is not None and (node is not None or session is not None):  # a session without nodes
                 reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
             if node is not None:
+                rows.forget_node(db, user_pk, node)
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
             elif session is not None:
                 db.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session))
@@ -430,14 +431,14 @@ class MemoryStore:
         shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ moving
-    def export(self, path: str | Path, *, tenant: str | None = None) -> int:
-        """Write the store (or one tenant) as JSONL (see :mod:`.exchange`); returns sessions written."""
+    def export(self, path: str | Path | IO[str], *, tenant: str | None = None) -> int:
+        """Write the store (or one tenant) as JSONL to a file or a text handle (:mod:`.exchange`)."""
         from .exchange import export_store
 
         with self._lock:  # one read transaction: a consistent snapshot while a writer goes on
             self._db.execute("BEGIN")
             try:
-                return export_store(self._db, Path(path), tenant)
+                return export_store(self._db, path if not isinstance(path, (str, Path)) else Path(path), tenant)
             finally:
                 self._db.execute("COMMIT")
 
