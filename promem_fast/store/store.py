@@ -96,9 +96,9 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        """Close the file; large users' vector indexes are saved first for the next process to read."""
+        """Close the file; large users' vector indexes are saved first for the next process (not when read-only)."""
         for user_pk, index in self._indexes.items():
-            if (not self.encrypted and (len(index) >= self.cache_min_vectors or index.approximate)
+            if (not (self.encrypted or self.read_only) and (len(index) >= self.cache_min_vectors or index.approximate)
                     and len(index) > index.saved
                     and self._current(user_pk, index)):
                 try:
