@@ -427,3 +427,15 @@ def test_tau_is_calibrated_on_users_kept_apart_and_tied_to_its_embedder(tmp_path
     used = result["config"]["tau_calibration"]
     assert (used["path"], used["tau_comp"], used["calibration_users"]) == (str(record), saved["tau_comp"], 1)
     assert result["provenance"]["config"]["pipeline"]["tau_comp"] == saved["tau_comp"]
+
+
+def test_a_run_whose_judge_fails_most_steps_says_so_and_exits_non_zero(tmp_path: Path, capsys: Any) -> None:
+    """The scripted model cannot read HaluMem's official judge prompts, so every judge step fails."""
+    from promem_fast.cli import main
+
+    checkout, data = fake_checkout(tmp_path / "HaluMem"), write_ina(tmp_path)
+    code = main(["eval", "halumem", "--data", str(data), "--profile", "scripted", "--no-progress",
+                 "-o", str(tmp_path / "out"), "--judge-prompts", str(checkout)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3
+    assert "no usable grade for 19 of 19 records (100%)" in err[-1] and "not a measurement" in err[-1]
