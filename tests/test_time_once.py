@@ -201,3 +201,20 @@ def test_mcp_search_refuses_a_bad_time_naming_it(tmp_path: Path) -> None:
                 asyncio.run(server.call_tool("search", {"user_id": "Maya", "query": "Lisbon", field: value}))
     finally:
         service.close()
+
+
+def test_help_openapi_and_mcp_say_the_same_about_the_window(served: tuple[Server, str]) -> None:
+    import asyncio
+
+    from promem_fast.serve.mcp_tools import build_server
+
+    server, _ = served
+    with server.client(None) as http:
+        fields = http.get("/openapi.json").json()["components"]["schemas"]["SearchQuery"]["properties"]
+    helped = promem("search", "--help").stdout
+    tools = asyncio.run(build_server(service=None, tenant="default").list_tools())  # type: ignore[arg-type]
+    (search,) = [t for t in tools if t.name == "search"]
+    for said in ("said on or after", "said on or before", "what held at this time"):
+        assert said in " ".join(" ".join(str(v.get("description", "")) for v in fields.values()).split())
+        assert said in " ".join(helped.split()), said
+        assert said in " ".join((search.description or "").split()), said
