@@ -218,3 +218,14 @@ def test_help_openapi_and_mcp_say_the_same_about_the_window(served: tuple[Server
         assert said in " ".join(" ".join(str(v.get("description", "")) for v in fields.values()).split())
         assert said in " ".join(helped.split()), said
         assert said in " ".join((search.description or "").split()), said
+
+
+@pytest.mark.parametrize("stamp", ["9999-12-31T10:00:00", "0001-01-01T10:00:00"])
+def test_a_session_at_either_end_of_the_calendar_is_extracted_whole(stamp: str) -> None:
+    """The rule accepts years 0001-9999; "tomorrow" on the last day (or "last week" on the first) has no
+    calendar day, so it stays as said instead of failing the session's steps."""
+    said = [("I fly to Oslo tomorrow and I saw Ana yesterday and last week.", "Safe travels!")]
+    session = session_from_dict(make_session("s1", "Maya", said, timestamp=stamp).to_dict())
+    (graph,) = Engine(scripted_config()).extract([session])
+    assert graph.nodes and graph.stats.failures == []
+    assert {n.date for n in graph.nodes} == {stamp[:10]}

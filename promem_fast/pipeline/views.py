@@ -153,7 +153,10 @@ def resolve_dates(text: str, day: date | None) -> str:
         return text
 
     def mark(m: re.Match[str]) -> str:
-        found = _offset(m.group(0), day)
+        try:
+            found = _offset(m.group(0), day)
+        except OverflowError:  # "tomorrow" of 9999-12-31 is past the calendar: left as said
+            return m.group(0)
         if re.fullmatch(r"(?:last|next|this coming) week", m.group(0), re.I):
             return f"{m.group(0)} (the week of {found.isoformat()})"
         return f"{m.group(0)} ({found.isoformat()})"
