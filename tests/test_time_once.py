@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, make_session, scripted_config
+from conftest import HALUMEM, ROOT, make_session, scripted_config
 from promem_fast.backends._message_cache import template_date
 from promem_fast.backends.base import Completion, GenerationRequest
 from promem_fast.engine import Engine
@@ -28,7 +28,6 @@ from promem_fast.store import MemoryStore
 from promem_fast.testing.llm_scripted import ScriptedLLM
 from serve_server import Server, serving
 
-SHARED = ROOT.parent / "shared" / "data" / "halumem-dev" / "pilot_slice_user0.jsonl"
 
 FORMS = {  # the form as a dataset writes it -> the day and the template's date_string, by hand
     "1:56 pm on 8 Sep, 2023": ("2023-09-08", "08 Sep 2023"),          # LoCoMo, short month
@@ -79,8 +78,8 @@ def test_the_real_halumem_and_locomo_sessions_are_dated_alike_everywhere(tmp_pat
     from promem_fast.eval.datasets import load_benchmark
 
     files = [("locomo", ROOT / "tests" / "fixtures" / "locomo_mini.json")]
-    if SHARED.exists():
-        files.append(("halumem", SHARED))
+    if HALUMEM.is_file():  # the real HaluMem user, where present
+        files.append(("halumem", HALUMEM))
     for kind, path in files:
         sessions = load_benchmark(kind, path, 1).users[0].sessions[:4]
         llm = Dated()
