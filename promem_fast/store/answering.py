@@ -15,7 +15,7 @@ import numpy as np
 from promem_fast.times import iso_time
 
 from . import rows
-from .records import Hit
+from .hits import Hit
 from .schema import StoreError
 from .timeline import day_label, query_time, time_window, validity
 from .vectors import from_blobs
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
 
     from .qa import RetrievalIndex
-    from .view import StoreView
+    from .protocol import StoreView
 
 
 PRESELECT_ABOVE = 20_000

@@ -19,7 +19,7 @@ from promem_fast.names import name_problem
 from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
-from .records import Hit, turn_key
+from .hits import Hit, turn_key
 from .timeline import now_iso
 from .vectors import to_blob
 
