@@ -166,6 +166,7 @@ class Kinds:
                 if cache is None:
                     cache = run.caches[backend] = PrefixCacheModel(self.config.llm_for(role).prefix_cache_tokens)
                 uncached = cache.admit(hashes, n_tokens)
+                run.ctx.stats.stage(stage).prefill_counted += 1
             run.ctx.stats.stage(stage).uncached_prefill_tokens += uncached
         run.prefill.clear()
 
