@@ -20,7 +20,7 @@ from promem_fast import native
 from promem_fast.backends.base import Completion, Encoder, GenerationRequest, LLMBackend
 from promem_fast.config import ROLES, EngineConfig
 from promem_fast.driver.state import SessionRun
-from promem_fast.driver.window import resolve_window
+from promem_fast.driver.window import WindowSizer, resolve_window, step_working_set
 from promem_fast.errors import ContextOverflow, PromemError
 from promem_fast.isolation import FaultIsolation
 from promem_fast.parsing import parse_reply
@@ -98,15 +98,16 @@ class Kinds:
         self.config = config
         self.services = services
         self._window: int | None = None
+        self._sizer: WindowSizer | None = None
 
     def window(self) -> int:
         """Sessions in flight: ``max_in_flight``, or for 0 (auto) the main LLM backend's KV cache over a
-        session's working set (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
+        session's working set as measured so far (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
         if self._window is None:
             role = next((r for r in ROLES if r not in self.config.roles), "event")
             llm = self.services.llm(role) if self.config.max_in_flight == 0 else None
-            self._window = resolve_window(self.config.max_in_flight, llm)
-        return self._window
+            self._window, self._sizer = resolve_window(self.config.max_in_flight, llm)
+        return self._window if self._sizer is None else self._sizer.window()
 
     # ------------------------------------------------------------------------------ driver's thread
     def target(self, request: Request) -> Hashable:
@@ -146,7 +147,8 @@ class Kinds:
             done = self._error(run, slot, outcome, role)
         elif isinstance(request, Generate):
             run.prefill.append((slot, run.attempts[slot], request.stage, request.role, job.hashes,
-                                outcome.prompt_tokens if job.hashes is None else job.n_ids))
+                                outcome.prompt_tokens if job.hashes is None else job.n_ids,
+                                outcome.completion_tokens))
             done = self._settle_reply(run, slot, request, outcome)
         else:
             run.settle(slot, outcome)
@@ -157,8 +159,11 @@ class Kinds:
 
     def _count_prefill(self, run: SessionRun) -> None:
         """The step's uncached prefill per stage, replies taken in slot and attempt order through the
-        session's prefix cache of their backend (every prompt token when the backend gave no ids)."""
-        for _, _, stage, role, hashes, n_tokens in sorted(run.prefill, key=lambda entry: entry[:2]):
+        session's prefix cache of their backend (every prompt token when the backend gave no ids); the step's
+        KV working set to the auto window's sizer."""
+        if self._sizer is not None:
+            self._sizer.observe(id(run), step_working_set((hashes, n, reply) for *_, hashes, n, reply in run.prefill))
+        for _, _, stage, role, hashes, n_tokens, _ in sorted(run.prefill, key=lambda entry: entry[:2]):
             uncached = n_tokens
             if hashes is not None:
                 backend = id(self.services.llm(role))  # type: ignore[arg-type]

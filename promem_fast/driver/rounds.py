@@ -33,13 +33,12 @@ class RoundDriver:
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
             ) -> Iterator[tuple[Any, Any]]:
-        window = self.kinds.window()
         source = iter(programs)
         order: deque[SessionRun] = deque()
         active: list[SessionRun] = []
         exhausted = False
         while True:
-            while not exhausted and len(order) < window:
+            while not exhausted and len(order) < self.kinds.window():
                 item = pull(source)
                 exhausted = item is END
                 if exhausted or item is self._idle:
