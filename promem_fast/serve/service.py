@@ -23,6 +23,7 @@ from promem_fast.private import shred
 from promem_fast.serve import db
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, EngineProcess
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
+from promem_fast.serve.batching import BatchedQueries
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.store.store import UpdateJudge
@@ -59,10 +60,10 @@ class Service:
             config.embedder, n_threads=config.embedder.n_threads or QUERY_THREADS)))
         """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
         process, which loads its own copy of the embedder for the graphs it stores."""
-        self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge,
-                                 key_file=key_file)
+        self.store = MemoryStore(self.path, config, embedder=BatchedQueries(self._services.embedder),
+                                 update_judge=update_judge, key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
-        only, never one the worker is writing."""
+        only, never one the worker is writing. Concurrent searches embed their queries in one batch."""
         self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
                                     job_retention_s=job_retention_s, priority=engine_priority)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
