@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from promem_fast.errors import InputError
+from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
 from . import rows
 from .api import Database
 from .connection import integrity_errors
-from .timeline import UNDATED, iso_time, session_key
+from .timeline import UNDATED, session_key
 
 
 def reopen_from(db: Database, user_pk: int, key: tuple[Any, ...], *, inclusive: bool) -> int:

@@ -157,9 +157,10 @@ class SqlitePersistence:
             checkpoint(self._db, self.path)
 
     def close(self) -> None:
-        """Close the file; large users' vector indexes are saved first for the next process to read."""
+        """Close the file; large users' vector indexes are saved first for the next process (not when read-only:
+        then nothing of the store's is written)."""
         for user_pk, index in self._indexes.items():
-            if (not self.encrypted and (len(index) >= self.cache_min_vectors or index.approximate)
+            if (not (self.encrypted or self.read_only) and (len(index) >= self.cache_min_vectors or index.approximate)
                     and len(index) > index.saved and self._current(user_pk, index)):
                 try:
                     index.save(self._index_file(user_pk), self._store_id)

@@ -15,7 +15,8 @@ from promem_fast.persistence import rows
 from promem_fast.persistence.api import Database
 from promem_fast.persistence.connection import StoreError
 from promem_fast.persistence.hits import Hit
-from promem_fast.persistence.timeline import day_label, iso_time, query_time, validity
+from promem_fast.persistence.timeline import day_label, query_time, time_window, validity
+from promem_fast.times import iso_time
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -112,8 +113,9 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
     if dim and store.db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
         raise StoreError(f"{store.location}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
                          f"{store.dim()}; answer with the embedder that filled the store")
-    when = query_time(as_of, "as_of", end_of_day=True) or (iso_time(question_time) if question_time else None)
-    scope = validity(when, query_time(since, "since"), query_time(until, "until", end_of_day=True))
+    as_of, since, until = time_window(as_of, since, until)
+    when = as_of or (iso_time(question_time) if question_time else None)
+    scope = validity(when, since, until)
     user_pk = store.user_id(tenant, user)
     dated = [] if user_pk is None else store.db.execute(
         "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        """Close the store (the SQLite backend saves large users' vector indexes first)."""
+        """Close the store (the SQLite backend saves large users' vector indexes first, not when read-only)."""
         if self._engine is not None:
             self._engine.close()
             self._engine = None
@@ -234,11 +234,10 @@ class MemoryStore:
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
-        from promem_fast.persistence.timeline import query_time, validity
+        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it)."""
+        from promem_fast.persistence.timeline import time_window, validity
 
-        scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
-                         query_time(until, "until", end_of_day=True), history=history)
+        scope = validity(*time_window(as_of, since, until), history=history)
         user_pk = self.user_id(tenant, user)
         if user_pk is None or k <= 0:
             return []
@@ -351,6 +350,7 @@ class MemoryStore:
             if first is not None and (node is not None or session is not None):  # a session without nodes
                 reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
             if node is not None:
+                rows.forget_node(db, user_pk, node)
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
             elif session is not None:
                 db.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session))
@@ -364,13 +364,13 @@ class MemoryStore:
         return int(count)
 
     # ------------------------------------------------------------------------------------ moving
-    def export(self, path: str | Path, *, tenant: str | None = None) -> int:
-        """Write the store (or one tenant) as JSONL (see :mod:`promem_fast.persistence.exchange`); returns
-        sessions written."""
+    def export(self, path: str | Path | IO[str], *, tenant: str | None = None) -> int:
+        """Write the store (or one tenant) as JSONL to a file or a text handle
+        (:mod:`promem_fast.persistence.exchange`); returns sessions written."""
         from promem_fast.persistence.exchange import export_store
 
         with self.db.snapshot() as db:  # one read transaction: a consistent snapshot while a writer goes on
-            return export_store(db, Path(path), tenant)
+            return export_store(db, path if not isinstance(path, (str, Path)) else Path(path), tenant)
 
     def import_(self, path: str | Path) -> int:
         """Read an export into this store (sessions already here are skipped); returns sessions added."""
