@@ -136,8 +136,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
-    """A real PostgreSQL with pgvector (:mod:`pg_server`), started once per run."""
-    from pg_server import PG_URL_ENV, Server
+    """A real PostgreSQL with pgvector (:mod:`promem_fast.testing.pg_server`), started once per run."""
+    from promem_fast.testing.pg_server import PG_URL_ENV, Server
 
     import importlib.util
 

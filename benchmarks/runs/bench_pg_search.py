@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common.paths import ROOT
 from benchmarks.tools import figures
 from promem_fast.persistence import rows
 from promem_fast.persistence.opening import open_persistence
@@ -122,8 +121,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--queries", type=int, default=300)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
-    from pg_server import Server  # the tests' server: PROMEM_TEST_PG_URL, else the pgserver wheel
+    from promem_fast.testing.pg_server import Server  # PROMEM_TEST_PG_URL, else the pgserver wheel
 
     server = Server()
     rng = np.random.default_rng(11)

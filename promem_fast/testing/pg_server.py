@@ -1,4 +1,4 @@
-"""A real PostgreSQL with pgvector for the tests: the server ``PROMEM_TEST_PG_URL`` names, else one started
+"""A real PostgreSQL with pgvector for the tests and benchmarks: the server ``PROMEM_TEST_PG_URL`` names, else one started
 from the ``pgserver`` wheel (PostgreSQL 16 with pgvector, in a temporary folder, stopped at the end).
 
 Each test gets a database of its own (:func:`fresh_database`), so tests never see each other's rows.
