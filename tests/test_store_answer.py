@@ -71,10 +71,13 @@ def test_a_large_users_pool_preselected_by_the_index_gives_the_same_answers(tmp_
         whole = store.answer("Maya", questions, engine=engine)
         monkeypatch.setattr(answering, "PRESELECT_ABOVE", 10)
         picked = store.answer("Maya", questions, engine=engine)
-    assert [a["candidates"] for a in whole] == [300] * 3 and all(a["candidates"] <= 60 for a in picked)
+    # the pool: each question's 4 x 5 best on each side (dense and BM25), three questions: at most 120 of 300
+    assert [a["candidates"] for a in whole] == [300] * 3 and all(a["candidates"] <= 120 for a in picked)
+    # the same memories are shown (in conversation order) and the same answer given; BM25 over the smaller
+    # pool weighs words a little differently, which may swap two neighbours' ranks, not what is shown
     for a, b in zip(whole, picked, strict=True):
-        assert (a["prediction"], a["retrieved"], a["missing_sessions"]) == (
-            b["prediction"], b["retrieved"], b["missing_sessions"])
+        assert (a["prediction"], [(r["session_id"], r["text"]) for r in a["retrieved"]], a["missing_sessions"]) == (
+            b["prediction"], [(r["session_id"], r["text"]) for r in b["retrieved"]], b["missing_sessions"])
 
 
 class JobNLI:

@@ -96,6 +96,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     reply = shapes.answer(row)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
+    elif reply["abstained"] is not None:  # a reply, not a failure: memory holds nothing on the question
+        print(f"(no answer) {reply['abstained']}")
     elif reply["answer"] is None:
         print(f"promem: no answer: {reply['error']}", file=sys.stderr)
         return 1

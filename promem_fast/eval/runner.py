@@ -325,7 +325,8 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
         "session_limit": sessions,
         "counts": {**bench.counts(), "graphs": len(ordered), "judged_sessions": judged.judged_sessions,
                    "unembedded_sessions": len(index.failed),
-                   "failed_answers": sum(a.prediction is None for a in judged.answers),
+                   "failed_answers": sum(a.prediction is None and a.abstained is None for a in judged.answers),
+                   "abstained_answers": sum(a.abstained is not None for a in judged.answers),
                    "failed_eval_steps": eval_stats.counts.get("failed_steps", 0)},
         "config": {
             "pipeline": {k: getattr(cfg.pipeline, k) for k in ("mode", "completeness_check",

@@ -93,7 +93,10 @@ class Shown(BaseModel):
 
 class Answer(BaseModel):
     question: str
-    answer: str | None = Field(description="null when answering failed (see error)")
+    answer: str | None = Field(description="null when memory holds nothing on the question (see abstained) or "
+                                           "answering failed (see error)")
+    abstained: str | None = Field(None, description="why there is no answer: no stored memory bears on the "
+                                                    "question (never a guess)")
     as_of: str | None = Field(description="the time the memories were taken at")
     error: str | None
     memories: list[Shown] = Field(description="the memories the answerer was shown, in that order")

@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -129,9 +129,20 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return step
 
 
+def _v3(db: sqlite3.Connection) -> None:
+    """The full-text table of the lexical ranking (:mod:`.lexical`), its triggers, and the rows of the nodes
+    already stored."""
+    from .lexical import FILL_FTS, FTS_SCHEMA
+
+    for statement in FTS_SCHEMA:
+        db.execute(statement)
+    db.execute(FILL_FTS)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
+    3: _v3,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

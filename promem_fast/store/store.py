@@ -26,6 +26,7 @@ from promem_fast.private import shred
 
 from . import rows
 from .connection import checkpoint, transaction
+from .lexical import purge_deleted
 from .records import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
@@ -264,21 +265,18 @@ class MemoryStore:
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
-        """The ``k`` memories of ``user`` closest to ``query`` (cosine), best first.
+        """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
         those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
+        from .hybrid import search
         from .timeline import query_time, validity
 
-        scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
-                         query_time(until, "until", end_of_day=True), history=history)
+        when = query_time(as_of, "as_of", end_of_day=True)
+        scope = validity(when, query_time(since, "since"), query_time(until, "until", end_of_day=True), history=history)
         user_pk = self._user_pk(tenant, user)
-        if user_pk is None or k <= 0:
-            return []
-        vector = np.asarray(self._embed_queries([query]), np.float32)[0]
-        self._check_dim(int(vector.shape[0]))
-        return self.search_vector(user_pk, vector, k, scope=scope)
+        return [] if user_pk is None or k <= 0 else search(self, user_pk, user, query, k, scope, when)
 
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
         embedder = self.embedder
@@ -416,6 +414,7 @@ class MemoryStore:
             else:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
+            purge_deleted(db)  # the removed memories' words leave the full-text index's pages too
         self._drop_index(user_pk)
         if node is not None or session is not None:
             settle(self, [user_pk], engine)

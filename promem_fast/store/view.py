@@ -16,6 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
+    from promem_fast.config import EngineConfig
     from promem_fast.engine import Engine
     from promem_fast.types import MemoryGraph
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 class StoreView(Protocol):
     path: Path
+    config: EngineConfig
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
@@ -54,5 +56,7 @@ class StoreView(Protocol):
     def _dim(self) -> int: ...
 
     def _embed_queries(self, texts: list[str]) -> np.ndarray: ...
+
+    def _check_dim(self, dim: int | None) -> None: ...
 
 
