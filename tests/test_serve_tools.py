@@ -111,7 +111,7 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
             assert set(hits[0]) == MEMORY_FIELDS  # the HTTP API's shape: one id, the text once
             answer = tool_result(await client.call_tool("answer", {"user_id": user, "question": "What changed?"}))
-            assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no gold, no budget counts
+            assert set(answer) == {"question", "answer", "abstained", "as_of", "error", "memories"}  # no gold
             listed = tool_result(await client.call_tool("list", {"user_id": user}))
             assert {h["id"] for h in hits} <= {m["id"] for m in listed}
             chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
