@@ -213,3 +213,17 @@ def test_halumem_dev_user_gives_turn_and_session_level_figures(tmp_path: Path) -
     for k in (1, 20):
         assert plain["session_level"]["overall"][f"recall@{k}"] >= plain["overall"][f"recall@{k}"]
     assert "turn / session / random" in (tmp_path / "retrieval-halumem.md").read_text()
+
+
+def test_halumem_evidence_text_is_placed_on_the_turn_that_says_most_of_it() -> None:
+    from conftest import ROOT
+    from promem_fast.eval.evidence import all_evidence_turns
+
+    bench = load_benchmark("halumem", ROOT / "tests" / "fixtures" / "halumem_mini.jsonl")
+    turns = all_evidence_turns("halumem", bench)
+    by_question = {q.question: turns[q.question_id] for q in bench.questions}
+    # "Ada Byron adopted a cat named Pixel.": turn 0 ("I adopted a cat last week, her name is Pixel. /
+    # Congratulations on adopting Pixel!") shares adopted, cat and Pixel; turn 1 shares none of its words.
+    # "... updated from baker to pastry chef.": turn 1 ("promoted to pastry chef") shares pastry and chef.
+    assert by_question["What pet did Ada adopt?"] == {("u-ada:0", "0")}
+    assert by_question["What is Ada's current job?"] == {("u-ada:0", "1")}

@@ -69,14 +69,16 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     if not pool:
         return []
     said: dict[int, str | None] = {}
-    vectors: dict[int, np.ndarray] = {}
+    stored: list[tuple[int, bytes]] = []
     for lo in range(0, len(pool), 500):
         part = pool[lo:lo + 500]
         for node, valid_from, blob in store._db.execute(
                 f"SELECT id, valid_from, vector FROM nodes WHERE id IN ({rows.placeholders(len(part))})", part):
             said[node] = valid_from
             if blob is not None:
-                vectors[node] = from_blobs([blob], len(vector))[0]
+                stored.append((node, blob))
+    matrix = from_blobs([blob for _, blob in stored], len(vector))
+    vectors = {node: matrix[i] for i, (node, _) in enumerate(stored)}
     today = date.fromisoformat(when[:10]) if when else datetime.now(timezone.utc).date()
     days = window(query, today) if config.when else None
     timed = [] if days is None else [n for n in (dense or lexical) if within(said.get(n), days)]
