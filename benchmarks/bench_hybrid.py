@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import figures  # noqa: E402
+from bench_index import _nodes  # noqa: E402
 from index_corpus import sentences  # noqa: E402
 from report import limit_threads  # noqa: E402
 
@@ -135,10 +136,6 @@ def measure(path: Path, asked: list[str], rng: np.random.Generator) -> dict[str,
             found[f"{name}_p50_ms"] = percentile(values, 50)
             found[f"{name}_p99_ms"] = percentile(values, 99)
         return found
-
-
-def _nodes(n: int) -> str:
-    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}K"
 
 
 def main(argv: list[str] | None = None) -> int:
