@@ -137,11 +137,11 @@ def test_hybrid_ranking_lifts_the_memories_a_question_names_by_word_and_speaker(
     by_question = {row["question"]: row["variants"] for row in result["questions"]}
     marathon, mural = by_question["When did Omar run the Rotterdam marathon?"], by_question[
         "What did Nora paint on her kitchen wall?"]
-    assert (marathon["dense only"], marathon["dense + lexical"], marathon["lexical only"]) == (2, 1, 1)
-    assert (mural["dense only"], mural["dense + speaker"], mural["dense + lexical"], mural["all without lexical"]) == (
+    assert (marathon["dense"], marathon["dense+lexical"], marathon["lexical"]) == (2, 1, 1)
+    assert (mural["dense"], mural["dense+speaker"], mural["dense+lexical"], mural["all-lexical"]) == (
         4, 3, 1, 3)
     variants = result["variants"]
-    assert variants["dense only"]["recall@1"] == 2 / 5 and variants["dense + lexical"]["recall@1"] == 4 / 5
+    assert variants["dense"]["recall@1"] == 2 / 5 and variants["dense+lexical"]["recall@1"] == 4 / 5
     assert variants["all"]["recall@5"] == 4 / 5 and variants["all"]["recall@7"] == 1.0
     # a random order of the 11 distinct memories: one grounded memory is among the first k with chance k/11;
     # the wedding question has two (cello and wedding): 1 - C(9, k) / C(11, k)

@@ -75,15 +75,15 @@ PARTS: tuple[str, ...] = ("lexical", "names", "speaker", "dedup", "when")
 
 
 def ranking_variants(config: RankingConfig) -> dict[str, RankingConfig]:
-    """The rankings a retrieval run compares: dense alone (the ranking before the hybrid one), BM25 alone, dense
-    with each part alone, the configured one (``all``: every part the config turns on), and ``all`` without
-    each part."""
+    """The rankings a retrieval run compares, by name: ``dense`` alone (the ranking before the hybrid one),
+    ``lexical`` (BM25) alone, ``dense+PART`` (dense with one part), ``all`` (the configured ranking: every part
+    the config turns on) and ``all-PART`` (all but one part)."""
     none = {part: False for part in PARTS}
-    variants = {"dense only": replace(config, **none), "lexical only": replace(config, **(none | {"lexical": True}),
-                                                                               dense=False)}
-    variants |= {f"dense + {part}": replace(config, **(none | {part: True})) for part in PARTS}
+    variants = {"dense": replace(config, **none), "lexical": replace(config, **(none | {"lexical": True}),
+                                                                     dense=False)}
+    variants |= {f"dense+{part}": replace(config, **(none | {part: True})) for part in PARTS}
     variants["all"] = config
-    variants |= {f"all without {part}": replace(config, **{part: False}) for part in PARTS if getattr(config, part)}
+    variants |= {f"all-{part}": replace(config, **{part: False}) for part in PARTS if getattr(config, part)}
     return variants
 
 
@@ -255,7 +255,8 @@ def render(result: dict[str, Any]) -> str:
              "left out.", "", *_recall_rows(plain, plain["ks"]), "",
              "Beside it, per category: turn level / session level (any memory of a session holding evidence) / a "
              "random order of the same memories (expected value).", "", *_beside_rows(plain), "",
-             "Each ranking variant, all questions (turn level): `dense only` is the ranking before the hybrid one.",
+             "Each ranking variant, all questions (turn level): `dense` alone is the ranking before the hybrid one, "
+             "`dense+X` adds one part, `all-X` leaves one out.",
              "", *_variant_rows(plain)]
     timed = result.get("with_time")
     if timed is None:
