@@ -108,7 +108,7 @@ def retrieval(out: Path) -> Path:
     path = HERE / "results" / "retrieval-halumem-dev.json"
     commit, dirty = figures.current_commit()
     stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-             "dirty": dirty, "command": "python benchmarks/eval_protocol.py --retrieval"}
+             "dirty": dirty, "command": "python benchmarks/eval_protocol.py --retrieval", "machine": machine_info()}
     path.write_text(json.dumps(stamp | {k: v for k, v in result.items() if k != "provenance"} |
                                {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
     figures.adopt(path, stamp["command"])  # its numeric fields become the figures the README quotes

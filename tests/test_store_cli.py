@@ -38,7 +38,8 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
 
     assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
-    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "as_of", "error", "memories"}
+    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "abstained", "as_of",
+                                                                    "error", "memories"}
 
     assert main(["search", "work", "--db", str(db), "--user-id", user, "--json", *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
