@@ -263,7 +263,7 @@ def halumem_qa_judge(question: Question, answer: Answer, ctx: RunContext,
     if answer.abstained is not None:  # HaluMem's rule: a refusal omits an answerable question's answer and
         # is right about a question on what was never said (Memory Boundary)
         return {**label, "result_type": "Correct" if question.abstention else "Omission", "judge_reply": None,
-                "abstained": answer.abstained}
+                "error": None, "abstained": answer.abstained}
     if answer.prediction is None:
         return {**label, "result_type": None, "judge_reply": None, "error": answer.error}
     evidence = [e.get("memory_content", str(e)) if isinstance(e, dict) else str(e) for e in question.evidence]
