@@ -53,7 +53,8 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     dense = _dense(store, user_pk, vector, depth, where, params) if config.dense else []
     lexical: list[int] = []
     if config.lexical:
-        found = dict(search_store(store._db, user_pk, terms(query, prepared.dropped), depth))
+        with store._lock:  # FTS5 aborts a query that a write on the same connection overlaps
+            found = dict(search_store(store._db, user_pk, terms(query, prepared.dropped), depth))
         lexical = rows.in_scope(store._db, found, where, params)[:depth] if found else []
     return vector, dense, lexical
 

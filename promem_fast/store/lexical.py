@@ -49,6 +49,7 @@ FTS_SCHEMA: tuple[str, ...] = (
     "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, data ON nodes BEGIN DELETE FROM memory_fts WHERE "
     "rowid = old.id; " + _ROW.format(d=_DETAILS.format(n="new")) + " END",
     "CREATE TRIGGER memory_fts_delete AFTER DELETE ON nodes BEGIN DELETE FROM memory_fts WHERE rowid = old.id; END",
+    "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
 )
 """Schema version 3: the full-text table over nodes and the triggers that keep it in step."""
 
@@ -83,11 +84,67 @@ def match_expression(question_terms: Sequence[str]) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in question_terms)
 
 
+POSTINGS_BUDGET = 3000
+"""Rows a store search lets BM25 score at most: the question's rarest words are kept while the rows holding
+them add up to no more (:func:`rare_terms`). BM25 costs a few microseconds per matching row, so this bounds
+the lexical side at a million memories to a few milliseconds; the words dropped are the commonest, whose
+BM25 weight (inverse document frequency) is the lowest, and the dense side still reads the whole question."""
+
+
+class _Stemmer:
+    """The stems FTS5's tokenizer makes of words (what its vocabulary table lists), from a scratch table;
+    each word's stem is remembered (a word's stem never changes)."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.execute(f"CREATE VIRTUAL TABLE scratch USING fts5(w, content = '', tokenize = '{TOKENIZER}')")
+        self._db.execute("CREATE VIRTUAL TABLE scratch_terms USING fts5vocab(scratch, 'instance')")
+        self._lock = threading.Lock()
+        self._known: dict[str, str | None] = {}
+
+    def __call__(self, question_terms: Sequence[str]) -> list[str | None]:
+        with self._lock:
+            new = [w for w in dict.fromkeys(question_terms) if w not in self._known]
+            if new:
+                if len(self._known) > 100_000:
+                    self._known.clear()
+                self._db.execute("INSERT INTO scratch (scratch) VALUES ('delete-all')")
+                self._db.executemany("INSERT INTO scratch (rowid, w) VALUES (?, ?)", enumerate(new))
+                found = dict(self._db.execute("SELECT doc, term FROM scratch_terms").fetchall())
+                self._known.update((w, found.get(i)) for i, w in enumerate(new))
+            return [self._known[w] for w in question_terms]
+
+
+_stems = _Stemmer()
+
+
+def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: int = POSTINGS_BUDGET) -> list[str]:
+    """The question's words that the store's BM25 search scores, rarest first: those in no memory left out,
+    then words kept while the rows holding them (over all users) add up to ``budget`` at most."""
+    stems = _stems(question_terms)
+    wanted = sorted({s for s in stems if s})
+    if not wanted:
+        return []
+    rows = dict(db.execute(f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({','.join('?' * len(wanted))})",
+                           wanted).fetchall())
+    kept, total = [], 0
+    for word, stem in sorted(zip(question_terms, stems, strict=True), key=lambda p: rows.get(p[1] or "", 0)):
+        count = rows.get(stem or "", 0)
+        if count == 0:
+            continue
+        if total + count > budget:
+            break
+        kept.append(word)
+        total += count
+    return kept
+
+
 def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[str], limit: int
                  ) -> list[tuple[int, float]]:
-    """The user's ``limit`` best nodes by BM25 for the terms, best first, as ``(node id, score)`` (higher is
-    better); the nodes of every state (superseded ones too): the caller keeps those in its scope."""
-    match = match_expression(question_terms)
+    """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
+    ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
+    those in its scope."""
+    match = match_expression(rare_terms(db, question_terms))
     if match is None or limit <= 0:
         return []
     found = db.execute(f"SELECT rowid, bm25(memory_fts, {WEIGHTS}) FROM memory_fts WHERE memory_fts MATCH ? "

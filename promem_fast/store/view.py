@@ -7,6 +7,7 @@ protocol keeps them from importing the class, so the store's modules form no imp
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -35,6 +36,7 @@ class StoreView(Protocol):
     read_only: bool
     write_guard: Callable[[sqlite3.Connection, str, MemoryGraph], bool] | None
     _db: sqlite3.Connection
+    _lock: threading.RLock
 
     @property
     def embedder(self) -> Embedder: ...
