@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_hybrid"))
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each store file in --work, and measure one found there instead of writing it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     corpus, asked = sentences(WARMUP + QUERIES)
@@ -165,12 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         picker = random.Random(n)
         texts = corpus[:n] + [f"{picker.choice(corpus)} {picker.choice(corpus)}" for _ in range(n - len(corpus))]
         path = args.work / f"store-{n}.db"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        fill_s = fill(path, texts, rng)
-        log.info("store of %d memories written in %.1f s", n, fill_s)
+        if args.keep and path.exists():
+            fill_s = float("nan")
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            fill_s = fill(path, texts, rng)
+            log.info("store of %d memories written in %.1f s", n, fill_s)
         got = measure(path, asked, rng)
-        got["store_fill_s"] = fill_s
+        if fill_s == fill_s:  # measured (not a kept file's)
+            got["store_fill_s"] = fill_s
         log.info("%s: %s", _nodes(n), {k: round(v, 3) for k, v in got.items()})
         for key, value in got.items():
             found[f"{key}.{_nodes(n)}"] = round(value, 2)
@@ -188,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 "bench_hybrid", found, "python benchmarks/bench_hybrid.py", tables={"main": table},
                 note=(f"One user; texts: real chit-chat sentences ({len(corpus):,}), two joined past that; vectors "
                       f"random (dim {DIM}); {QUERIES} held-out sentences as queries; one thread; the machine shared."))
-        path.unlink(missing_ok=True)
+        if not args.keep:
+            path.unlink(missing_ok=True)
     return 0
 
 

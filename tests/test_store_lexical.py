@@ -24,12 +24,16 @@ BEN_1 = graph("b1", "Ben", ["Ben collects stamps from Peru."], timestamp="2025-0
 
 
 def fts(db: Path) -> dict[str, list[tuple[str, str | None]]]:
-    """The full-text rows, read straight from the file: owner token → (text, details)."""
+    """The full-text rows, read straight from the file: user → (text, details) of each of their nodes."""
     raw = sqlite3.connect(db)
     try:
         rows: dict[str, list[tuple[str, str | None]]] = {}
-        for owner, text, details in raw.execute("SELECT owner, text, details FROM memory_fts ORDER BY rowid"):
-            rows.setdefault(owner, []).append((text, details))
+        for user, text, details in raw.execute(
+                "SELECT u.name, f.text, f.details FROM memory_fts f JOIN nodes n ON n.id = f.rowid "
+                "JOIN users u ON u.id = n.user_id ORDER BY f.rowid"):
+            rows.setdefault(user, []).append((text, details))
+        orphans = raw.execute("SELECT count(*) FROM memory_fts WHERE rowid NOT IN (SELECT id FROM nodes)").fetchone()
+        assert orphans == (0,), "full-text rows left behind by deleted nodes"
         return rows
     finally:
         raw.close()
@@ -43,21 +47,19 @@ def test_the_full_text_table_follows_adds_and_every_kind_of_delete(tmp_path: Pat
     db = tmp_path / "m.db"
     with open_store(db) as store:
         store.add([ANN_1, ANN_2, BEN_1])
-        ann = store._user_pk("default", "Ann")
-        ben = store._user_pk("default", "Ben")
         assert fts(db) == {
-            f"u{ann}": [("Ann works as a nurse in Leeds.", "night shifts"),
+            "Ann": [("Ann works as a nurse in Leeds.", "night shifts"),
                         ("Ann plays chess on Sundays.", "club in Headingley"),
                         ("Ann feeds a quokka at the zoo.", None), ("Ann works on weekends too.", None)],
-            f"u{ben}": [("Ben collects stamps from Peru.", None)]}
+            "Ben": [("Ben collects stamps from Peru.", None)]}
         chess = next(h.node_id for h in store.hits("Ann") if "chess" in h.text)
         store.delete(user="Ann", node=chess)
-        assert [t for t, _ in fts(db)[f"u{ann}"]] == ["Ann works as a nurse in Leeds.",
+        assert [t for t, _ in fts(db)["Ann"]] == ["Ann works as a nurse in Leeds.",
                                                      "Ann feeds a quokka at the zoo.", "Ann works on weekends too."]
         store.delete(user="Ann", session="a2")  # the session's nodes go by cascade
-        assert [t for t, _ in fts(db)[f"u{ann}"]] == ["Ann works as a nurse in Leeds."]
+        assert [t for t, _ in fts(db)["Ann"]] == ["Ann works as a nurse in Leeds."]
         store.delete(user="Ann")
-        assert fts(db) == {f"u{ben}": [("Ben collects stamps from Peru.", None)]}
+        assert fts(db) == {"Ben": [("Ben collects stamps from Peru.", None)]}
 
 
 def on_disk(db: Path) -> bytes:
@@ -93,7 +95,7 @@ def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
     with open_store(db, lexical) as store:
         hits = store.search("Ann", "Where is Headingley?", k=5)
     assert [h.text for h in hits] == ["Ann plays chess on Sundays."]  # found by its detail's word
-    assert fts(db)["u1"][0] == ("Ann works as a nurse in Leeds.", "night shifts")
+    assert fts(db)["Ann"][0] == ("Ann works as a nurse in Leeds.", "night shifts")
 
 
 def test_search_fuses_the_word_a_question_shares_with_the_vectors(tmp_path: Path) -> None:

@@ -2,10 +2,9 @@
 
 Two indexes share one query rule (:func:`terms`, :func:`match_expression`) and SQLite's own BM25:
 
-- the store's ``memory_fts`` table (schema version 3, :data:`FTS_SCHEMA`): one row per node, its text and
-  the text of its anchored details, kept in step with ``nodes`` by triggers (insert, update and delete,
-  the cascades of a session's or a user's removal included). A user's rows carry the token ``u<id>`` in a
-  column BM25 gives no weight, so a search intersects the question's words with that user's rows only;
+- the store's ``memory_fts`` table (schema version 3, :data:`FTS_SCHEMA`): one row per node (its id), its
+  text and the text of its anchored details, kept in step with ``nodes`` by triggers (insert, update and
+  delete, the cascades of a session's or a user's removal included); a search keeps the user's rows;
 - :class:`PoolLexicon`, an in-memory FTS5 table over the units a question may be answered from (the answer
   program's pool, which may span several users of a tenant), built once per retrieval index.
 
@@ -40,10 +39,10 @@ kind sort type any anything something things thing s t d ll m re ve like
 
 _DETAILS = ("(SELECT group_concat(d.text, ' ; ') FROM json_each({n}.data, '$.details') j "
             "JOIN details d ON d.session_pk = {n}.session_pk AND d.local_id = j.value)")
-_ROW = "INSERT INTO memory_fts (rowid, owner, text, details) VALUES (new.id, 'u' || new.user_id, new.text, {d});"
+_ROW = "INSERT INTO memory_fts (rowid, text, details) VALUES (new.id, new.text, {d});"
 
 FTS_SCHEMA: tuple[str, ...] = (
-    f"CREATE VIRTUAL TABLE memory_fts USING fts5(owner, text, details, tokenize = '{TOKENIZER}')",
+    f"CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, tokenize = '{TOKENIZER}')",
     "CREATE TRIGGER memory_fts_insert AFTER INSERT ON nodes BEGIN " + _ROW.format(d=_DETAILS.format(n="new"))
     + " END",
     "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, data ON nodes BEGIN DELETE FROM memory_fts WHERE "
@@ -53,12 +52,12 @@ FTS_SCHEMA: tuple[str, ...] = (
 )
 """Schema version 3: the full-text table over nodes and the triggers that keep it in step."""
 
-FILL_FTS = ("INSERT INTO memory_fts (rowid, owner, text, details) SELECT n.id, 'u' || n.user_id, n.text, "
-            + _DETAILS.format(n="n") + " FROM nodes n")
+FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details) SELECT n.id, n.text, " + _DETAILS.format(n="n")
+            + " FROM nodes n")
 """Fills the table from the nodes an older store already holds (the migration to version 3)."""
 
-WEIGHTS = "0.0, 1.0, 0.5"
-"""BM25 column weights: the owner token counts for nothing, details half as much as the memory's own text."""
+WEIGHTS = "1.0, 0.5"
+"""BM25 column weights: details count half as much as the memory's own text."""
 
 
 def words(text: str) -> list[str]:
@@ -84,11 +83,13 @@ def match_expression(question_terms: Sequence[str]) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in question_terms)
 
 
-POSTINGS_BUDGET = 3000
+POSTINGS_BUDGET = 400
 """Rows a store search lets BM25 score at most: the question's rarest words are kept while the rows holding
-them add up to no more (:func:`rare_terms`). BM25 costs a few microseconds per matching row, so this bounds
-the lexical side at a million memories to a few milliseconds; the words dropped are the commonest, whose
-BM25 weight (inverse document frequency) is the lowest, and the dense side still reads the whole question."""
+them (over all users) add up to no more (:func:`rare_terms`). FTS5's BM25 costs about ten microseconds per
+matching row on a loaded core (finding the rows, well under one), so this bounds the lexical side at a
+million memories to a few milliseconds (``benchmarks/bench_hybrid.py``). In a small store every word is
+kept; in a large one the commonest go first, whose BM25 weight (inverse document frequency) is the lowest,
+and the dense side still reads the whole question."""
 
 
 class _Stemmer:
@@ -122,20 +123,18 @@ def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: in
     """The question's words that the store's BM25 search scores, rarest first: those in no memory left out,
     then words kept while the rows holding them (over all users) add up to ``budget`` at most."""
     stems = _stems(question_terms)
-    wanted = sorted({s for s in stems if s})
-    if not wanted:
-        return []
-    rows = dict(db.execute(f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({','.join('?' * len(wanted))})",
-                           wanted).fetchall())
+    count = {stem: db.execute("SELECT doc FROM memory_fts_vocab WHERE term = ?", (stem,)).fetchone()
+             for stem in dict.fromkeys(s for s in stems if s)}  # one lookup per word: an IN list scans them all
     kept, total = [], 0
-    for word, stem in sorted(zip(question_terms, stems, strict=True), key=lambda p: rows.get(p[1] or "", 0)):
-        count = rows.get(stem or "", 0)
-        if count == 0:
+    rows_of = {stem: found[0] for stem, found in count.items() if found}
+    for word, stem in sorted(zip(question_terms, stems, strict=True), key=lambda p: rows_of.get(p[1] or "", 0)):
+        rows = rows_of.get(stem or "", 0)
+        if rows == 0:
             continue
-        if total + count > budget:
+        if total + rows > budget:
             break
         kept.append(word)
-        total += count
+        total += rows
     return kept
 
 
@@ -143,13 +142,20 @@ def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[
                  ) -> list[tuple[int, float]]:
     """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
     ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
-    those in its scope."""
+    those in its scope. The rows of every user holding the words are scored (at most
+    :data:`POSTINGS_BUDGET`), then the user's kept: a user filter inside the match would make BM25 weigh it
+    as a phrase of a million rows."""
     match = match_expression(rare_terms(db, question_terms))
     if match is None or limit <= 0:
         return []
-    found = db.execute(f"SELECT rowid, bm25(memory_fts, {WEIGHTS}) FROM memory_fts WHERE memory_fts MATCH ? "
-                       "ORDER BY rank LIMIT ?", (f'owner : "u{user_pk}" AND ({match})', limit)).fetchall()
-    return [(int(rowid), -float(score)) for rowid, score in found]
+    found = db.execute(f"SELECT rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts WHERE memory_fts MATCH ? "
+                       "ORDER BY score LIMIT ?", (match, POSTINGS_BUDGET)).fetchall()
+    if not found:
+        return []
+    mine = {node for (node,) in db.execute(
+        f"SELECT id FROM nodes WHERE user_id = ? AND id IN ({','.join('?' * len(found))})",
+        (user_pk, *(rowid for rowid, _ in found)))}
+    return [(int(rowid), -float(score)) for rowid, score in found if rowid in mine][:limit]
 
 
 def purge_deleted(db: sqlite3.Connection) -> None:
