@@ -124,7 +124,7 @@ def _judged(program: Iterator[Any]) -> Any:
 
 def test_halumem_counts_an_abstention_as_omission_and_right_on_a_boundary_question() -> None:
     from promem_fast.eval.judges import halumem_qa_judge
-    from promem_fast.eval.records import Question
+    from promem_fast.eval.benchmark import Question
     from promem_fast.store.qa import Answer
 
     def question(boundary: bool) -> Question:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from promem_fast.store.lexical import name_words, terms
 from promem_fast.types import Session
 
-from .records import Benchmark, Question
+from .benchmark import Benchmark, Question
 
 TurnRef = tuple[str | None, str]
 """(session id, turn id); a None session matches the turn id in any session."""

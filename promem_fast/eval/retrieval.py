@@ -46,7 +46,7 @@ from promem_fast.store.qa import RetrievalIndex, Unit, gather, prepared_query, r
 from .datasets import load_benchmark
 from .evidence import TurnRef, all_evidence_turns, grounded_in
 from .provenance import provenance
-from .records import Benchmark, Question
+from .benchmark import Benchmark, Question
 from .split import apply_tau, select_users
 from .variants import KINDS, PathLike
 

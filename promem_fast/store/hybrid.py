@@ -17,12 +17,12 @@ import numpy as np
 from . import rows
 from .lexical import search_store, terms
 from .ranking import collapse, fuse, prepare
-from .records import Hit
+from .hits import Hit
 from .vectors import from_blobs
 from .when import window, within
 
 if TYPE_CHECKING:
-    from .view import StoreView
+    from .protocol import StoreView
 
 CANDIDATES = 100
 """Candidates each side proposes (at least ``4 k``): deep enough that fusion rarely misses one side's good
