@@ -70,12 +70,13 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     if not pool:
         return []
     said: dict[int, str | None] = {}
+    text: dict[int, str] = {}
     stored: list[tuple[int, bytes]] = []
     for lo in range(0, len(pool), 500):
         part = pool[lo:lo + 500]
-        for node, valid_from, blob in store._db.execute(
-                f"SELECT id, valid_from, vector FROM nodes WHERE id IN ({rows.placeholders(len(part))})", part):
-            said[node] = valid_from
+        for node, words_of, valid_from, blob in store._db.execute(
+                f"SELECT id, text, valid_from, vector FROM nodes WHERE id IN ({rows.placeholders(len(part))})", part):
+            said[node], text[node] = valid_from, words_of
             if blob is not None:
                 stored.append((node, blob))
     matrix = from_blobs([blob for _, blob in stored], len(vector))
@@ -83,7 +84,7 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     today = date.fromisoformat(when[:10]) if when else datetime.now(timezone.utc).date()
     days = window(query, today) if config.when else None
     timed = [] if days is None else [n for n in (dense or lexical) if within(said.get(n), days)]
-    best = collapse(fuse(dense, lexical, config, timed=timed), vectors, config, k)
+    best = collapse(fuse(dense, lexical, config, timed=timed), vectors, config, k, text_of=text.__getitem__)
     return [(node, float(vectors[node] @ vector) if node in vectors else 0.0) for node, _ in best]
 
 

@@ -71,9 +71,10 @@ def name_words(names: Iterable[str]) -> set[str]:
 
 
 def terms(question: str, drop: Iterable[str] = ()) -> list[str]:
-    """The question's content words, each once, in order: no stop words, no single letters, none of ``drop``."""
+    """The question's content words, each once, in order: no stop words, no single letters (digits stay), none
+    of ``drop``."""
     left_out = STOP_WORDS | set(drop)
-    return list(dict.fromkeys(w for w in words(question) if len(w) > 1 and w not in left_out))
+    return list(dict.fromkeys(w for w in words(question) if (len(w) > 1 or w.isdigit()) and w not in left_out))
 
 
 def match_expression(question_terms: Sequence[str]) -> str | None:

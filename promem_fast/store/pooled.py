@@ -75,6 +75,6 @@ def rank_pool(question: str, question_time: str | None, query: Query, vector: np
         timed = [i for i in (dense if config.dense else lexed) if within(said[i], days)]
     owner = None if owner_of is None else (lambda i: owner_of(pool[i][0]))
     order = fuse(dense, lexed, config, timed=timed, owner_of=owner, speaker=query.speaker)
-    ranked.order = collapse(order, lambda i: keys[i], config, depth)
+    ranked.order = collapse(order, lambda i: keys[i], config, depth, text_of=lambda i: pool[i][1])
     ranked.cosine = {i: float(scores[i]) for i, _ in ranked.order}
     return ranked

@@ -11,7 +11,8 @@ Rule (each step switchable in :class:`~promem_fast.config_ranking.RankingConfig`
    speaker's candidate has its score halved, so the named speaker's memories come first unless another's
    are much better on both sides.
 3. **Near-duplicates**: walking the order best first, a candidate whose vector has a cosine of at least
-   ``dedup_cosine`` with one already kept is left out.
+   ``dedup_cosine`` with one already kept, and whose content words are among that one's (or the reverse),
+   is left out: a repeat, not a fact that differs by a number or a name.
 
 Ties are broken by the candidate's position in the dense ranking, then its key, so the order is
 deterministic. The store (over SQLite FTS5 and its vector index) and the answer program (over a question's
@@ -29,7 +30,7 @@ import numpy as np
 
 from promem_fast.config_ranking import RankingConfig
 
-from .lexical import name_words, words
+from .lexical import name_words, terms, words
 
 K = TypeVar("K", bound=Hashable)
 
@@ -81,20 +82,28 @@ def fuse(dense: Sequence[K], lexical: Sequence[K], config: RankingConfig, *, tim
 
 
 def collapse(order: Sequence[tuple[K, float]], vector_of: Mapping[K, np.ndarray] | Callable[[K], np.ndarray | None],
-             config: RankingConfig, limit: int) -> list[tuple[K, float]]:
-    """The first ``limit`` of ``order`` with near-duplicates of better-ranked candidates left out (step 3)."""
+             config: RankingConfig, limit: int, text_of: Callable[[K], str] | None = None) -> list[tuple[K, float]]:
+    """The first ``limit`` of ``order`` with near-duplicates of better-ranked candidates left out (step 3).
+
+    With ``text_of``, a near-duplicate must also say nothing the kept one does not: its content words are
+    among the kept one's (or the reverse), so "a cook at diner 1" is not taken for "a cook at diner 0"."""
     if not config.dedup:
         return list(order[:limit])
     get = vector_of.get if isinstance(vector_of, Mapping) else vector_of
     kept: list[tuple[K, float]] = []
     vectors: list[np.ndarray] = []
+    said: list[frozenset[str]] = []
     for key, value in order:
         vector = get(key)
-        if vector is not None and vectors and float(np.max(np.stack(vectors) @ vector)) >= config.dedup_cosine:
-            continue
+        content = frozenset(terms(text_of(key))) if text_of is not None else frozenset()
+        if vector is not None and vectors:
+            close = (np.stack(vectors) @ vector) >= config.dedup_cosine
+            if any(c and (text_of is None or content <= w or w <= content) for c, w in zip(close, said, strict=True)):
+                continue
         kept.append((key, value))
         if vector is not None:
             vectors.append(np.asarray(vector, np.float32))
+            said.append(content)
         if len(kept) >= limit:
             break
     return kept
