@@ -128,3 +128,17 @@ def test_a_month_the_question_names_ranks_what_was_said_then_first(tmp_path: Pat
         may = [h.text for h in store.search("Ann", "What about work in May 2025?", k=2)]
         march = [h.text for h in store.search("Ann", "What about work in March 2025?", k=2)]
     assert may[0] == "Ann works on weekends too." and march[0] == "Ann works as a nurse in Leeds."
+
+
+def test_a_memory_said_again_is_shown_once_and_a_fact_differing_by_a_number_is_not_a_repeat(tmp_path: Path) -> None:
+    again = graph("a3", "Ann", ["Ann feeds a quokka at the zoo.", "Ann feeds a quokka at 2 zoos."],
+                  timestamp="2025-06-01T09:00:00")
+    with open_store(tmp_path / "m.db") as store:
+        store.add([ANN_2, again])
+        found = [h.text for h in store.search("Ann", "quokka", k=3)]
+    with open_store(tmp_path / "m.db", scripted_config().with_overrides(["ranking.dedup=false"])) as store:
+        every = [h.text for h in store.search("Ann", "quokka", k=3)]
+    # the same sentence twice (cosine 1, the same words) is one memory to read; "2 zoos" says more
+    # (its slot goes to the next memory)
+    assert (found.count("Ann feeds a quokka at the zoo."), every.count("Ann feeds a quokka at the zoo.")) == (1, 2)
+    assert "Ann feeds a quokka at 2 zoos." in found and "Ann feeds a quokka at 2 zoos." in every
