@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 def _open(args: argparse.Namespace, *, write: bool = False) -> Any:
     from promem_fast.store import MemoryStore
 
-    return MemoryStore(args.db, build_config(args) if write else None, read_only=not write)
+    return MemoryStore(args.db, build_config(args) if write else None, read_only=not write, key_file=args.key_file)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
