@@ -15,9 +15,9 @@ from datetime import date
 import numpy as np
 
 from promem_fast.config_ranking import RankingConfig
+from promem_fast.times import iso_time
 
 from .ranking import Query, collapse, fuse
-from .timeline import iso_time
 from .when import window, within
 
 
