@@ -147,9 +147,9 @@ def test_every_surface_returns_10_hits_unless_told(page_server: tuple[Server, st
 
     server, key = page_server
     with Client(server.url, key) as client:
-        assert len(client.search("pottery class", user_id=USER)) == 10
+        assert len(client.search("pottery class", user_id=USER)["results"]) == 10
     with server.client(key) as http:
-        assert len(http.post(f"/v1/users/{USER}/search", json={"query": "pottery class"}).json()["hits"]) == 10
+        assert len(http.post(f"/v1/users/{USER}/search", json={"query": "pottery class"}).json()["results"]) == 10
     capsys.readouterr()
     assert main(["search", "pottery class", "--db", str(server.path), "--user-id", USER, "--profile", "scripted",
                  "--json"]) == 0

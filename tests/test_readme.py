@@ -90,7 +90,8 @@ def test_every_readme_example_runs(workdir: tuple[Path, dict[str, str], list[sub
                                                     env=env, stdout=log, stderr=log))
                     continue
                 kept.append(line)
-            script = "set -euo pipefail\n" + "\n".join(kept) + '\nprintf "\\n__KEY__=%s\\n" "${KEY:-}"\n'
+            # only an exported KEY reaches the next block, as only an exported one reaches a program run later
+            script = "set -euo pipefail\n" + "\n".join(kept) + '\nprintf "\\n__KEY__=%s\\n" "$(printenv KEY || true)"\n'
             done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
                                   timeout=300)
             found = re.search(r"^__KEY__=(.*)$", done.stdout, re.M)

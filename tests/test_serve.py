@@ -45,7 +45,7 @@ def add(http: httpx.Client, user: str, sessions: list[dict[str, Any]]) -> dict[s
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
     path = tmp_path_factory.mktemp("serve") / "memory.db"
     keys = {name: new_key(path, tenant) for name, tenant in
-            (("a", "acme"), ("b", "globex"), ("rate", "acme"), ("revoked", "acme"))}
+            (("a", "acme"), ("b", "globex"), ("rate", "acme"), ("revoked", "acme"), ("c", "initech"))}
     from promem_fast.serve import db
     from promem_fast.serve.keys import KeyRing
 
@@ -92,7 +92,7 @@ def test_reads_of_a_users_memory(a: httpx.Client) -> None:
 
 
 def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> None:
-    hits = a.post(f"/v1/users/{TOMAS}/search", json={"query": "job at the hospital", "k": 5}).json()["hits"]
+    hits = a.post(f"/v1/users/{TOMAS}/search", json={"query": "job at the hospital", "k": 5}).json()["results"]
     assert 0 < len(hits) <= 5
     scores = [h["score"] for h in hits]
     assert scores == sorted(scores, reverse=True)
@@ -100,11 +100,11 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
 
 
 MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
-                 "reason", "score", "details", "links"}
+                 "reason", "score", "details", "metadata", "links"}
 
 
 def test_a_hit_has_one_id(a: httpx.Client) -> None:
-    hits = a.post(f"/v1/users/{TOMAS}/search", json={"query": "work"}).json()["hits"]
+    hits = a.post(f"/v1/users/{TOMAS}/search", json={"query": "work"}).json()["results"]
     assert hits
     for hit in hits:
         assert set(hit) == MEMORY_FIELDS  # no second id (the extracted node's own index) and no copy of the text
@@ -390,9 +390,9 @@ def test_the_python_client_has_the_memory_verbs(served: tuple[Server, dict[str, 
         assert client.add(maya_session("maya-2"), user_id=MAYA)["done"] == 1
         assert client.users() == [MAYA]
         assert client.sessions(user_id=MAYA) == ["maya-1", "maya-2"]
-        hits = client.search("beagle Biscuit", user_id=MAYA, k=3)
+        hits = client.search("beagle Biscuit", user_id=MAYA, top_k=3)["results"]
         assert 0 < len(hits) <= 3 and "Biscuit" in hits[0]["memory"] and set(hits[0]) == MEMORY_FIELDS
-        memories = client.get_all(user_id=MAYA)
+        memories = client.get_all(user_id=MAYA)["results"]
         assert client.get(memories[0]["id"], user_id=MAYA) == memories[0]
         # maya-2 says what maya-1 said: its saying was merged into the memory, so the history holds both
         history = client.history(memories[0]["id"], user_id=MAYA)
@@ -421,7 +421,7 @@ def test_the_client_adds_a_conversation_given_as_messages_once(served: tuple[Ser
         assert client.add(chat, user_id="Cellist", date="2025-04-02")["done"] == 1  # the same id: stored once
         (session,) = client.sessions(user_id="Cellist")
         assert session.startswith("msg-")
-        assert "cello" in client.search("music lessons", user_id="Cellist", k=1)[0]["memory"]
+        assert "cello" in client.search("music lessons", user_id="Cellist", top_k=1)["results"][0]["memory"]
         client.add(chat, user_id="Cellist", date="2025-05-01")  # another day: another conversation
         assert len(client.sessions(user_id="Cellist")) == 2
         assert client.delete(user_id="Cellist")["deleted"] > 0
@@ -449,3 +449,29 @@ def test_a_session_the_store_refuses_fails_alone(tmp_path: Path) -> None:
             assert add(http, MAYA, [maya_session("good-3")])["done"] == 1  # the worker goes on
     finally:
         server.stop()
+
+
+def test_the_mem0_verbs_over_http_metadata_filters_update_delete_all_and_reset(
+        served: tuple[Server, dict[str, str]]) -> None:
+    """mem0's verbs and names over HTTP (through the client): add with metadata, search by top_k and filters,
+    update, delete_all, reset; the reset empties the key's tenant only."""
+    from promem_fast.client import Client, ServerError
+
+    server, keys = served
+    with Client(server.url, keys["c"]) as client:
+        client.add("I keep bees in Porto.", user_id="Ana", metadata={"topic": "hobby"})
+        client.add("I work as a nurse.", user_id="Ana", metadata={"topic": "work"})
+        client.add("I live in Lisbon.", user_id="Rui")
+        work = client.search("what does Ana do", user_id="Ana", top_k=5, filters={"topic": "work"})["results"]
+        assert [(m["memory"], m["metadata"]) for m in work] == [("Ana work as a nurse.", {"topic": "work"})]
+        with pytest.raises(ServerError) as bad:
+            client.search("x", user_id="Ana", filters={"no such key!": 1})
+        assert bad.value.status == 422 and "plain name" in str(bad.value.detail)
+        changed = client.update(work[0]["id"], "Ana works as a surgeon.", user_id="Ana")
+        assert (changed["id"], changed["memory"]) == (work[0]["id"], "Ana works as a surgeon.")
+        assert client.search("surgeon", user_id="Ana", top_k=1)["results"][0]["id"] == work[0]["id"]
+        assert client.delete_all(user_id="Ana") == {"deleted": 2}
+        assert client.reset() == {"deleted": 1}
+        assert client.users() == []
+    with Client(server.url, keys["b"]) as other:
+        assert other.users() == [MAYA]  # another tenant keeps its memory

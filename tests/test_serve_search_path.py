@@ -183,7 +183,7 @@ def test_a_search_over_http_never_returns_a_memory_deleted_just_before(tmp_path:
 
         def found() -> set[int]:
             return {h["id"] for h in http.post("/v1/users/maya/search", json={"query": "watercolor nurse",
-                                                                               "k": 200}).json()["hits"]}
+                                                                               "k": 200}).json()["results"]}
 
         assert found() == left
         for node in sorted(left):

@@ -13,6 +13,9 @@ from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import key_arg
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, parse_priority
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S
+from promem_fast.serve.mcp_tools import TOOLS
+
+MCP_TOOLS = ", ".join(TOOLS)
 
 
 def engine_priority(text: str) -> EnginePriority:
@@ -56,7 +59,9 @@ def register(sub: Any) -> None:
         key_arg(q)
     k.set_defaults(func=cmd_keys)
 
-    m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
+    m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with the tools " + MCP_TOOLS,
+                       description="Model Context Protocol server over stdio for one local agent, with the tools "
+                                   + MCP_TOOLS + " on the memory of --tenant in --db.")
     m.add_argument("--db", type=Path, required=True, help="the store's SQLite file")
     m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
     key_arg(m)

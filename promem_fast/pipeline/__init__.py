@@ -97,7 +97,8 @@ def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], detail
            events: list[Event], ctx: RunContext, mode: str) -> MemoryGraph:
     ctx.stats.bump("nodes", len(nodes))
     return MemoryGraph(session_id=session.session_id, user=session.user, timestamp=session.timestamp,
-                       nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode)
+                       nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode,
+                       metadata=dict(session.metadata))
 
 
 __all__ = ["session_program"]

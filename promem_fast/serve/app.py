@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from promem_fast.deps import require
-from promem_fast.errors import PromemError
+from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import schemas as api
 from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.metrics import CountResponses
 from promem_fast.serve.service import NotFound, Service
+from promem_fast.shapes import as_sessions
 
 require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -90,10 +91,14 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
-        job, rejected = service.submit(who.tenant, user_id, body.sessions)
+        sessions = body.sessions if body.sessions is not None else as_sessions(body.messages, body.date)
+        if body.metadata:
+            sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **body.metadata}}
+                        if isinstance(s, dict) else s for s in sessions]
+        job, rejected = service.submit(who.tenant, user_id, sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)
-        return {"job_id": job, "accepted": len(body.sessions) - len(rejected), "rejected": rejected}
+        return {"job_id": job, "accepted": len(sessions) - len(rejected), "rejected": rejected}
 
     @v1.get("/jobs/{job_id}", response_model=api.Job, summary="Progress of a job")
     def job(job_id: Annotated[str, PathParam(max_length=64)], who: Who) -> Any:
@@ -118,6 +123,10 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def history(node_id: NodeId, user_id: User, who: Who) -> Any:
         return service.history(who.tenant, user_id, node_id)
 
+    @v1.patch("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="Give a memory new text")
+    def update(body: api.Update, node_id: NodeId, user_id: User, who: Who) -> Any:
+        return service.update(who.tenant, user_id, node_id, body.data)
+
     @v1.delete("/users/{user_id}/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory")
     def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id, node=node_id)}
@@ -135,13 +144,17 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def delete_user(user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id)}
 
+    @v1.post("/reset", response_model=api.Deleted, summary="Delete all memory of every user of the key's tenant")
+    def reset(who: Who) -> Any:
+        return {"deleted": service.reset(who.tenant)}
+
     @v1.post("/users/{user_id}/search", response_model=api.Hits,
              summary="Memories nearest a query")
     async def search(body: api.SearchQuery, user_id: User, who: Who) -> Any:
         # one hop to the thread pool for the search itself (a real embedder may take milliseconds), none for
         # the key check before it or the reply's validation after it
-        return {"hits": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.k,
-                                                **scope(body))}
+        return {"results": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.count(),
+                                                   filters=body.filters, **scope(body))}
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:
@@ -188,6 +201,11 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": "not found"}, status_code=404)
+
+    @app.exception_handler(InputError)
+    def bad_input(request: Request, exc: InputError) -> JSONResponse:
+        """A request the store refuses as given (a bad filter, time or name): the caller's to fix."""
+        return JSONResponse({"detail": str(exc)}, status_code=422)
 
     @app.exception_handler(PromemError)
     def unavailable(request: Request, exc: PromemError) -> JSONResponse:

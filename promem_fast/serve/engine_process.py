@@ -226,6 +226,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     from promem_fast.serve.worker import EngineGate, Worker
     from promem_fast.services import Services
     from promem_fast.store import MemoryStore
+    from promem_fast.store.editing import rewrite
 
     embedder = SerializedEmbedder(Services(config).embedder)
     engine = Engine(config, embedder=embedder)
@@ -255,6 +256,10 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
                 tenant, user, session, node = args
                 value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,
                                           engine=gate))  # type: ignore[arg-type]
+            elif method == "update":
+                tenant, node, text = args
+                hit = rewrite(reader, node, text, tenant)
+                value = None if hit is None else hit.memory()
             elif method == "metrics":
                 value = metrics.state()
             else:

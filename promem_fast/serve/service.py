@@ -161,10 +161,23 @@ class Service:
         return int(self.worker.call("delete", tenant, user, session, None)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
-               **when: str) -> list[dict[str, Any]]:
-        """``when``: the question's time (``as_of``) and date window, passed to the store as given."""
-        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+               filters: dict[str, Any] | None = None, **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window, passed to the store as given;
+        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`)."""
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters, **when)
         return [hit.memory() for hit in hits]
+
+    def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:
+        """Give the user's memory ``node_id`` new text (re-embedded in the engine process, the one writer)."""
+        self.memory(tenant, user, node_id)
+        found = self.worker.call("update", tenant, node_id, text)
+        if found is None:
+            raise NotFound("memory")
+        return dict(found)
+
+    def reset(self, tenant: str) -> int:
+        """Remove every user of the tenant (queued work included); returns the memories removed."""
+        return sum(self.delete(tenant, user) for user in self.users(tenant))
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         name = self._user(tenant, user)

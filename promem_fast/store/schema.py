@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -129,9 +129,15 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return step
 
 
+_V3 = """
+ALTER TABLE sessions ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';  -- JSON object: what add() was given with it
+"""
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
+    3: _run_script(_V3),
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

@@ -26,6 +26,7 @@ from promem_fast.private import shred
 
 from . import rows
 from .connection import checkpoint, transaction
+from .filters import metadata_scope
 from .records import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
@@ -263,16 +264,17 @@ class MemoryStore:
         return rows.read_hits(self._db, where, (user_pk,))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
+               as_of: str | None = None, since: str | None = None, until: str | None = None,
+               filters: dict[str, Any] | None = None) -> list[Hit]:
         """The ``k`` memories of ``user`` closest to ``query`` (cosine), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those holding at some time in that window. Times are ISO 8601 (a bare day means all of it)."""
+        those holding at some time in that window (ISO 8601; a day means all of it). ``filters``: :mod:`.filters`."""
         from .timeline import query_time, validity
 
-        scope = validity(query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
-                         query_time(until, "until", end_of_day=True), history=history)
+        scope = metadata_scope(filters, validity(query_time(as_of, "as_of", end_of_day=True), query_time(
+            since, "since"), query_time(until, "until", end_of_day=True), history=history))
         user_pk = self._user_pk(tenant, user)
         if user_pk is None or k <= 0:
             return []
@@ -339,9 +341,7 @@ class MemoryStore:
 
     def _dim(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-        if row is not None:
-            return int(row[0])
-        return int(getattr(self.embedder, "dim", 0) or 1)
+        return int(row[0]) if row is not None else int(getattr(self.embedder, "dim", 0) or 1)
 
     def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
                question_time: str | None = None, as_of: str | None = None, since: str | None = None,
