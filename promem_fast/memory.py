@@ -113,7 +113,13 @@ class Memory:
         if self._engine is None:
             from promem_fast.engine import Engine
 
-            self._engine = Engine(self.config, embedder=self.store.embedder)
+            engine = Engine(self.config, embedder=self.store.embedder)
+            try:
+                engine.services.preload()  # a missing library or model: the first add says so, with the fix
+            except BaseException:
+                engine.close()
+                raise
+            self._engine = engine
         return self._engine
 
     def close(self) -> None:

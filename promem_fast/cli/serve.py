@@ -91,8 +91,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve")
     config = build_config(args)
     config.progress = False
+    port_in_use(args.host, args.port)  # before the models load: a taken port is known at once
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
                       job_retention_s=args.job_retention, engine_priority=args.engine_priority)
+    started(service)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
     print(f"promem serve: store {args.db}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
@@ -102,6 +104,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")  # after Config, which sets up uvicorn's logging
     uvicorn.Server(server).run()
     return 0
+
+
+def started(service: Any) -> None:
+    """Start the service's engine; when its models cannot load, close it and raise the reason (one line,
+    with the pip command that fixes it) before anything is served."""
+    try:
+        service.start()
+    except BaseException:
+        service.close()
+        raise
+
+
+def port_in_use(host: str, port: int) -> None:
+    """UsageError when ``host:port`` cannot be bound (taken by another server, or not ours to take)."""
+    import socket
+
+    from promem_fast.errors import UsageError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror}); another server may have it: "
+                             "stop it or choose another --port") from None
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -134,7 +162,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     config = build_config(args)
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file)
-    service.start()
+    started(service)
     try:
         build_server(service, args.tenant).run("stdio")
     finally:

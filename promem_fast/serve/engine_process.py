@@ -70,6 +70,7 @@ class EngineProcess:
         self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._ready = threading.Event()
         self._gone = threading.Event()
+        self._fatal: str | None = None
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -78,6 +79,15 @@ class EngineProcess:
         self._proc.start()
         child.close()
         threading.Thread(target=self._receive, name="promem-engine-replies", daemon=True).start()
+
+    def wait_ready(self) -> None:
+        """Block until the engine's backends are loaded; PromemError with the child's reason (the pip command
+        for a missing library or model) when it could not start."""
+        while not self._ready.wait(0.2):
+            if self._gone.is_set() or (self._proc is not None and not self._proc.is_alive()):
+                break
+        if self._fatal is not None or not self._ready.is_set():
+            raise PromemError(self._fatal or "the engine process stopped before it was ready")
 
     @property
     def alive(self) -> bool:
@@ -138,7 +148,8 @@ class EngineProcess:
                 ident, status, value = self._conn.recv()
             except (EOFError, OSError):
                 break
-            if status == "ready":
+            if status in ("ready", "fatal"):
+                self._fatal = value
                 self._ready.set()
                 continue
             waiting = self._waiting.get(ident)
@@ -230,6 +241,11 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
 
     embedder = SerializedEmbedder(Services(config).embedder)
     engine = Engine(config, embedder=embedder)
+    try:
+        engine.services.preload()  # a missing library or model: the server refuses to start, naming the fix
+    except PromemError as exc:
+        conn.send((0, "fatal", str(exc)))
+        return
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
     writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
     reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)

@@ -64,12 +64,19 @@ class Service:
                                     job_retention_s=job_retention_s, priority=engine_priority)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
+        self._started = False
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Start the engine process and wait until its models are loaded (PromemError naming the fix when
+        they cannot be); a second call does nothing."""
+        if self._started:
+            return
+        self._started = True
         for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
             shred(stale)
         self.worker.start()
+        self.worker.wait_ready()
 
     def close(self) -> None:
         self.worker.stop()

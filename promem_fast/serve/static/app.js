@@ -311,7 +311,7 @@
       if (!user) { status("pick a user first"); return; }
       const reply = await api("v1/users/" + encodeURIComponent(user) + "/search",
                               { method: "POST", body: JSON.stringify({ query, k: SEARCH_K }) });
-      state.hits = reply.hits.map(hitRow);
+      state.hits = reply.results.map(hitRow);
     }
     render();
   }

@@ -1,0 +1,89 @@
+"""What a new user meets first when something is missing or wrong: a missing backend library stops every
+surface at start with the pip command that fixes it (CLI extract, ``Memory.add``, MCP), a run where every
+session failed exits non-zero, a taken port is said before anything claims to listen."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from promem_fast.errors import BackendUnavailable
+
+NO_LLAMA = ["--profile", "scripted", "--set", "llm.backend=llamacpp", "--no-progress"]
+FIX = "pip install 'promem-fast[cpu]'"
+
+
+@pytest.fixture
+def without_llama_cpp(tmp_path: Path) -> dict[str, str]:
+    """An environment where ``import llama_cpp`` fails, as after ``pip install promem-fast[serve]``."""
+    shadow = tmp_path / "shadow" / "llama_cpp"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'llama_cpp'\")\n")
+    return {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{ROOT}"}
+
+
+def promem(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "promem_fast.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_extract_without_the_chat_backend_stops_at_start_with_the_pip_command(
+        tmp_path: Path, without_llama_cpp: dict[str, str]) -> None:
+    sample = ROOT / "promem_fast" / "data" / "demo_sessions.jsonl"
+    done = promem("extract", str(sample), "-o", "out.jsonl", *NO_LLAMA, env=without_llama_cpp, cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("promem: the llamacpp chat model cannot start") and FIX in line
+    assert "failed and was skipped" not in done.stderr and not (tmp_path / "out.jsonl").exists()
+
+
+def test_mcp_without_the_chat_backend_refuses_to_start(tmp_path: Path, without_llama_cpp: dict[str, str]) -> None:
+    done = promem("mcp", "--db", "m.db", *NO_LLAMA, env=without_llama_cpp, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("promem: the llamacpp chat model cannot start")
+    assert FIX in done.stderr
+
+
+def test_memory_add_without_the_chat_backend_says_how_to_fix_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from promem_fast import EngineConfig, Memory
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp now fails
+    config = EngineConfig.profile("scripted").with_overrides(["llm.backend=llamacpp"])
+    with Memory(tmp_path / "m.db", config=config) as memory:
+        with pytest.raises(BackendUnavailable, match="llamacpp chat model cannot start.*promem-fast\\[cpu\\]"):
+            memory.add("I live in Porto.", user_id="ana")
+        assert memory.store.sessions("ana") == []  # nothing half-stored
+
+
+def test_a_run_where_every_session_failed_exits_non_zero(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"session_id": "s1", "user": "ana"}) + "\n"
+                   + json.dumps({"session_id": "s2", "user": "ana", "turns": "nope"}) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = promem("extract", str(bad), "-o", "out.jsonl", "--profile", "scripted", "--no-progress", env=env,
+                  cwd=tmp_path)
+    assert done.returncode == 1
+    assert "promem: every session failed (2)" in done.stderr
+
+
+def test_serve_on_a_taken_port_says_so_before_claiming_to_listen(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        started = time.monotonic()
+        done = promem("serve", "--db", "m.db", "--profile", "scripted", "--port", str(port), env=env, cwd=tmp_path)
+    assert done.returncode == 2 and "listening" not in done.stdout
+    assert done.stderr.strip() == (f"promem: cannot listen on 127.0.0.1:{port} (Address already in use); another "
+                                   "server may have it: stop it or choose another --port")
+    assert time.monotonic() - started < 60
