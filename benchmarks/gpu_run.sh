@@ -6,23 +6,21 @@
 #   2. NLI pairs/s: torch NLI on CUDA (fp16) with a random roberta-large-shaped classifier (24 layers,
 #      hidden 1024, 16 heads, intermediate 4096), pairs of at most 256 tokens, batch 64 and 256;
 #   3. the throughput harness on the transformers backend: a random model of Llama-3.1-8B's exact shape in
-#      bf16 (initialised on the GPU, written once to $WORK), 64 sessions, 64 in flight, 64 prompts per
-#      forward pass, ignore_eos with the harness's per-role reply lengths, TimedReplay replies, a random
-#      MiniLM-shaped embedder and the random NLI classifier on the GPU.
+#      bf16 (initialised on the GPU, written once to $WORK, loaded once), 32 sessions, 32 in flight, 32
+#      prompts per forward pass, ignore_eos with the harness's per-role reply lengths, TimedReplay replies, a
+#      random MiniLM-shaped embedder and the random NLI classifier on the GPU; run under the continuous
+#      driver, then the round driver, on the same loaded models, with the GPU's busy fraction sampled;
 #   3a. the GPU cost model's inputs (benchmarks/results/gpu_model.json, a projection): prefill tokens/s and
 #      decode step times of a random Llama-3.1-8B-shaped model, measured and divided by the assumed ones;
-# Results land in $OUT (the device tool sets it; default out/gpu_run): gpu_run.log (this script's progress),
-# env.txt, nli.json, nli.log, gpu_check.json, gpu_check.log, throughput.json, throughput.log. Each step has a timeout inside the overall
-# budget, and the harness writes what it measured even when stopped.
+#   4. top-1 cosine search (the cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side.
+# Results land in $OUT (the device tool sets it; default out/gpu_run): gpu_run.log (this script's progress and
+# every step's output), env.txt, nli.json, gpu_check.json, throughput.json, similarity.json: six files, within
+# what the device tool brings back. Each step has a timeout inside the overall budget, and the harness writes
+# what it measured even when stopped (after each driver, and at a stop).
 #
-# Time, estimated conservatively (nothing here has run on a GPU yet): native build 20-30 s; NLI step about
-# 45 s (imports, building and saving a 355M-parameter model, 2 x 2048 pairs); harness about 6 minutes:
-# imports and tokenizer 15 s, random 8B on the GPU and written as 16 GB of safetensors 45 s, loaded back
-# 40 s, then the run itself, about 250 s for 64 HaluMem-sized sessions if HF generate prefills at 15K
-# tokens/s and decodes a 64-row batch at 35 ms a step (about 2.4M padded prompt tokens and 2,500 decode
-# steps, from a dry run of the same sessions). The cost-model check takes at most 120 s (a random 8B built on the
-# GPU, an 8,192-token prefill, decode steps at batch 1 and 64); the harness gets what is left and, stopped at
-# the budget, still writes what it measured. Total about 8 minutes; BUDGET caps it at 470 s.
+# Time, estimated: native build 20-30 s; NLI step about 45 s; the cost-model check at most 100 s; the harness
+# about 90 s to build, write and load the random 8B, then two runs of 32 sessions; the similarity step at most
+# 60 s. BUDGET (default 520 s) caps the whole; the harness gets what the other steps leave.
 #
 # HaluMem sessions are used when the sample is found (HALUMEM=path, or shared/data/halumem-dev/ inside the
 # checkout, or ../shared/ beside it); on a machine without it the harness generates HaluMem-sized sessions.
@@ -54,7 +52,7 @@ if [[ -z "${WORK:-}" ]]; then
   WORK="$(mktemp -d /tmp/promem-gpu-run.XXXXXX)"
   trap 'rm -rf "$WORK"' EXIT   # the random models are rebuilt each run; 16 GB should not outlive it
 fi
-BUDGET="${BUDGET:-470}"
+BUDGET="${BUDGET:-520}"
 mkdir -p "$OUT" "$WORK"
 
 log() { printf '[%s +%3ds] %s\n' "$(date +%H:%M:%S)" "$SECONDS" "$*" | tee -a "$OUT/gpu_run.log"; }
@@ -64,11 +62,12 @@ slot() { local t=$(( $(left) - $1 )); (( t > $2 )) && t=$2; (( t < 1 )) && t=1; 
 
 if (( SMOKE )); then
   DEVICE=cpu
-  HARNESS=(--tiny --sessions 2 --max-in-flight 2 --batch-size 8)
+  HARNESS=(--tiny --sessions 2 --max-in-flight 2 --batch-size 8 --drivers continuous round)
   NLI=(--tiny --nli-pairs 64 --nli-batch-sizes 16 64)
 else
   DEVICE=cuda
-  HARNESS=(--random-llama-8b "$WORK/llama-3.1-8b-shape" --sessions 64 --max-in-flight 64 --batch-size 64)
+  HARNESS=(--random-llama-8b "$WORK/llama-3.1-8b-shape" --sessions 32 --max-in-flight 32 --batch-size 32
+           --drivers continuous round)
   NLI=(--nli-pairs 2048 --nli-batch-sizes 64 256)
 fi
 
@@ -111,7 +110,7 @@ log "native core imports"
 log "step NLI: pairs/s of torch NLI on a random roberta-large-shaped classifier"
 timeout -k 15 "$(slot 0 150)" "$PY" benchmarks/throughput.py --nli-pairs-per-second \
   --random-nli "$WORK/nli" --device "$DEVICE" "${NLI[@]}" "${SESSIONS[@]}" --out "$OUT/nli.json" 2>&1 \
-  | tee "$OUT/nli.log"
+  | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
 log "step NLI ended with status $status"
 (( status == 0 )) || FAILED=1
@@ -119,16 +118,16 @@ log "step NLI ended with status $status"
 log "step cost-model check: prefill tokens/s and decode step times vs benchmarks/results/gpu_model.json"
 CHECK=(--gpu H200 --device "$DEVICE")
 (( SMOKE )) && CHECK=(--gpu H200 --device cpu --tiny)
-timeout -k 15 "$(slot 240 120)" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" \
-  --model-json benchmarks/results/gpu_model.json --out "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.log"
+timeout -k 15 "$(slot 300 100)" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" \
+  --model-json benchmarks/results/gpu_model.json --out "$OUT/gpu_check.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
 log "step cost-model check ended with status $status"
 (( status == 0 )) || FAILED=1
 
-log "step harness: transformers backend, $(left) s left"
-timeout -k 20 "$(slot 10 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
+log "step harness: transformers backend, both engine drivers, $(left) s left"
+timeout -k 20 "$(slot 70 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
   --device "$DEVICE" --random-embedder "$WORK/embedder" --random-nli "$WORK/nli" "${SESSIONS[@]}" \
-  --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log"
+  --out "$OUT/throughput.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
 if (( status == 124 )); then
   log "step harness stopped at the budget; what it measured is in throughput.json (\"finished\": false)"
@@ -137,11 +136,18 @@ else
 fi
 (( status == 0 )) || FAILED=1
 
+log "step similarity: top-1 cosine (cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side"
+timeout -k 10 "$(slot 5 60)" "$PY" -m pytest benchmarks/bench_similarity.py --benchmark-only -q -s -p no:cacheprovider \
+  -k per_session --benchmark-json "$OUT/similarity.json" 2>&1 | tee -a "$OUT/gpu_run.log"
+status=${PIPESTATUS[0]}
+log "step similarity ended with status $status"
+(( status == 0 )) || FAILED=1
+
 "$PY" - "$OUT" <<'EOF' 2>&1 | tee -a "$OUT/gpu_run.log"
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-for name in ("nli.json", "gpu_check.json", "throughput.json"):
+for name in ("nli.json", "gpu_check.json", "throughput.json", "similarity.json"):
     path = out / name
     if not path.is_file():
         print(f"{name}: missing")
@@ -152,11 +158,16 @@ for name in ("nli.json", "gpu_check.json", "throughput.json"):
     elif name == "nli.json":
         print("NLI pairs/s by batch size:", {k: v["pairs_per_second"] for k, v in data["batches"].items()},
               f"({data['mean_window_tokens']} tokens per window, {data['device']})")
+    elif name == "similarity.json":
+        for bench in data["benchmarks"]:
+            info = bench["extra_info"]
+            print("similarity", bench["param"], {k: v for k, v in info.items() if k.endswith("queries_per_s")})
     else:
-        keys = ("finished", "sessions_per_hour", "sessions_per_hour_without_replay", "prompt_tokens_per_second",
-                "completion_tokens_per_second", "model_prompt_tokens_per_second",
+        keys = ("finished", "sessions_per_hour", "sessions_per_hour_without_replay", "gpu_busy_fraction",
+                "prompt_tokens_per_second", "completion_tokens_per_second", "model_prompt_tokens_per_second",
                 "model_completion_tokens_per_second", "engine_overhead_ms_per_session", "wall_seconds")
-        print("harness:", {k: data.get(k) for k in keys})
+        for driver, run in data.get("drivers", {"": data}).items():
+            print("harness", driver, {k: run.get(k) for k in keys})
 EOF
 log "done in ${SECONDS}s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit "$FAILED"

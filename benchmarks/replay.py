@@ -94,6 +94,11 @@ class _Replay:
     def seconds(self) -> dict[str, float]:
         return {"model_seconds": round(self.model_seconds, 3), "replay_seconds": round(self.replay_seconds, 3)}
 
+    def reset(self) -> None:
+        """Zero the tallies, so one loaded model can be measured under several engine runs."""
+        self.model_seconds = 0.0
+        self.replay_seconds = 0.0
+
 
 class TimedReplay(_Replay):
     """A real model's cost with the scripted backend's words.
@@ -118,6 +123,11 @@ class TimedReplay(_Replay):
         self.context_length = model.context_length
         self.batches = 0
         self.roles: dict[str, RoleTally] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self.batches = 0
+        self.roles = {}
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return self.model.count_tokens(messages)

@@ -35,6 +35,7 @@ import pstats
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -69,6 +70,43 @@ class Interrupted(BaseException):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Interrupted(f"signal {signum}")
+
+
+class GPUBusy:
+    """The GPU's busy fraction over a run, sampled from NVML (``torch.cuda.utilization``: the share of the last
+    sample period in which a kernel ran) on a background thread. Absent on the CPU or without NVML."""
+
+    def __init__(self, device: str, period: float = 0.2) -> None:
+        self.samples: list[int] = []
+        self._period = period
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if device == "cuda":
+            try:
+                import torch
+
+                torch.cuda.utilization()
+                self._read = torch.cuda.utilization
+                self._thread = threading.Thread(target=self._loop, name="gpu-busy", daemon=True)
+            except Exception as exc:  # noqa: BLE001 - NVML missing: the figure is reported absent, not guessed
+                log.warning("GPU utilisation not readable (%s): no busy fraction", exc)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._period):
+            self.samples.append(int(self._read()))
+
+    def __enter__(self) -> GPUBusy:
+        if self._thread:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def fraction(self) -> float | None:
+        return round(sum(self.samples) / len(self.samples) / 100, 3) if self.samples else None
 
 
 def run(setup: Setup, sessions: list[Session], profile_to: Path | None) -> tuple[Engine, bool, pstats.Stats | None]:
@@ -132,6 +170,29 @@ def measure_nli(args: argparse.Namespace, sessions: Sequence[Session], texts: Se
     return result
 
 
+def run_driver(setup: Setup, driver: str, sessions: list[Session], args: argparse.Namespace, source: str,
+               sizes: dict[str, Any], last: bool) -> dict[str, Any]:
+    """One engine run under ``driver`` on the already loaded models, with tallies of its own. The engine closes
+    the backends it was handed, so only the last run closes it."""
+    setup.config.driver = driver
+    for replay in (setup.replay, setup.nli, setup.embedder):
+        if replay is not None:
+            replay.reset()
+    log.info("driver %s: %d sessions", driver, len(sessions))
+    with GPUBusy(setup.device) as busy:
+        engine, finished, profile = run(setup, sessions, args.cprofile)
+    result = summarize(engine, setup, args, source, sizes, finished)
+    result["driver"] = driver
+    result["gpu_busy_fraction"] = busy.fraction()
+    result["gpu_busy_samples"] = len(busy.samples)
+    print(render(result))
+    if profile is not None:
+        profile.sort_stats("tottime").print_stats(15)
+    if last or not finished:
+        engine.close()
+    return result
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,6 +203,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="build once in DIR and run a random-weight model of Llama-3.1-8B's shape")
     p.add_argument("--tiny", action="store_true", help="2-layer random Llama (and tiny random aux models)")
     p.add_argument("--max-in-flight", type=int, default=64)
+    p.add_argument("--drivers", nargs="+", choices=("continuous", "round"), default=["continuous"],
+                   help="engine drivers to run one after the other on the same loaded models (several: the "
+                        "JSON holds one result per driver under 'drivers')")
     p.add_argument("--batch-size", type=int, default=16, help="transformers: prompts per forward pass")
     p.add_argument("--context-length", type=int, help="model window (vllm default 32768; transformers: the model's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -196,17 +260,26 @@ def main(argv: list[str] | None = None) -> int:
             setup = configure(args, texts, work)
             sessions = cycle(base, args.sessions)
             sizes = token_stats(base, setup.llm)
-            engine, finished, profile = run(setup, sessions, args.cprofile)
-            result = summarize(engine, setup, args, source, sizes, finished)
-            print(render(result))
-            if profile is not None:
-                profile.sort_stats("tottime").print_stats(15)
-            engine.close()
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-            log.info("wrote %s", args.out)
-    return 0 if result.get("finished", True) else 1
+            results: dict[str, Any] = {}
+            for driver in args.drivers:
+                results[driver] = run_driver(setup, driver, sessions, args, source, sizes,
+                                             last=driver == args.drivers[-1])
+                result = results[driver] if len(args.drivers) == 1 else {
+                    "finished": all(r["finished"] for r in results.values()) and len(results) == len(args.drivers),
+                    "drivers": results}
+                write(args.out, result)  # after each driver: a run stopped in the next keeps this one's figures
+                if not results[driver]["finished"]:
+                    break
+            return 0 if result["finished"] else 1
+        write(args.out, result)
+    return 0
+
+
+def write(path: Path | None, result: dict[str, Any]) -> None:
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        log.info("wrote %s", path)
 
 
 if __name__ == "__main__":
