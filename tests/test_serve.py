@@ -253,9 +253,21 @@ def test_an_unknown_missing_or_revoked_key_gets_401_on_every_route(served: tuple
         for method, path, body in ROUTES:
             reply = http.request(method, path, json=body)
             assert reply.status_code == 401, (method, path)
-            assert reply.json() == {"detail": "invalid or missing API key"}
+            assert reply.json() == {"detail": "invalid or missing API key: send 'Authorization: Bearer pmk_…' or "
+                                              "'X-API-Key: pmk_…' (the operator makes keys with: promem keys "
+                                              "create --db STORE --tenant NAME)"}
     with httpx.Client(base_url=server.url, headers={"X-API-Key": keys["a"]}) as http:  # the other header works
         assert http.get(f"/v1/users/{TOMAS}/sessions").json()["sessions"]  # and nothing was deleted
+
+
+def test_a_body_not_sent_as_json_gets_415_saying_which_header_to_send(a: httpx.Client) -> None:
+    """curl -d without -H sends a form: the reply says what to send, not pydantic's view of a form."""
+    reply = a.post(f"/v1/users/{TOMAS}/search", content=b'{"query": "work"}',
+                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert reply.status_code == 415
+    assert "Content-Type: application/json" in reply.json()["detail"]
+    bare = a.post(f"/v1/users/{TOMAS}/search", content=b'{"query": "work"}', headers={"Content-Type": ""})
+    assert bare.status_code == 415 and "no Content-Type" in bare.json()["detail"]
 
 
 def test_validation_errors_name_the_field(a: httpx.Client) -> None:

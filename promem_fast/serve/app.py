@@ -34,6 +34,8 @@ from fastapi.staticfiles import StaticFiles
 
 STATIC = Path(__file__).resolve().parent / "static"
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
+KEY_HELP = ("invalid or missing API key: send 'Authorization: Bearer pmk_…' or 'X-API-Key: pmk_…' "
+            "(the operator makes keys with: promem keys create --db STORE --tenant NAME)")
 
 
 
@@ -52,7 +54,7 @@ async def caller(request: Request,
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
-        raise HTTPException(401, "invalid or missing API key", headers=UNAUTHORIZED)
+        raise HTTPException(401, KEY_HELP, headers=UNAUTHORIZED)
     limiter: RateLimiter = request.app.state.limiter
     wait = limiter.acquire(found.key_id)
     if wait > 0:
