@@ -120,7 +120,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
               f"before it are written to {out}", file=sys.stderr)
         status = 2
     failed = engine.summary.rejected + counts["input_rejects"]
-    if status == 0 and failed and not engine.summary.sessions:
+    if status == 0 and failed and not engine.summary.sessions and not counts["skipped"]:  # none made it, none before
         print(f"promem: every session failed ({failed}); the reasons are in {rejects.path}", file=sys.stderr)
         status = 1
     engine.summary.rejected = failed
