@@ -23,9 +23,7 @@ install: $(STAMP)
 
 ## Extract memory for the shipped sample sessions on the embedded CPU default (SmolLM2 + MiniLM + LLM-NLI).
 demo: $(STAMP)
-	$(VENV)/bin/promem extract promem_fast/data/demo_sessions.jsonl -o out/demo_graphs.jsonl --overwrite \
-		--config promem_fast/data/demo.yaml
-	@echo "graphs written to out/demo_graphs.jsonl (one JSON graph per session; promem export turns them into GraphML)"
+	$(VENV)/bin/promem demo
 
 ## The whole suite, slow real-model tests included (builds the native core first). The web page test needs
 ## Debian's headless Chromium; it is installed here when missing (as root, as CI runs).

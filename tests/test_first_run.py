@@ -111,3 +111,36 @@ def test_an_unknown_config_field_suggests_the_one_meant(capsys: pytest.CaptureFi
     assert main(["config", "--set", "pipeline.tau=0.5"]) == 2
     assert capsys.readouterr().err.strip() == ("promem: --set: unknown config field 'pipeline.tau'; "
                                                "did you mean 'pipeline.tau_comp'?")
+
+
+def test_promem_demo_runs_from_any_folder_and_ends_with_memories_their_turns_and_how_to_draw_them(
+        tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = promem("demo", "--profile", "scripted", "--no-progress", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    tail = done.stdout.split("graphs: out/demo_graphs.jsonl\n", 1)[1].strip().splitlines()
+    assert tail[0].endswith("memories from 4 sessions; a few of them:")
+    assert tail[1] == ("  [demo-1] Maya Chen has been a tax accountant at Harlow & Pike in Chicago for six years "
+                       "and Maya Chen has finally decided to move into UX design.")
+    assert tail[2].startswith("      from turn 0: Hi! I've been a tax accountant at Harlow & Pike")
+    view = tail[-1].split(": ", 1)[1]
+    assert view == "promem view out/demo_graphs.jsonl --session demo-1 -o demo-1.html"
+    assert "135M" not in done.stdout  # a scripted run makes no claim about the 135M model
+    drawn = promem(*view.split()[1:], env=env, cwd=tmp_path)  # the printed command works as printed
+    assert drawn.returncode == 0 and (tmp_path / "demo-1.html").stat().st_size > 1000
+    shown = promem("demo", "--sample-path", env=env, cwd=tmp_path)
+    assert Path(shown.stdout.strip()).read_bytes() == (ROOT / "promem_fast" / "data" / "demo_sessions.jsonl").read_bytes()
+
+
+def test_the_demo_on_the_135m_default_says_what_it_shows_and_how_to_use_a_real_model(tmp_path: Path) -> None:
+    from promem_fast.cli import build_parser
+    from promem_fast.cli.demo import SAMPLE, _weak_model, closing
+
+    assert _weak_model(build_parser().parse_args(["demo"]))  # the shipped demo.yaml: SmolLM2-135M
+    assert not _weak_model(build_parser().parse_args(["demo", "--profile", "gpu"]))
+    graphs = tmp_path / "g.jsonl"
+    graphs.write_text("")
+    said = closing(graphs, SAMPLE, weak=True)
+    assert "shows what the pipeline costs and the shape of its output,\nnot memory quality" in said
+    assert f"promem extract {SAMPLE} -o graphs.jsonl --profile gpu" in said
+    assert "--set llm.backend=openai --set llm.base_url=http://127.0.0.1:8080/v1" in said
