@@ -12,11 +12,13 @@
 #      driver, then the round driver, on the same loaded models, with the GPU's busy fraction sampled;
 #   3a. the GPU cost model's inputs (benchmarks/results/gpu_model.json, a projection): prefill tokens/s and
 #      decode step times of a random Llama-3.1-8B-shaped model, measured and divided by the assumed ones;
-#   4. top-1 cosine search (the cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side.
+#   4. top-1 cosine search (the cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side
+#      (run before the harness, which takes what is left).
 # Results land in $OUT (the device tool sets it; default out/gpu_run): gpu_run.log (this script's progress and
 # every step's output), env.txt, nli.json, gpu_check.json, throughput.json, similarity.json: six files, within
 # what the device tool brings back. Each step has a timeout inside the overall budget, and the harness writes
-# what it measured even when stopped (after each driver, and at a stop).
+# what it measured even when stopped (after each driver, and at a stop). A stop waits for the batch on the GPU
+# for up to 30 s (the engine joins its backend threads), so the harness's kill comes 50 s after its stop.
 #
 # Time, estimated: native build 20-30 s; NLI step about 45 s; the cost-model check at most 100 s; the harness
 # about 90 s to build, write and load the random 8B, then two runs of 32 sessions; the similarity step at most
@@ -124,8 +126,15 @@ status=${PIPESTATUS[0]}
 log "step cost-model check ended with status $status"
 (( status == 0 )) || FAILED=1
 
+log "step similarity: top-1 cosine (cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side"
+timeout -k 10 "$(slot 240 60)" "$PY" -m pytest benchmarks/bench_similarity.py --benchmark-only -q -s -p no:cacheprovider \
+  -k per_session --benchmark-json "$OUT/similarity.json" 2>&1 | tee -a "$OUT/gpu_run.log"
+status=${PIPESTATUS[0]}
+log "step similarity ended with status $status"
+(( status == 0 )) || FAILED=1
+
 log "step harness: transformers backend, both engine drivers, $(left) s left"
-timeout -k 20 "$(slot 70 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
+timeout -k 50 "$(slot 10 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
   --device "$DEVICE" --random-embedder "$WORK/embedder" --random-nli "$WORK/nli" "${SESSIONS[@]}" \
   --out "$OUT/throughput.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
@@ -134,13 +143,6 @@ if (( status == 124 )); then
 else
   log "step harness ended with status $status"
 fi
-(( status == 0 )) || FAILED=1
-
-log "step similarity: top-1 cosine (cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side"
-timeout -k 10 "$(slot 5 60)" "$PY" -m pytest benchmarks/bench_similarity.py --benchmark-only -q -s -p no:cacheprovider \
-  -k per_session --benchmark-json "$OUT/similarity.json" 2>&1 | tee -a "$OUT/gpu_run.log"
-status=${PIPESTATUS[0]}
-log "step similarity ended with status $status"
 (( status == 0 )) || FAILED=1
 
 "$PY" - "$OUT" <<'EOF' 2>&1 | tee -a "$OUT/gpu_run.log"

@@ -57,24 +57,25 @@ DEFAULT_CONTEXT = 2048
 class _RowDecoder:
     """Logits processor: masks end tokens under ``ignore_eos``, then samples the rows with a temperature.
 
-    Plain callable with the ``(input_ids, scores)`` signature that ``LogitsProcessorList`` calls.
+    Plain callable with the ``(input_ids, scores)`` signature that ``LogitsProcessorList`` calls. It runs once
+    per decode step, so everything it needs is put on the device once, here: indexing ``scores`` with a Python
+    list copies the list to the GPU at every step, which waits for the step before it and so stops the host
+    from queueing the next one. On an H200 with a Llama-3.1-8B-shaped model that made a 2-row decode step
+    take 95 ms against 26 ms for ``generate`` without a processor (``benchmarks/results/gpu_run-h200.json``).
     """
 
     def __init__(self, torch: Any, temperatures: Sequence[float], seeds: Sequence[int], banned: Sequence[int],
                  device: Any) -> None:
         self.torch = torch
-        self.temperatures = list(temperatures)
-        self.generators = [torch.Generator(device=device).manual_seed(int(s)) if t > 0 else None
-                           for t, s in zip(temperatures, seeds)]
-        self.banned = list(banned)
+        self.sampled = [(row, float(t), torch.Generator(device=device).manual_seed(int(s)))
+                        for row, (t, s) in enumerate(zip(temperatures, seeds)) if t > 0]
+        self.banned = torch.tensor(list(banned), dtype=torch.long, device=device) if banned else None
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         torch = self.torch
-        if self.banned:
-            scores[:, self.banned] = -float("inf")
-        for row, (temperature, generator) in enumerate(zip(self.temperatures, self.generators)):
-            if generator is None:
-                continue
+        if self.banned is not None:
+            scores.index_fill_(1, self.banned, -float("inf"))
+        for row, temperature, generator in self.sampled:
             probs = torch.softmax(scores[row].float() / temperature, dim=-1)
             choice = torch.multinomial(probs, 1, generator=generator)
             scores[row] = -float("inf")
