@@ -39,8 +39,8 @@ def register(sub: Any) -> None:
                    help="how the engine process gives way to requests on busy cores: N lowers its CPU priority by "
                         "N (nice 0-19; 0: the server's own), 'idle' runs it only on cores nothing else wants "
                         "(Linux SCHED_IDLE: a request preempts it at once, but extraction all but stops while other "
-                        f"programs keep the cores busy). Default {ENGINE_PRIORITY}: extraction keeps a share of "
-                        "a machine shared with other work")
+                        f"programs keep the cores busy). Default {ENGINE_PRIORITY}: accepted work keeps its share "
+                        "of a machine shared with other programs; a lower priority can starve it there")
     key_arg(p)
     judge_arg(p)
     config_args(p)

@@ -32,22 +32,23 @@ log = logging.getLogger(__name__)
 EnginePriority = int | Literal["idle"]
 """How the engine process yields the CPU to the server's requests: a nice increment (0-19), or ``"idle"``."""
 
-ENGINE_PRIORITY: EnginePriority = 10
-"""Default of ``promem serve --engine-priority``. The trade-off, when the cores are contended:
+ENGINE_PRIORITY: EnginePriority = 0
+"""Default of ``promem serve --engine-priority``: the server's own priority. The trade-off, when the cores are
+contended:
 
-* ``N`` (a nice increment, default 10): the engine process runs at a lower weight, so the kernel runs a
-  request's few milliseconds of work first and extraction, throughput work, takes the rest. On cores it has to
-  itself (or shares only with the server) it loses nothing; among other busy programs it gets about a tenth of
-  the share one of them gets at nice 0 (sessions/s about halved on 2 heavily loaded cores, measured in
-  ``benchmarks/results/serve_search_engine_process.json``).
+* ``0`` (default): the engine competes for the cores with the same weight as any other program, so accepted
+  work always gets its share and jobs finish; a search may wait for a scheduler slice (milliseconds) while
+  the engine extracts. On a shared host a lower priority starves the queue: at nice 10 among busy programs
+  on 2 cores the engine got about 4% of the CPU and a 54-session job sat at 53 running for minutes
+  (``tests/test_serve_priority.py`` loads the cores and bounds a job's time).
+* ``N`` (a nice increment 1-19): the kernel runs a request's few milliseconds first and extraction takes the
+  rest; among other busy programs the engine gets about 1/1.25^N of the share one of them gets, so this is
+  for a machine given to the service, where nothing else competes.
 * ``idle`` (Linux ``SCHED_IDLE``): the engine runs only on a core that nothing else wants, and a request
-  preempts it at once. But among other busy programs extraction all but stops, and while the engine waits
-  for a core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
-  Right for a machine given to the service alone.
-
-The default stays a nice increment: extraction keeps going on a shared machine, which ``idle`` cannot
-promise, and ``idle`` showed no steady gain in search latency over it on this machine's 2 shared cores, only
-slower extraction (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
+  preempts it at once. Among other busy programs extraction all but stops, and while the engine waits for a
+  core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
+  It showed no steady gain in search latency over nice 10 on this machine's 2 shared cores
+  (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
 
 IDLE_FALLBACK_NICE = 19
 """Used where ``SCHED_IDLE`` is not available (not Linux) or not permitted: the weakest nice."""
