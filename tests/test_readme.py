@@ -29,6 +29,7 @@ NOT_RUN = {
     "make demo": "builds the environment the suite runs in (minutes of compiling llama.cpp)",
     "python -m build": "builds and installs the wheel: `make wheel-check` (run by CI) does exactly this in a fresh venv",
     "--profile gpu": "needs a GPU with vLLM",
+    "llama-server -m": "needs an OpenAI-compatible server with a model (llama.cpp's llama-server or vllm serve)",
     "promem eval halumem     --data": "needs the benchmarks' data files",
     "--profile paper": "needs a GPU box, the paper's models and an OpenAI-compatible endpoint",
 }
