@@ -47,11 +47,11 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
-	$(PY) -m pytest benchmarks -q -o python_files='bench_*.py' --benchmark-only \
+	$(PY) -m pytest benchmarks/suites -q -o python_files='bench_*.py' --benchmark-only \
 		--benchmark-json=benchmarks/results/latest.json -s
-	$(PY) benchmarks/report.py
-	$(PY) benchmarks/figures.py import-pytest benchmarks/results/latest.json --command "make bench"
-	$(PY) benchmarks/figures.py render
+	$(PY) -m benchmarks.tools.report
+	$(PY) -m benchmarks.tools.figures import-pytest benchmarks/results/latest.json --command "make bench"
+	$(PY) -m benchmarks.tools.figures render
 
 ## Build the sdist and wheel (native core included), install the wheel into a fresh venv, run it from an
 ## empty folder: `promem --help` and a scripted extraction of the sample sessions the wheel carries.
@@ -60,7 +60,7 @@ wheel-check: $(STAMP)
 
 ## Fill every figure marker of README.md and benchmarks/README.md from benchmarks/results/*.json.
 figures: $(STAMP)
-	$(PY) benchmarks/figures.py render
+	$(PY) -m benchmarks.tools.figures render
 
 clean:
 	rm -rf build dist out .pytest_cache promem_fast/_native*.so

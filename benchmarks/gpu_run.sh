@@ -110,7 +110,7 @@ fi
 log "native core imports"
 
 log "step NLI: pairs/s of torch NLI on a random roberta-large-shaped classifier"
-timeout -k 15 "$(slot 0 150)" "$PY" benchmarks/throughput.py --nli-pairs-per-second \
+timeout -k 15 "$(slot 0 150)" "$PY" -m benchmarks.gpu.throughput --nli-pairs-per-second \
   --random-nli "$WORK/nli" --device "$DEVICE" "${NLI[@]}" "${SESSIONS[@]}" --out "$OUT/nli.json" 2>&1 \
   | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
@@ -120,21 +120,21 @@ log "step NLI ended with status $status"
 log "step cost-model check: prefill tokens/s and decode step times vs benchmarks/results/gpu_model.json"
 CHECK=(--gpu H200 --device "$DEVICE")
 (( SMOKE )) && CHECK=(--gpu H200 --device cpu --tiny)
-timeout -k 15 "$(slot 300 100)" "$PY" benchmarks/gpu_check.py "${CHECK[@]}" \
+timeout -k 15 "$(slot 300 100)" "$PY" -m benchmarks.gpu.gpu_check "${CHECK[@]}" \
   --model-json benchmarks/results/gpu_model.json --out "$OUT/gpu_check.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
 log "step cost-model check ended with status $status"
 (( status == 0 )) || FAILED=1
 
 log "step similarity: top-1 cosine (cross-reference matrix) on numpy, torch CPU and torch CUDA, side by side"
-timeout -k 10 "$(slot 240 60)" "$PY" -m pytest benchmarks/bench_similarity.py --benchmark-only -q -s -p no:cacheprovider \
+timeout -k 10 "$(slot 240 60)" "$PY" -m pytest benchmarks/suites/bench_similarity.py --benchmark-only -q -s -p no:cacheprovider \
   -k per_session --benchmark-json "$OUT/similarity.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}
 log "step similarity ended with status $status"
 (( status == 0 )) || FAILED=1
 
 log "step harness: transformers backend, both engine drivers, $(left) s left"
-timeout -k 50 "$(slot 10 "$BUDGET")" "$PY" benchmarks/throughput.py --backend transformers "${HARNESS[@]}" \
+timeout -k 50 "$(slot 10 "$BUDGET")" "$PY" -m benchmarks.gpu.throughput --backend transformers "${HARNESS[@]}" \
   --device "$DEVICE" --random-embedder "$WORK/embedder" --random-nli "$WORK/nli" "${SESSIONS[@]}" \
   --out "$OUT/throughput.json" 2>&1 | tee -a "$OUT/gpu_run.log"
 status=${PIPESTATUS[0]}

@@ -14,7 +14,7 @@ from promem_fast import native  # noqa: F401  - a broken native build must fail 
 from promem_fast.config import EngineConfig
 from promem_fast.engine import Engine
 from promem_fast.memory import Memory
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 from promem_fast.io import load_sessions
 from promem_fast.types import MemoryGraph, Session, Turn
 from promem_fast.version import __version__

@@ -33,15 +33,6 @@ TAUS: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
 
 
 @dataclass
-class SessionTexts:
-    """What the completeness check of one session compares, and the session's gold points."""
-
-    events: list[str]
-    draft: list[str]
-    gold: list[str]
-
-
-@dataclass
 class SessionVectors:
     events: np.ndarray
     draft: np.ndarray

@@ -39,7 +39,7 @@ OnError = Literal["skip", "stop"]
 Driver = Literal["continuous", "round"]
 Segmenter = Literal["similarity", "lightmem", "auto"]
 Role = Literal["detail", "event", "relation", "draft", "decompose", "adjudicate", "nli", "probe", "answer_flat",
-               "verify_relation", "qa", "judge"]
+               "verify_relation", "update", "qa", "judge"]
 ROLES: tuple[str, ...] = get_args(Role)
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
@@ -206,7 +206,7 @@ class PipelineConfig:
     """Upper bound on list lengths in every schema (details, events, facts): keeps replies bounded."""
     max_tokens: dict[str, int] = field(default_factory=lambda: {
         "detail": 256, "event": 384, "relation": 384, "draft": 1024, "decompose": 256, "adjudicate": 160,
-        "nli": 16, "probe": 96, "answer_flat": 160, "verify_relation": 96, "qa": 96, "judge": 128,
+        "nli": 16, "probe": 96, "answer_flat": 160, "verify_relation": 96, "update": 96, "qa": 96, "judge": 128,
     })
     """Completion budget per role (``max_tokens`` of each request)."""
     max_attempts: int = 3
@@ -235,7 +235,7 @@ class EngineConfig:
 
     llm: LLMConfig = field(default_factory=LLMConfig)
     roles: dict[str, LLMConfig] = field(default_factory=dict)
-    """Per-role model override, e.g. ``{"draft": LLMConfig(backend="openai", ...)}``; keys from ``ROLES``."""
+    """Per-role model override (keys from ``ROLES``; ``update``: the store's update judge), e.g. ``{"draft": …}``."""
     nli: NLIConfig = field(default_factory=NLIConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     similarity: SimilarityConfig = field(default_factory=SimilarityConfig)

@@ -30,23 +30,10 @@ from promem_fast.driver.rounds import RoundDriver
 from promem_fast.errors import SessionFailed
 from promem_fast.requests import Program
 from promem_fast.services import Services
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 from promem_fast.types import MemoryGraph, Session
 
 log = logging.getLogger(__name__)
-
-
-class _Idle:
-    def __repr__(self) -> str:
-        return "IDLE"
-
-
-IDLE: Any = _Idle()
-"""What a source given to :meth:`Engine.run` may yield instead of a ``(key, make_program)`` pair: nothing new
-right now, keep the sessions in flight going. A long-lived source (the ``promem serve`` worker feeding the
-window from its job queue) yields it when its queue is empty, so sessions already admitted keep advancing
-instead of the loop blocking in ``next()``; it is asked again after the next round (the continuous driver: after answers came or a short wait). A source that yields
-``IDLE`` while nothing is in flight is asked again at once, so it should wait a little itself first."""
 
 
 class Engine:
@@ -67,8 +54,8 @@ class Engine:
         kinds = self._kinds = Kinds(self.config, self.services)
         self._lanes = Lanes(kinds)
         self.driver: ContinuousDriver | RoundDriver = (
-            ContinuousDriver(kinds, self._lanes, self.summary, IDLE) if self.config.driver == "continuous"
-            else RoundDriver(kinds, self.summary, IDLE))
+            ContinuousDriver(kinds, self._lanes, self.summary) if self.config.driver == "continuous"
+            else RoundDriver(kinds, self.summary))
         self.on_session_error: Callable[[Session, BaseException], None] | None = None
         """Called for each session whose program crashed, under either ``on_error`` policy (with ``stop``, just
         before the run ends); the CLI writes rejects."""
@@ -132,7 +119,7 @@ class Engine:
         """The generic driver: ``(key, make_program)`` pairs in, ``(key, value or exception)`` out, in order.
 
         Evaluation uses it too (QA and judge programs), so everything shares one batching loop. The source
-        may yield :data:`IDLE` to let the sessions in flight advance before it is asked again.
+        may yield :data:`~promem_fast.driver.state.IDLE` to let the sessions in flight advance before it is asked again.
         """
         return self.driver.run(programs)
 

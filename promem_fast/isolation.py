@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from promem_fast.errors import BackendUnavailable, PromemError
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 log = logging.getLogger(__name__)
 

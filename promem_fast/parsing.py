@@ -13,7 +13,7 @@ import json
 import re
 import string
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from promem_fast.requests import ReplyError
@@ -155,89 +155,126 @@ def validate(value: Any, schema: Mapping[str, Any], repairs: list[str], path: st
             return None
         raise ReplyError(f"{path}: null where {sorted(types)} expected")
     if "object" in types and not isinstance(value, dict):
-        arrays = [k for k, s in schema.get("properties", {}).items() if "array" in _types(s)]
-        if isinstance(value, list) and len(arrays) == 1 and set(schema.get("required", [])) <= {arrays[0]}:
-            repairs.append(f"{path}: bare list wrapped as {arrays[0]!r}")
-            value = {arrays[0]: value}
-        elif not any(t in types for t in ("array", "string", "integer", "number", "boolean")):
-            raise ReplyError(f"{path}: expected an object, got {type(value).__name__}")
+        value = _bare_list(value, schema, types, repairs, path)
     if isinstance(value, dict) and "object" in types:
-        out: dict[str, Any] = {}
-        props = schema.get("properties", {})
-        for key in schema.get("required", []):
-            if key not in value:
-                raise ReplyError(f"{path}: missing required field {key!r}")
-        for key, sub in props.items():
-            if key in value:
-                out[key] = validate(value[key], sub, repairs, f"{path}.{key}")
-        return out
+        return _object(value, schema, repairs, path)
     if "array" in types:
-        if not isinstance(value, list):
-            raise ReplyError(f"{path}: expected a list, got {type(value).__name__}")
-        item_schema = schema.get("items", {})
-        items: list[Any] = []
-        for idx, item in enumerate(value):
-            try:
-                items.append(validate(item, item_schema, repairs, f"{path}[{idx}]"))
-            except ReplyError as exc:
-                repairs.append(f"dropped item: {exc}")
-        if value and not items:
-            raise ReplyError(f"{path}: no item of the list is valid")
-        max_items = schema.get("maxItems")
-        if max_items is not None and len(items) > max_items:
-            repairs.append(f"{path}: {len(items)} items cut to maxItems={max_items}")
-            items = items[:max_items]
-        if len(items) < schema.get("minItems", 0):
-            raise ReplyError(f"{path}: fewer than {schema['minItems']} items")
-        return items
+        return _array(value, schema, repairs, path)
     if "enum" in schema:
-        allowed = schema["enum"]
-        if value in allowed:
-            return value
-        if isinstance(value, str):
-            folded = {str(a).lower(): a for a in allowed}
-            if value.strip().lower() in folded:
-                repairs.append(f"{path}: enum value case-folded")
-                return folded[value.strip().lower()]
-        raise ReplyError(f"{path}: {value!r} is not one of {allowed}")
-    if "boolean" in types:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            repairs.append(f"{path}: boolean written as string")
-            return value.strip().lower() == "true"
-        if "string" not in types:
-            raise ReplyError(f"{path}: expected true/false, got {value!r}")
-    if "integer" in types:
-        number = value
-        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-            repairs.append(f"{path}: integer written as string")
-            number = int(value)
-        if isinstance(number, bool) or not isinstance(number, int):
-            if isinstance(number, float) and number.is_integer():
-                number = int(number)
-            elif "string" not in types:
-                raise ReplyError(f"{path}: expected an integer, got {value!r}")
-            else:
-                number = None
-        if number is not None:
-            _check_range(number, schema, path)
-            return number
-    if "number" in types and isinstance(value, (int, float)) and not isinstance(value, bool):
-        _check_range(value, schema, path)
-        return value
-    if "string" in types:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            repairs.append(f"{path}: number written where a string was asked")
-            value = str(value)
-        if not isinstance(value, str):
-            raise ReplyError(f"{path}: expected a string, got {type(value).__name__}")
-        if len(value.strip()) < schema.get("minLength", 0):
-            raise ReplyError(f"{path}: string shorter than {schema['minLength']}")
-        return value
+        return _enum(value, schema["enum"], repairs, path)
+    for name, check in _SCALARS:  # in this order: "true" may be a boolean, "3" an integer, before a string
+        if name in types:
+            found = check(value, schema, types, repairs, path)
+            if found is not _OTHER:
+                return found
     if not types:
         return value
     raise ReplyError(f"{path}: expected {sorted(types)}, got {type(value).__name__}")
+
+
+_OTHER: Any = object()
+"""A scalar check's answer when the value is not of its type but the schema allows a later one."""
+
+
+def _bare_list(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], repairs: list[str], path: str) -> Any:
+    """A bare list where an object with one array property was asked, wrapped as that property."""
+    arrays = [k for k, s in schema.get("properties", {}).items() if "array" in _types(s)]
+    if isinstance(value, list) and len(arrays) == 1 and set(schema.get("required", [])) <= {arrays[0]}:
+        repairs.append(f"{path}: bare list wrapped as {arrays[0]!r}")
+        return {arrays[0]: value}
+    if not any(t in types for t in ("array", "string", "integer", "number", "boolean")):
+        raise ReplyError(f"{path}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _object(value: dict[str, Any], schema: Mapping[str, Any], repairs: list[str], path: str) -> dict[str, Any]:
+    for key in schema.get("required", []):
+        if key not in value:
+            raise ReplyError(f"{path}: missing required field {key!r}")
+    return {key: validate(value[key], sub, repairs, f"{path}.{key}")
+            for key, sub in schema.get("properties", {}).items() if key in value}
+
+
+def _array(value: Any, schema: Mapping[str, Any], repairs: list[str], path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ReplyError(f"{path}: expected a list, got {type(value).__name__}")
+    item_schema = schema.get("items", {})
+    items: list[Any] = []
+    for idx, item in enumerate(value):
+        try:
+            items.append(validate(item, item_schema, repairs, f"{path}[{idx}]"))
+        except ReplyError as exc:
+            repairs.append(f"dropped item: {exc}")
+    if value and not items:
+        raise ReplyError(f"{path}: no item of the list is valid")
+    max_items = schema.get("maxItems")
+    if max_items is not None and len(items) > max_items:
+        repairs.append(f"{path}: {len(items)} items cut to maxItems={max_items}")
+        items = items[:max_items]
+    if len(items) < schema.get("minItems", 0):
+        raise ReplyError(f"{path}: fewer than {schema['minItems']} items")
+    return items
+
+
+def _enum(value: Any, allowed: list[Any], repairs: list[str], path: str) -> Any:
+    if value in allowed:
+        return value
+    if isinstance(value, str):
+        folded = {str(a).lower(): a for a in allowed}
+        if value.strip().lower() in folded:
+            repairs.append(f"{path}: enum value case-folded")
+            return folded[value.strip().lower()]
+    raise ReplyError(f"{path}: {value!r} is not one of {allowed}")
+
+
+def _boolean(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], repairs: list[str], path: str) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        repairs.append(f"{path}: boolean written as string")
+        return value.strip().lower() == "true"
+    if "string" not in types:
+        raise ReplyError(f"{path}: expected true/false, got {value!r}")
+    return _OTHER
+
+
+def _integer(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], repairs: list[str], path: str) -> Any:
+    number = value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        repairs.append(f"{path}: integer written as string")
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int):
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)
+        elif "string" not in types:
+            raise ReplyError(f"{path}: expected an integer, got {value!r}")
+        else:
+            return _OTHER
+    _check_range(number, schema, path)
+    return number
+
+
+def _number(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], repairs: list[str], path: str) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_range(value, schema, path)
+        return value
+    return _OTHER
+
+
+def _string(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], repairs: list[str], path: str) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        repairs.append(f"{path}: number written where a string was asked")
+        value = str(value)
+    if not isinstance(value, str):
+        raise ReplyError(f"{path}: expected a string, got {type(value).__name__}")
+    if len(value.strip()) < schema.get("minLength", 0):
+        raise ReplyError(f"{path}: string shorter than {schema['minLength']}")
+    return value
+
+
+_SCALARS: tuple[tuple[str, Callable[[Any, Mapping[str, Any], tuple[str, ...], list[str], str], Any]], ...] = (
+    ("boolean", _boolean), ("integer", _integer), ("number", _number), ("string", _string),
+)
 
 
 def _check_range(number: float, schema: Mapping[str, Any], path: str) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 from conftest import tomas_sessions, scripted_config
 from promem_fast.context import RunContext
-from promem_fast.engine import IDLE, Engine
+from promem_fast.driver.state import IDLE
+from promem_fast.engine import Engine
 from promem_fast.pipeline import session_program
 
 

@@ -24,7 +24,7 @@ from promem_fast.eval.prompts import EVAL_TEMPLATES, QA_NOT_FOUND, eval_schema
 from promem_fast.store.qa import (
     Answer, RetrievalIndex, Unit, answer_questions, build_index, memory_units, top_k, turn_units, with_stats,
 )
-from promem_fast.eval.records import GoldMemory, Question
+from promem_fast.eval.benchmark import GoldMemory, Question
 from promem_fast.prompts import PREAMBLE
 from promem_fast.types import Detail, Edge, MemoryEntry, MemoryGraph, RunStats, Session
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,11 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.tiny_models import build_random_llama, train_tokenizer  # noqa: E402
 from promem_fast.backends.base import GenerationRequest  # noqa: E402
 from promem_fast.backends.llm_transformers import TransformersLLM  # noqa: E402
 from promem_fast.config import LLMConfig  # noqa: E402
 from promem_fast.errors import ContextOverflow  # noqa: E402
+from promem_fast.testing.tiny_llama import build_random_llama, train_tokenizer  # noqa: E402
 
 PROMPTS = [
     "Maya adopted a beagle named Biscuit last Saturday.",

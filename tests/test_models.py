@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from promem_fast import models
-from promem_fast.backends import create
+from promem_fast.backends import BackendSpec, create, register, spec
 from promem_fast.backends._nli_common import PairEncoder, label_columns, window_starts
 from promem_fast.backends.base import label_from_scores
 from promem_fast.config import NLIConfig
@@ -390,3 +390,11 @@ def test_best_window_speaks_for_the_pair(tiny: Tiny, tiny_tokenizer: Any, monkey
     np.testing.assert_allclose(with_marker.scores[0], softmax(np.array([4.0, 0.0, 0.0]))[0])
     assert with_marker.label == "entailment"
     assert without.label == "neutral" and without.scores[0] < 0.5
+
+
+def test_a_backend_name_already_taken_is_refused_and_an_unknown_one_lists_the_registered_ones() -> None:
+    register([spec("llm", "scripted")])  # the same entry again changes nothing
+    with pytest.raises(ConfigError, match="llm backend 'scripted' is already promem_fast.testing.llm_scripted"):
+        register([BackendSpec("llm", "scripted", "elsewhere:OtherLLM", None, "another")])
+    with pytest.raises(ConfigError, match=r"unknown llm backend 'gpt'; available: llamacpp, .*scripted"):
+        spec("llm", "gpt")

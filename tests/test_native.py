@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from native_reference import (  # noqa: E402
+import promem_fast
+from promem_fast import _native, native
+from promem_fast.testing.native_reference import (
     anchor_details_brute,
     anchor_details_ref,
     clean_edges_brute,
     clean_edges_ref,
 )
-
-import promem_fast  # noqa: E402
-from promem_fast import _native, native  # noqa: E402
 
 I64_MIN = int(np.iinfo(np.int64).min)
 I64_MAX = int(np.iinfo(np.int64).max)

@@ -10,7 +10,7 @@ from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.engine import Engine
 from promem_fast.prefix_cache import PrefixCacheModel, block_hashes
 from promem_fast.testing.llm_scripted import ScriptedLLM
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 
 def _admit(cache: PrefixCacheModel, ids: list[int]) -> int:

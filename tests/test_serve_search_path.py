@@ -44,7 +44,7 @@ def test_a_cached_reader_sees_the_other_connections_writes_and_deletes_at_its_ne
         assert texts(server, "watercolor") == [PAINTS]  # the server's reader now holds Maya's vectors
         engine.add([graph("s2", "Maya", [CELLO])])
         assert texts(server, "cello orchestra", k=1) == [CELLO]
-        cello = next(h["id"] for h in engine.get_all("Maya") if h["text"] == CELLO)
+        cello = next(h.node_id for h in engine.hits("Maya") if h.text == CELLO)
         engine.delete(user="Maya", node=cello)
         assert texts(server, "cello orchestra") == [PAINTS]
         engine.add([graph("s3", "Maya", ["Maya owns a cat named Miso."])])
@@ -73,7 +73,7 @@ def test_the_k_best_are_taken_among_the_memories_the_question_sees(tmp_path: Pat
         store.add([graph("s1", "Maya", old, timestamp="2024-01-01T09:00:00")])
         store.add([graph("s2", "Maya", ["Maya paints watercolor at dawn.", "Maya paints watercolor at dusk."],
                          timestamp="2024-02-01T09:00:00")])
-        ids = {h["text"]: h["id"] for h in store.get_all("Maya")}
+        ids = {h.text: h.node_id for h in store.hits("Maya")}
         with store._write() as db:  # the 30 job facts replaced, as an update judge would mark them
             for text in old:
                 db.execute("UPDATE nodes SET superseded_by = ?, valid_until = '2024-02-01T09:00:00' WHERE id = ?",

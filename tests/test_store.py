@@ -37,19 +37,20 @@ def test_search_returns_nodes_with_details_edges_dates_and_adding_again_changes_
         assert store.add([MAYA_1, MAYA_2]) == 0
         hits = store.search("Maya", "Maya job in Lisbon", k=2)
         assert hits[0].text == "Maya moved to Lisbon for a job at Nordvik."
-        top = hits[0].to_dict()
-        assert top["session_id"] == "m1" and top["date"] == "2025-03-14T09:30:00" and top["turn_id"] == 1
-        assert top["details"] == ["Lisbon", "Nordvik Labs"]
-        assert top["edges"] == [{"relation": "temporal", "direction": "out", "node_id": hits[0].node_id - 1,
-                                 "text": "Maya adopted a beagle named Biscuit."}]
-        assert top["score"] >= hits[1].score  # type: ignore[operator]
+        top = hits[0]
+        assert top.session_id == "m1" and top.date == "2025-03-14T09:30:00" and top.turn_id == 1
+        assert list(top.details) == ["Lisbon", "Nordvik Labs"]
+        assert [dict(e) for e in top.edges] == [{"relation": "temporal", "direction": "out",
+                                                 "node_id": hits[0].node_id - 1,
+                                                 "text": "Maya adopted a beagle named Biscuit."}]
+        assert top.score >= hits[1].score  # type: ignore[operator]
         # a detail reaches the entry it is anchored to
         assert store.search("Maya", "5 km", k=1)[0].session_id == "m2"
         assert store.sessions("Maya") == ["m1", "m2"]
-        assert len(store.get_all("Maya")) == 3
+        assert len(store.hits("Maya")) == 3
     # a second open of the same file sees the same memory (nothing held only in memory)
     with open_store(tmp_path / "m.db", read_only=True) as again:
-        assert [h["text"] for h in again.get_all("Maya")] == [
+        assert [h.text for h in again.hits("Maya")] == [
             "Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon for a job at Nordvik.",
             "Maya runs 5 km every morning with Biscuit."]
         with pytest.raises(StoreError, match="read-only"):
@@ -67,12 +68,12 @@ def test_tenants_and_users_are_isolated(tmp_path: Path) -> None:
         texts = [h.text for h in store.search("Maya", "Lisbon penicillin allergy move", k=10, tenant="acme")]
         assert texts and all("penicillin" not in t and "Ben" not in t for t in texts)
         assert [h.text for h in store.search("Maya", "Lisbon", k=10, tenant="globex")] == [other.nodes[0].text]
-        node = store.get_all("Maya", tenant="globex")[0]["id"]
-        assert store.history(node, tenant="acme") == []
+        node = store.hits("Maya", tenant="globex")[0].node_id
+        assert store.history_graph(node, tenant="acme")["nodes"] == []
         assert store.delete(tenant="acme", user="Maya", node=node) == 0  # not acme's node
         assert store.delete(tenant="acme", user="Maya") == 2
         assert store.users(tenant="acme") == ["Ben"]
-        assert len(store.get_all("Maya", tenant="globex")) == 1
+        assert len(store.hits("Maya", tenant="globex")) == 1
 
 
 JOBS = [("j1", "2024-01-10T09:00:00", "Maya works as a nurse at Mercy hospital in Boston."),
@@ -93,18 +94,35 @@ def test_updates_supersede_older_entries_in_a_chain_and_delete_nothing(tmp_path:
         assert JOBS[2][2] in current and JOBS[0][2] not in current and JOBS[1][2] not in current
         everything = store.search("Maya", "where does Maya work?", k=10, history=True)
         assert {JOBS[0][2], JOBS[1][2]} <= {h.text for h in everything}
-        assert len(store.get_all("Maya", history=True)) == 6
+        assert len(store.hits("Maya", history=True)) == 6
         newest = next(h for h in everything if h.text == JOBS[2][2])
-        chain = store.history(newest.node_id)
-        assert [h["text"] for h in chain] == [text for _, _, text in JOBS]
+        chain = store.history_graph(newest.node_id)["nodes"]
+        assert [h["memory"] for h in chain] == [text for _, _, text in JOBS]
         assert [h["superseded_by"] for h in chain] == [chain[1]["id"], chain[2]["id"], None]
         # hobbies are different things: nothing superseded them
-        assert {h["text"] for h in store.get_all("Maya")} >= set(HOBBIES)
+        assert {h.text for h in store.hits("Maya")} >= set(HOBBIES)
         drawn = store.graph("Maya")
         assert sum(e["relation"] == "superseded_by" for e in drawn["edges"]) == 2
         # removing the newest session makes the one it updated current again
         store.delete(user="Maya", session="j3")
         assert JOBS[1][2] in [h.text for h in store.search("Maya", "where does Maya work?", k=10)]
+
+
+def test_the_update_judge_runs_on_the_model_that_roles_update_names(tmp_path: Path) -> None:
+    """``roles.update`` chooses the chat model that judges updates, apart from the one that checks entailment
+    (``roles.nli``): here a model whose context cannot hold the judge's prompt, so the judge fails and the
+    older job stays current; the same model under ``roles.nli`` changes nothing."""
+    jobs = [graph(sid, "Maya", [text], timestamp=ts) for sid, ts, text in JOBS[:2]]
+    tiny = ["backend=scripted", "context_length=64"]
+    current = {}
+    for role in ("nli", "update"):
+        config = scripted_config().with_overrides([f"roles.{role}.{value}" for value in tiny])
+        with MemoryStore(tmp_path / f"{role}.db", config, embedder=TopicEmbedder()) as store:
+            store.add(jobs[:1])
+            store.add(jobs[1:])
+            current[role] = {h.text for h in store.search("Maya", "where does Maya work?", k=10)}
+    assert current["nli"] == {JOBS[1][2]}
+    assert current["update"] == {JOBS[0][2], JOBS[1][2]}
 
 
 def test_an_older_session_added_later_takes_its_place_in_time(tmp_path: Path) -> None:
@@ -115,8 +133,8 @@ def test_an_older_session_added_later_takes_its_place_in_time(tmp_path: Path) ->
         store.add([older])
         # the older job never replaces the newer one; the newer replaces it, as if they had come in order
         assert [h.text for h in store.search("Maya", "where does Maya work?", k=5)] == [JOBS[1][2]]
-        (old,) = [h for h in store.get_all("Maya", history=True) if h["text"] == JOBS[0][2]]
-        assert old["valid_until"] == "2024-06-10T09:00:00"
+        (old,) = [h for h in store.hits("Maya", history=True) if h.text == JOBS[0][2]]
+        assert old.valid_until == "2024-06-10T09:00:00"
 
 
 def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
@@ -131,7 +149,7 @@ def test_export_then_import_is_byte_identical(tmp_path: Path) -> None:
         assert copy.import_(tmp_path / "a.jsonl") == 6
         assert copy.import_(tmp_path / "a.jsonl") == 0
         copy.export(tmp_path / "b.jsonl")
-        assert len(copy.get_all("Maya")) == 4  # two of the three jobs are superseded
+        assert len(copy.hits("Maya")) == 4  # two of the three jobs are superseded
         assert copy.search("Ben", "chess", tenant="acme")[0].text == "Ben plays chess."
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
@@ -210,7 +228,7 @@ def test_a_graph_that_cannot_be_stored_is_named_and_leaves_nothing_behind(tmp_pa
         with pytest.raises(InputError, match=r"session 'bad', field 'nodes'"):
             store.add([bad])
         assert store.add([MAYA_2]) == 1
-        assert store.sessions("Maya") == ["m1", "m2"] and len(store.get_all("Maya")) == 3
+        assert store.sessions("Maya") == ["m1", "m2"] and len(store.hits("Maya")) == 3
 
 
 def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> None:
@@ -235,7 +253,7 @@ def test_threads_sharing_one_store_never_index_a_node_twice(tmp_path: Path) -> N
             thread.join(timeout=120)
         assert not failures, failures
         index = store.index(store._user_pk("default", "Maya") or 0)
-        assert sorted(index.ids.tolist()) == sorted(h["id"] for h in store.get_all("Maya"))
+        assert sorted(index.ids.tolist()) == sorted(h.node_id for h in store.hits("Maya"))
 
 
 def test_a_store_searches_with_the_embedder_that_filled_it_and_refuses_another(tmp_path: Path) -> None:

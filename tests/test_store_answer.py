@@ -103,7 +103,7 @@ def test_the_nli_judge_supersedes_on_contradiction_in_one_batched_call(tmp_path:
             Engine(config, nli=nli, embedder=topic) as engine:
         store.add(jobs[:1], engine=engine)
         store.add(jobs[1:], engine=engine)
-        old = {h["text"]: h["superseded_by"] for h in store.get_all("Maya", history=True)}
+        old = {h.text: h.superseded_by for h in store.hits("Maya", history=True)}
     assert old["Maya works as a nurse in Boston."] is not None
     assert old["Maya owns a cat in Boston."] is None  # judged (similar wording) but not contradicted
     assert nli.batches == [len(nli.calls[0][0])] and len(nli.calls[0][0]) >= 2  # every pair in one call

@@ -26,17 +26,17 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
     assert main(["extract", str(source), "-o", str(graphs), "--db", str(db), *SCRIPTED]) == 0
     with MemoryStore(db, read_only=True) as store:
         assert store.sessions(user) == [s.session_id for s in sessions]
-        stored = store.get_all(user, history=True)
+        stored = store.hits(user, history=True)
     assert len(stored) == sum(len(json.loads(line)["nodes"]) for line in graphs.read_text().splitlines())
     capsys.readouterr()
 
     probe = stored[len(stored) // 2]
-    assert main(["search", probe["text"], "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
+    assert main(["search", probe.text, "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
                  *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(hits) == 3 and hits[0]["memory"] == probe["text"] and hits[0]["session_ids"] == [probe["session_id"]]
+    assert len(hits) == 3 and hits[0]["memory"] == probe.text and hits[0]["session_ids"] == [probe.session_id]
 
-    assert main(["ask", f"What about {probe['text']}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
+    assert main(["ask", f"What about {probe.text}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
     assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "as_of", "error", "memories"}
 

@@ -38,8 +38,8 @@ def wait_for(proc: subprocess.Popen[str], line: str, timeout: float = 120.0) -> 
 
 def counts(store: MemoryStore) -> dict[str, int]:
     out: dict[str, int] = {}
-    for hit in store.get_all("w"):
-        out[hit["session_id"]] = out.get(hit["session_id"], 0) + 1
+    for hit in store.hits("w"):
+        out[hit.session_id] = out.get(hit.session_id, 0) + 1
     return out
 
 
@@ -99,8 +99,8 @@ def test_extract_into_a_store_killed_then_resumed_stores_every_session_once(tmp_
     with MemoryStore(db, scripted_config(), read_only=True) as store:
         assert store.sessions(sessions[0].user) == [s.session_id for s in sessions]
         stored: dict[str, int] = {}
-        for hit in store.get_all(sessions[0].user, history=True):
-            stored[hit["session_id"]] = stored.get(hit["session_id"], 0) + 1
+        for hit in store.hits(sessions[0].user, history=True):
+            stored[hit.session_id] = stored.get(hit.session_id, 0) + 1
     assert stored == {sid: n for sid, n in written.items() if n}
 
 

@@ -6,8 +6,8 @@ own (issues 17 and 25).
 The contract (:data:`LAYERS`, DESIGN.md's order): foundations -> backends -> requests and services ->
 pipeline -> engine -> store -> eval and distributed -> serve -> cli, with the test stand-ins
 (``promem_fast.testing``) above them all. A package may import its own layer and those below it, never one
-above; so the product never imports ``promem_fast.testing``. The backend registry names the stand-ins by a
-``module:Class`` string (loaded only when the ``scripted`` profile picks them): a string is no import.
+above; so the product never imports ``promem_fast.testing``, nor names it: the stand-ins join the backend
+registry as a plugin (an entry point), read only when the ``scripted`` profile asks for one of them.
 
 Imports are found with :mod:`ast`, without importing anything. An import inside a function counts as much
 as one at the top: it runs later, but it still ties the two modules together, and a circle closed by one
@@ -32,7 +32,7 @@ MAX_LINES = 450
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "prompts", "native", "jsonl", "io", "models",
-     "manifest", "summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache"),
+     "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
@@ -253,7 +253,7 @@ def test_the_product_loads_no_stand_in_until_the_scripted_profile_asks_for_one()
         "import importlib, sys\n"
         "for name in ('promem_fast', 'promem_fast.cli', 'promem_fast.store.store', 'promem_fast.store.qa',\n"
         "             'promem_fast.eval.runner', 'promem_fast.eval.judges', 'promem_fast.distributed.driver',\n"
-        "             'promem_fast.serve.app', 'promem_fast.serve.worker', 'promem_fast.backends'):\n"
+        "             'promem_fast.serve.app', 'promem_fast.serve.job_worker', 'promem_fast.backends'):\n"
         "    importlib.import_module(name)\n"
         "print(sorted(m for m in sys.modules if m.startswith('promem_fast.testing')))\n"
         "from promem_fast.backends import create\n"
@@ -265,6 +265,21 @@ def test_the_product_loads_no_stand_in_until_the_scripted_profile_asks_for_one()
                           env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["[]", "promem_fast.testing.llm_scripted"]
+
+
+def test_no_string_of_the_product_names_a_stand_in() -> None:
+    """A ``module:Class`` string or an ``importlib`` call would load a stand-in behind the import graph's back;
+    the product's values (documentation apart: strings standing alone as statements) name none."""
+    named = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "testing":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+        named += [f"{path.relative_to(PACKAGE)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                  and "promem_fast.testing" in node.value]
+    assert named == []
 
 
 def test_no_import_circles_between_packages() -> None:

@@ -2,11 +2,18 @@
 
 Each entry names the protocol it implements, the module that holds it (imported only when chosen, so a
 missing heavy library costs nothing until it is asked for) and the pip extra that provides its libraries.
+:data:`BACKENDS` are the product's own. Other packages add theirs through the entry-point group
+:data:`PLUGIN_GROUP` (each entry names a sequence of :class:`BackendSpec`), read the first time a name is
+not among those known, or by calling :func:`register`: that is how the test stand-ins of
+``promem_fast.testing`` (the ``scripted`` profile's backends) come in, so the product names none of them.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,7 +29,12 @@ from promem_fast.backends.base import (
 )
 from promem_fast.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 Kind = Literal["llm", "nli", "embedder", "similarity", "compressor"]
+
+PLUGIN_GROUP = "promem_fast.backends"
+"""The entry-point group of backend plugins: ``name = "package.module:SPECS"``, a sequence of BackendSpec."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +49,6 @@ class BackendSpec:
 
 
 BACKENDS: tuple[BackendSpec, ...] = (
-    BackendSpec("llm", "scripted", "promem_fast.testing.llm_scripted:ScriptedLLM", None,
-                "deterministic rule-based replies for tests and dry runs of the control flow"),
     BackendSpec("llm", "llamacpp", "promem_fast.backends.llm_llamacpp:LlamaCppLLM", "cpu",
                 "any GGUF on llama.cpp, JSON-schema grammars; default SmolLM2-135M-Instruct"),
     BackendSpec("llm", "transformers", "promem_fast.backends.llm_transformers:TransformersLLM", "cpu",
@@ -51,14 +61,10 @@ BACKENDS: tuple[BackendSpec, ...] = (
                 "exported sequence-classification NLI model on ONNX Runtime (CUDA EP fp16 / CPU EP)"),
     BackendSpec("nli", "torch", "promem_fast.backends.nli_torch:TorchNLI", "cpu",
                 "the same NLI model in plain torch"),
-    BackendSpec("nli", "lexical", "promem_fast.testing.nli_lexical:LexicalNLI", None,
-                "deterministic content-word overlap checker (tests, dry runs)"),
     BackendSpec("embedder", "sentence-transformers", "promem_fast.backends.embed_st:SentenceTransformerEmbedder",
                 "cpu", "any sentence-transformers model; default the all-MiniLM-L6-v2 shipped on PyPI"),
     BackendSpec("embedder", "onnx", "promem_fast.backends.embed_onnx:OnnxEmbedder", "cpu",
                 "a sentence-transformers model exported to ONNX, mean pooling on ONNX Runtime"),
-    BackendSpec("embedder", "hashing", "promem_fast.testing.embed_hashing:HashingEmbedder", None,
-                "deterministic hashed bag of words (tests, dry runs)"),
     BackendSpec("similarity", "numpy", "promem_fast.backends.sim_numpy:NumpySimilarity", None,
                 "one matrix product per (queries, keys) pair"),
     BackendSpec("similarity", "faiss", "promem_fast.backends.sim_faiss:FaissSimilarity", "cpu",
@@ -70,12 +76,48 @@ BACKENDS: tuple[BackendSpec, ...] = (
 )
 
 
+_ADDED: dict[tuple[str, str], BackendSpec] = {}
+"""Backends registered by other packages (plugins, the test stand-ins), by (kind, name)."""
+_plugins_read = False
+
+
+def register(specs: Iterable[BackendSpec]) -> None:
+    """Add backends to the registry; registering the same entry again changes nothing, another entry under
+    a name already taken is refused."""
+    for entry in specs:
+        taken = _known(entry.kind, entry.name)
+        if taken is not None and taken != entry:
+            raise ConfigError(f"{entry.kind} backend {entry.name!r} is already {taken.target}, not {entry.target}")
+        _ADDED[(entry.kind, entry.name)] = entry
+
+
+def _known(kind: str, name: str) -> BackendSpec | None:
+    return next((e for e in BACKENDS if e.kind == kind and e.name == name), None) or _ADDED.get((kind, name))
+
+
+def _read_plugins() -> None:
+    """Register what the installed packages declare under :data:`PLUGIN_GROUP` (once per process)."""
+    global _plugins_read
+    if _plugins_read:
+        return
+    _plugins_read = True
+    for point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        try:
+            register(point.load())
+        except Exception as exc:  # one broken plugin must not hide the product's backends
+            log.warning("backend plugin %s (%s) not loaded: %s: %s", point.name, point.value, type(exc).__name__, exc)
+
+
 def spec(kind: Kind, name: str) -> BackendSpec:
-    """The registry entry for ``name``; the error lists the names there are."""
-    for entry in BACKENDS:
-        if entry.kind == kind and entry.name == name:
-            return entry
-    names = ", ".join(e.name for e in BACKENDS if e.kind == kind)
+    """The registry entry for ``name`` (the plugins are read when it is none of those known); the error
+    lists the names there are."""
+    found = _known(kind, name)
+    if found is None:
+        _read_plugins()
+        found = _known(kind, name)
+    if found is not None:
+        return found
+    names = ", ".join(e.name for e in (*BACKENDS, *_ADDED.values()) if e.kind == kind)
     raise ConfigError(f"unknown {kind} backend {name!r}; available: {names}")
 
 
@@ -88,6 +130,6 @@ def create(kind: Kind, name: str, config: Any) -> Any:
 
 
 __all__ = [
-    "BACKENDS", "BackendSpec", "Completion", "Compressor", "Embedder", "GenerationRequest", "LLMBackend", "NLIBackend",
-    "NLIResult", "Similarity", "create", "spec",
+    "BACKENDS", "PLUGIN_GROUP", "BackendSpec", "Completion", "Compressor", "Embedder", "GenerationRequest",
+    "LLMBackend", "NLIBackend", "NLIResult", "Similarity", "create", "register", "spec",
 ]

@@ -17,7 +17,7 @@ _SESSIONS_HELP = ("keep only the first N sessions of each item (LoCoMo: both spe
                   "as one) and their gold points; a question stays when every session of its evidence is kept "
                   "or, when it names no evidence, the session it is asked after (HaluMem: its own session; "
                   "LoCoMo, LongMemEval: the last of the conversation or haystack, so only when nothing is cut)")
-"""``--sessions`` of both commands: the rule of :meth:`promem_fast.eval.records.Benchmark.first_sessions`."""
+"""``--sessions`` of both commands: the rule of :meth:`promem_fast.eval.benchmark.Benchmark.first_sessions`."""
 
 
 _ROUTINGS = ("official", "both")

@@ -7,12 +7,17 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.store_io import key_arg
 from promem_fast.distributed.cli import add_arguments as add_ray_arguments
 
+if TYPE_CHECKING:
+    from promem_fast.config import EngineConfig
+    from promem_fast.engine import Engine
+    from promem_fast.errors import InputError
+    from promem_fast.types import Session
 
 log = logging.getLogger("promem_fast")
 
@@ -37,11 +42,7 @@ def register(sub: Any) -> None:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from promem_fast.cli.outputs import RunFiles, check_input, count_records
-    from promem_fast.cli.store_io import extract_store
-    from promem_fast.engine import Engine
-    from promem_fast.errors import BackendUnavailable, InputError, SessionFailed, WriteFailed
-    from promem_fast.io import read_sessions
-    from promem_fast.types import Session
+    from promem_fast.errors import BackendUnavailable, SessionFailed, WriteFailed
 
     config = build_config(args)
     if args.ray is not None:
@@ -58,43 +59,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
     out = files.out
     stopped: list[InputError] = []
     counts = {"input_rejects": 0, "skipped": 0}
-
-    def sessions() -> Iterator[Session]:
-        """The input's sessions after the resume point; bad records become rejects (the first ends the
-        input under ``stop``, so the sessions before it still finish and are written)."""
-        valid = 0
-        for item in read_sessions(source, max_turn_chars=config.pipeline.max_turn_chars):
-            if isinstance(item, InputError):
-                counts["input_rejects"] += 1
-                rejects.input_error(item)
-                if config.on_error == "stop":
-                    stopped.append(item)
-                    return
-                log.warning("skipped: %s", item)
-                continue
-            valid += 1
-            if valid <= covered:
-                counts["skipped"] += 1
-                continue
-            yield item
-
-    engine: Engine | None = None
-    try:
-        engine = Engine(config)
-        engine.services.preload()  # a missing library or model stops here, with the pip command, not per session
-        engine.on_session_error = rejects.session_error
-        store = extract_store(args, config, out, engine)
-    except BaseException:  # no model or store: close the files, and remove them while empty (no blocked rerun)
-        writer.close()
-        rejects.close()
-        if engine is not None:
-            engine.close()
-        files.discard_if_empty()
-        raise
+    engine, store = _open_engine(args, config, files, writer, rejects)
     total = count_records(source)
     status = 0
     try:
-        for graph in engine.extract_stream(sessions(), total=max(total - len(writer.kept), 0)):
+        sessions = _sessions(source, config, rejects, covered, counts, stopped)
+        for graph in engine.extract_stream(sessions, total=max(total - len(writer.kept), 0)):
             writer.write(graph)
             if store is not None:
                 store.put(graph)
@@ -131,3 +101,50 @@ def cmd_extract(args: argparse.Namespace) -> int:
         print(f"rejects: {rejects.path}")
     print(f"graphs: {out}")
     return status
+
+
+def _sessions(source: Path, config: EngineConfig, rejects: Any, covered: int, counts: dict[str, int],
+              stopped: list[InputError]) -> Iterator[Session]:
+    """The input's sessions after the resume point (the first ``covered`` valid ones are counted as
+    skipped); bad records become rejects (the first ends the input under ``stop``, kept in ``stopped``, so
+    the sessions before it still finish and are written)."""
+    from promem_fast.errors import InputError
+    from promem_fast.io import read_sessions
+
+    valid = 0
+    for item in read_sessions(source, max_turn_chars=config.pipeline.max_turn_chars):
+        if isinstance(item, InputError):
+            counts["input_rejects"] += 1
+            rejects.input_error(item)
+            if config.on_error == "stop":
+                stopped.append(item)
+                return
+            log.warning("skipped: %s", item)
+            continue
+        valid += 1
+        if valid <= covered:
+            counts["skipped"] += 1
+            continue
+        yield item
+
+
+def _open_engine(args: argparse.Namespace, config: EngineConfig, files: Any, writer: Any, rejects: Any
+                 ) -> tuple[Engine, Any]:
+    """The engine (its session errors going to the rejects) and the store of ``--db`` (or None). When
+    either cannot be had, the output files are closed, and removed while empty, so a rerun is not blocked."""
+    from promem_fast.cli.store_io import extract_store
+    from promem_fast.engine import Engine
+
+    engine: Engine | None = None
+    try:
+        engine = Engine(config)
+        engine.services.preload()  # a missing library or model stops here, with the pip command, not per session
+        engine.on_session_error = rejects.session_error
+        return engine, extract_store(args, config, files.out, engine)
+    except BaseException:
+        writer.close()
+        rejects.close()
+        if engine is not None:
+            engine.close()
+        files.discard_if_empty()
+        raise

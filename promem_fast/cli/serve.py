@@ -172,7 +172,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def cmd_view(args: argparse.Namespace) -> int:
     from promem_fast.io import read_graphs
-    from promem_fast.serve.view import write_page
+    from promem_fast.serve.offline_page import write_page
 
     for graph in read_graphs(args.graphs):
         if graph.session_id == args.session:

@@ -8,6 +8,6 @@ writes per-shard graphs, rejects and a manifest. Ray is imported only when a run
 from __future__ import annotations
 
 from promem_fast.distributed.driver import extract
-from promem_fast.distributed.summary import DistributedSummary
+from promem_fast.distributed.totals import DistributedSummary
 
 __all__ = ["DistributedSummary", "extract"]

@@ -1,7 +1,7 @@
 """The driver: cut the input into shards, skip the finished ones, run the rest on a Ray Data actor pool.
 
 Ray Data schedules the shards (``from_items`` of shard descriptions, one block each) onto a fixed pool of
-:class:`~promem_fast.distributed.worker.ShardWorker` actors with ``map_batches``; each actor reads its shard
+:class:`~promem_fast.distributed.actor.ShardWorker` actors with ``map_batches``; each actor reads its shard
 with the same validating reader as a single-node run (so a bad line becomes a reject naming file and line,
 where ``ray.data.read_json`` would fail the whole dataset) and sends back the shard's records. The driver
 streams the results and writes each shard's files as it arrives (see :mod:`.shards`).
@@ -25,7 +25,7 @@ from promem_fast.config import EngineConfig
 from promem_fast.distributed.shards import (
     Shard, count_sessions, cross_shard_duplicates, files, input_files, is_complete, plan, write_shard,
 )
-from promem_fast.distributed.summary import DistributedSummary, summary_to_dict
+from promem_fast.distributed.totals import DistributedSummary, summary_to_dict
 from promem_fast.errors import InputError, PromemError
 from promem_fast.private import private_dirs, write_private
 
@@ -101,7 +101,7 @@ def _run(shards: list[Shard], pending: list[Shard], out: Path, config: EngineCon
 
     ray = require("ray", "ray", "ray[data]")
     require("ray.data", "ray", "ray[data]")
-    from promem_fast.distributed.worker import ShardWorker, shard_session_ids
+    from promem_fast.distributed.actor import ShardWorker, shard_session_ids
 
     started_here = not ray.is_initialized()
     if started_here:

@@ -26,11 +26,13 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from promem_fast.context import RunContext
+from promem_fast.driver.accounting import share
 from promem_fast.driver.kinds import Job, Kinds
 from promem_fast.driver.lanes import Delivery, Lanes
-from promem_fast.driver.state import END, SessionRun, advance, pull, start
+from promem_fast.driver.settle import Settler
+from promem_fast.driver.state import END, IDLE, SessionRun, advance, pull, start
 from promem_fast.requests import Program
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 IDLE_WAIT_S = 0.05
 """While the source has nothing new (it yielded IDLE), how long a step waits for answers before the source
@@ -45,6 +47,7 @@ class Scheduler:
         self.lanes = lanes
         self.summary = summary
         config = kinds.config
+        self.settler = Settler(config, kinds.services)
         self.window = kinds.window()
         self.max_reorder = config.max_reorder or self.window
         self.order: deque[SessionRun] = deque()
@@ -52,8 +55,6 @@ class Scheduler:
         self.running = 0
         self.waiting = 0
         """Finished sessions in :attr:`order` (the reorder buffer)."""
-        self.peak_held = 0
-        """Most sessions held at once (in progress plus waiting), for the memory bound's tests."""
         self._reply: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
 
     @property
@@ -68,7 +69,6 @@ class Scheduler:
         else:
             self.running += 1
             self._post(run, range(len(run.pending)))
-        self.peak_held = max(self.peak_held, self.running + self.waiting)
 
     def finished(self) -> Iterator[SessionRun]:
         """Sessions ready to hand out: the finished head of the input order."""
@@ -97,11 +97,11 @@ class Scheduler:
             self.summary.backend_calls[kind] = self.summary.backend_calls.get(kind, 0) + n
         for kind, seconds in delivery.backend_seconds.items():
             self.summary.backend_seconds[kind] = self.summary.backend_seconds.get(kind, 0.0) + seconds
-        self.kinds.share(delivery.jobs, delivery.outcomes, delivery.seconds)
+        share(delivery.jobs, delivery.outcomes, delivery.seconds)
         retry: dict[int, tuple[SessionRun, list[int]]] = {}
         for job, outcome in zip(delivery.jobs, delivery.outcomes):
             run = job.run
-            if not self.kinds.settle(job, outcome):
+            if not self.settler.settle(job, outcome):
                 retry.setdefault(id(run), (run, []))[1].append(job.slot)
             elif run.ready:
                 advance(run)
@@ -126,13 +126,10 @@ class Scheduler:
 class ContinuousDriver:
     """Runs ``(key, make_program)`` pairs on the lanes; ``(key, value or exception)`` out in input order."""
 
-    def __init__(self, kinds: Kinds, lanes: Lanes, summary: RunSummary, idle: Any) -> None:
+    def __init__(self, kinds: Kinds, lanes: Lanes, summary: RunSummary) -> None:
         self.kinds = kinds
         self.lanes = lanes
         self.summary = summary
-        self._idle = idle
-        self.last: Scheduler | None = None
-        """The scheduler of the latest run (its counters), for tests and benchmarks."""
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
             ) -> Iterator[tuple[Any, Any]]:
@@ -144,14 +141,14 @@ class ContinuousDriver:
 
     def _run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
              ) -> Iterator[tuple[Any, Any]]:
-        sched = self.last = Scheduler(self.kinds, self.lanes, self.summary)
+        sched = Scheduler(self.kinds, self.lanes, self.summary)
         source = iter(programs)
         exhausted = False
         while True:
             idle = False
             while not exhausted and sched.has_room:
                 item = pull(source)
-                exhausted, idle = item is END, item is self._idle
+                exhausted, idle = item is END, item is IDLE
                 if exhausted or idle:
                     break
                 sched.admit(*item)

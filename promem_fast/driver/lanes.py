@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promem_fast.backends.base import Completion, GenerationRequest, LLMBackend
-from promem_fast.driver.kinds import Job, Kinds, prepare_job
+from promem_fast.driver.calls import call, prepare_job
+from promem_fast.driver.kinds import Job, Kinds
 from promem_fast.isolation import FaultIsolation
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class Lane:
             started = time.perf_counter()
             jobs = [job for job, _ in taken]
             try:
-                outcomes = self.kinds.call(kind, jobs, self._isolation, scratch)
+                outcomes = call(self.kinds.services, kind, jobs, self._isolation, scratch)
             except Exception as exc:  # the backend is gone (BackendUnavailable) or the call itself broke
                 _deliver_fatal(taken, exc)
                 continue

@@ -14,21 +14,24 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from promem_fast.context import RunContext
+from promem_fast.driver import calls
+from promem_fast.driver.accounting import share
 from promem_fast.driver.kinds import KIND_NAMES, Job, Kinds
-from promem_fast.driver.state import END, UNSET, SessionRun, advance, pull, start
+from promem_fast.driver.settle import Settler
+from promem_fast.driver.state import END, IDLE, UNSET, SessionRun, advance, pull, start
 from promem_fast.isolation import FaultIsolation
 from promem_fast.requests import Program
-from promem_fast.summary import RunSummary
+from promem_fast.run_summary import RunSummary
 
 
 class RoundDriver:
     """Runs ``(key, make_program)`` pairs round by round; ``(key, value or exception)`` out in input order."""
 
-    def __init__(self, kinds: Kinds, summary: RunSummary, idle: Any) -> None:
+    def __init__(self, kinds: Kinds, summary: RunSummary) -> None:
         self.kinds = kinds
         self.summary = summary
-        self._idle = idle
         config = kinds.config
+        self._settler = Settler(config, kinds.services)
         self._isolation = FaultIsolation(config.max_batch_size, config.max_failed_batches)
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
@@ -42,7 +45,7 @@ class RoundDriver:
             while not exhausted and len(order) < window:
                 item = pull(source)
                 exhausted = item is END
-                if exhausted or item is self._idle:
+                if exhausted or item is IDLE:
                     break
                 run = start(item[0], item[1], self.kinds.services)
                 order.append(run)
@@ -76,7 +79,7 @@ class RoundDriver:
         for target in sorted(by_target, key=lambda t: order.index(t[0])):
             jobs = by_target[target]
             calls_before = sum(self.summary.backend_seconds.values())
-            outcomes = self.kinds.call(target[0], jobs, self._isolation, self.summary)
-            self.kinds.share(jobs, outcomes, sum(self.summary.backend_seconds.values()) - calls_before)
+            outcomes = calls.call(self.kinds.services, target[0], jobs, self._isolation, self.summary)
+            share(jobs, outcomes, sum(self.summary.backend_seconds.values()) - calls_before)
             for job, outcome in zip(jobs, outcomes):
-                self.kinds.settle(job, outcome)
+                self._settler.settle(job, outcome)

@@ -26,8 +26,22 @@ END: Any = object()
 """What :func:`pull` returns once the source is exhausted."""
 
 
+class _Idle:
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE: Any = _Idle()
+"""What a source given to :meth:`~promem_fast.engine.Engine.run` may yield instead of a ``(key,
+make_program)`` pair: nothing new right now, keep the sessions in flight going. A long-lived source (the
+``promem serve`` worker feeding the window from its job queue) yields it when its queue is empty, so sessions
+already admitted keep advancing instead of the loop blocking in ``next()``; it is asked again after the next
+round (the continuous driver: after answers came or a short wait). A source that yields ``IDLE`` while
+nothing is in flight is asked again at once, so it should wait a little itself first."""
+
+
 def pull(source: Iterator[Any]) -> Any:
-    """The source's next item (a ``(key, make_program)`` pair or the engine's IDLE), or :data:`END`."""
+    """The source's next item (a ``(key, make_program)`` pair or :data:`IDLE`), or :data:`END`."""
     return next(source, END)
 
 

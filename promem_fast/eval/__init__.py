@@ -7,7 +7,7 @@ imported when a LoCoMo score is first computed.
 from __future__ import annotations
 
 from .datasets import LOCOMO_CATEGORIES, load_benchmark, load_halumem, load_locomo, load_longmemeval
-from .records import Benchmark, EvalUser, GoldMemory, Question
+from .benchmark import Benchmark, EvalUser, GoldMemory, Question
 
 __all__ = [
     "LOCOMO_CATEGORIES",

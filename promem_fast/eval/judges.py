@@ -39,7 +39,7 @@ from . import metrics
 from .datasets import LOCOMO_CATEGORIES
 from .judge_prompts import OWN, JudgePrompts
 from .prompts import LME_TEMPLATE_OF_TYPE
-from .records import GoldMemory, Question
+from .benchmark import GoldMemory, Question
 from .updates import UPDATE_ROUTINGS
 
 log = logging.getLogger(__name__)

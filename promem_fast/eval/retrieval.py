@@ -44,7 +44,7 @@ from promem_fast.types import MemoryGraph
 from .datasets import load_benchmark
 from .provenance import provenance
 from promem_fast.store.qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
-from .records import Benchmark, Question
+from .benchmark import Benchmark, Question
 from .split import apply_tau, select_users
 from .variants import KINDS, PathLike
 

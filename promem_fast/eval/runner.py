@@ -53,7 +53,7 @@ from .judges import (
     update_program,
 )
 from .provenance import provenance
-from .records import Benchmark, EvalUser, GoldMemory, Question
+from .benchmark import Benchmark, EvalUser, GoldMemory, Question
 from .report import write_report
 from .split import apply_tau, select_users
 from .updates import UPDATE_ROUTINGS, has_memories, history, route_points, update_inputs
@@ -265,7 +265,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     ``OUT/result-<kind>-<variant>.json``); the report of ``OUT`` is rebuilt with it.
 
     ``limit``: the first N items; ``sessions``: the first N sessions of each (the questions that stay are
-    those :meth:`~promem_fast.eval.records.Benchmark.first_sessions` keeps);
+    those :meth:`~promem_fast.eval.benchmark.Benchmark.first_sessions` keeps);
     ``graphs_path``: a graphs JSONL to reuse and extend (default ``OUT/graphs-<kind>-<variant>.jsonl``);
     ``llm``: a chat backend to use instead of the configured one (tests inject a deterministic one);
     ``update_routing``: which judges HaluMem's update points go to (:data:`~.updates.UPDATE_ROUTINGS`);
@@ -274,11 +274,7 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     users to evaluate; ``tau_path``: a tau record of ``promem calibrate tau -o``, applied after checking it
     was calibrated for this embedder on other users (:mod:`.split`).
     """
-    kind = kind.lower()
-    if kind not in KINDS:
-        raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
-    if update_routing not in UPDATE_ROUTINGS:
-        raise ConfigError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
+    kind = _checked(kind.lower(), update_routing)
     prompts = judge_prompts(judge_prompts_path, kind)
     cfg = variant_config(config, variant)
     # a compressed run is a row of its own, like the paper's LightMem r = 0.4 / 0.6 / 0.8 rows
@@ -298,18 +294,12 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
             index = evaluation_index(engine, graphs.values(), out / f"store-{kind}-{tag}.db")
         judged = answer_and_judge(engine, kind, bench, graphs, index, source, update_routing, prompts)
 
-    if kind == "halumem":
-        aggregates = aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update, update_routing)
-    elif kind == "locomo":
-        aggregates = aggregate_locomo(judged.qa)
-    else:
-        aggregates = aggregate_longmemeval(judged.qa)
+    aggregates = _aggregates(kind, judged, update_routing)
     ordered = [graphs[s.session_id] for s in bench.iter_sessions() if graphs and s.session_id in graphs]
     cost = extraction_cost(ordered) if graphs is not None else None
     eval_stats = RunStats()
     eval_stats.merge(index.stats)
     eval_stats.merge(judged.stats)
-    judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy) + len(judged.update)
     result_file = result_path(out, kind, tag)
     files = {"result": str(result_file), "report": str(out / f"report-{kind}.md"),
              "chart": str(out / f"variants-{kind}.png"), "graphs": None if graphs_file is None else str(graphs_file)}
@@ -327,29 +317,13 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
                    "unembedded_sessions": len(index.failed),
                    "failed_answers": sum(a.prediction is None for a in judged.answers),
                    "failed_eval_steps": eval_stats.counts.get("failed_steps", 0)},
-        "config": {
-            "pipeline": {k: getattr(cfg.pipeline, k) for k in ("mode", "completeness_check",
-                         "hallucination_verification", "detail_anchoring", "relations", "tau_comp")},
-            "qa_top_k": cfg.qa_top_k,
-            "update_routing": update_routing if kind == "halumem" else None,
-            "llm": {"backend": cfg.llm.backend, "model": cfg.llm.model},
-            "qa_llm": {"backend": cfg.llm_for("qa").backend, "model": cfg.llm_for("qa").model},
-            "judge_llm": {"backend": cfg.llm_for("judge").backend, "model": cfg.llm_for("judge").model},
-            "embedder": {"backend": cfg.embedder.backend, "model": cfg.embedder.model},
-            "nli": {"backend": cfg.nli.backend, "model": cfg.nli.model},
-            "judge_prompts": prompts.record(),
-            "users": users,
-            "tau_calibration": tau,
-        },
+        "config": {**_settings(cfg, update_routing if kind == "halumem" else None),
+                   "judge_prompts": prompts.record(), "users": users, "tau_calibration": tau},
         "provenance": provenance(cfg, [data_path], judge_prompts=prompts.record()),
         "headline": {**aggregates["headline"],
                      "tokens_per_session": None if cost is None else cost["tokens_per_session"]},
         "aggregates": aggregates,
-        "cost": {
-            "extraction": cost,
-            "evaluation": {"qa": _stage_cost(eval_stats, "qa", len(judged.qa)),
-                           "judge": _stage_cost(eval_stats, "judge", judge_items)},
-        },
+        "cost": {"extraction": cost, "evaluation": _evaluation_cost(eval_stats, judged)},
         "labels": {"integrity": judged.integrity, "accuracy": judged.accuracy, "update": judged.update,
                    "qa": judged.qa},
         "answers": [a.to_dict() for a in judged.answers],
@@ -360,3 +334,43 @@ def run_eval(kind: str, data_path: PathLike, config: EngineConfig, *, limit: int
     write_report(out, kind)
     log.info("wrote %s and %s", files["result"], files["report"])
     return result
+
+
+def _checked(kind: str, update_routing: str) -> str:
+    """``kind``, once it and the update routing are known names (a one-line error naming the choices)."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown benchmark {kind!r}; choose one of: {', '.join(KINDS)}")
+    if update_routing not in UPDATE_ROUTINGS:
+        raise ConfigError(f"unknown update routing {update_routing!r}; choose one of: {', '.join(UPDATE_ROUTINGS)}")
+    return kind
+
+
+def _aggregates(kind: str, judged: _Judged, update_routing: str) -> dict[str, Any]:
+    """The benchmark's own aggregates of the judged labels and answers."""
+    if kind == "halumem":
+        return aggregate_halumem(judged.integrity, judged.accuracy, judged.qa, judged.update, update_routing)
+    if kind == "locomo":
+        return aggregate_locomo(judged.qa)
+    return aggregate_longmemeval(judged.qa)
+
+
+def _settings(cfg: EngineConfig, update_routing: str | None) -> dict[str, Any]:
+    """The settings a result is compared by: the pipeline switches, the update routing (HaluMem) and the
+    model of each role."""
+    return {
+        "pipeline": {k: getattr(cfg.pipeline, k) for k in ("mode", "completeness_check",
+                     "hallucination_verification", "detail_anchoring", "relations", "tau_comp")},
+        "qa_top_k": cfg.qa_top_k,
+        "update_routing": update_routing,
+        "llm": {"backend": cfg.llm.backend, "model": cfg.llm.model},
+        "qa_llm": {"backend": cfg.llm_for("qa").backend, "model": cfg.llm_for("qa").model},
+        "judge_llm": {"backend": cfg.llm_for("judge").backend, "model": cfg.llm_for("judge").model},
+        "embedder": {"backend": cfg.embedder.backend, "model": cfg.embedder.model},
+        "nli": {"backend": cfg.nli.backend, "model": cfg.nli.model},
+    }
+
+
+def _evaluation_cost(stats: RunStats, judged: _Judged) -> dict[str, Any]:
+    """What answering and judging cost, per answer and per judged item."""
+    judge_items = len(judged.qa) + len(judged.integrity) + len(judged.accuracy) + len(judged.update)
+    return {"qa": _stage_cost(stats, "qa", len(judged.qa)), "judge": _stage_cost(stats, "judge", judge_items)}

@@ -18,7 +18,7 @@ from promem_fast.config import EngineConfig
 from promem_fast.errors import ConfigError
 
 from .provenance import code_version, data_files, sha256_file
-from .records import Benchmark
+from .benchmark import Benchmark
 
 
 def parse_users(spec: str) -> slice:

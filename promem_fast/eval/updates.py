@@ -21,7 +21,7 @@ import numpy as np
 from promem_fast.requests import Embed, Failure, Program
 
 from promem_fast.store.qa import RetrievalIndex, top_k
-from .records import EvalUser, GoldMemory
+from .benchmark import EvalUser, GoldMemory
 
 UPDATE_TOP_K = 10
 """Memories retrieved per update point (HaluMem's ``top_k=10``)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.pipeline.words import content_set, content_words
 from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
 from promem_fast.context import RunContext

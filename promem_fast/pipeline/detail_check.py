@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.pipeline.words import content_set, content_words
 from promem_fast.prompts import (
     DETAILS_MANY, DETAILS_ONE, DIALOGUE, TEMPLATES, more_text, session_block, shown_part,
 )

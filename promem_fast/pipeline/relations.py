@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.backends._text import content_set
+from promem_fast.pipeline.words import content_set
 from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import PER_ITEM, link_line, numbered, part_before, render, schema_for

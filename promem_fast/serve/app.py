@@ -90,6 +90,17 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     app.state.limiter = limiter
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller), Depends(text_body)])
 
+    _job_routes(v1, service)
+    _memory_routes(v1, service)
+    _query_routes(v1, service)
+    app.include_router(v1)
+    _service_routes(app, service)
+    _error_handlers(app)
+    return BodyLimit(CountResponses(app, service.metrics), max_body)
+
+
+def _job_routes(v1: APIRouter, service: Service) -> None:
+    """Sessions queued for extraction and the jobs that follow them."""
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
@@ -106,6 +117,9 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def job(job_id: Annotated[str, PathParam(max_length=64)], who: Who) -> Any:
         return service.job(who.tenant, job_id)
 
+
+def _memory_routes(v1: APIRouter, service: Service) -> None:
+    """A tenant's users, memories and sessions: read and delete."""
     @v1.get("/users", response_model=api.Users, summary="Users with memory")
     def users(who: Who) -> Any:
         return {"users": service.users(who.tenant)}
@@ -150,6 +164,9 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def reset(who: Who) -> Any:
         return {"deleted": service.reset(who.tenant)}
 
+
+def _query_routes(v1: APIRouter, service: Service) -> None:
+    """Search, answers, the graph and the export of a user's (or tenant's) memory."""
     @v1.post("/users/{user_id}/search", response_model=api.Hits,
              summary="Memories nearest a query")
     async def search(body: api.SearchQuery, user_id: User, who: Who) -> Any:
@@ -176,8 +193,9 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
         return StreamingResponse(chunks(), media_type="application/x-ndjson",
                                  headers={"Content-Disposition": 'attachment; filename="promem-export.jsonl"'})
 
-    app.include_router(v1)
 
+def _service_routes(app: FastAPI, service: Service) -> None:
+    """Health, metrics, the API docs and the web page, outside ``/v1`` and its key check."""
     @app.get("/healthz", summary="Liveness: the worker runs and the store answers")
     def healthz() -> Any:
         ok = service.worker.alive
@@ -200,6 +218,9 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
+
+def _error_handlers(app: FastAPI) -> None:
+    """What the service's own errors become over HTTP: 404 for what is not there, 503 for what cannot be served now."""
     @app.exception_handler(NotFound)
     def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse({"detail": "not found"}, status_code=404)
@@ -213,5 +234,3 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
     def unavailable(request: Request, exc: PromemError) -> JSONResponse:
         """The engine or the store could not serve the request now (stopping, a backend gone, timed out)."""
         return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    return BodyLimit(CountResponses(app, service.metrics), max_body)

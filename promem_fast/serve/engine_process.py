@@ -2,7 +2,7 @@
 
 In one process, every search had to win the interpreter lock back from the engine's threads each time it
 let go of it (a SQLite call, a socket read), several times per request: under extraction load a search
-that takes milliseconds idle waited hundreds. Here the worker (:mod:`.worker`: the engine, its writer
+that takes milliseconds idle waited hundreds. Here the worker (:mod:`.job_worker`: the engine, its writer
 thread, the durable queue's consumer) runs in a child process started with ``spawn``; the HTTP process
 keeps the store's readers, the queue's producers and the API. They share only the SQLite file (WAL:
 readers never block the writer) and a pipe that carries the few things that need the engine: answering
@@ -235,7 +235,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     from promem_fast.serve import db
     from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue, still_wanted
     from promem_fast.serve.metrics import Metrics
-    from promem_fast.serve.worker import EngineGate, Worker
+    from promem_fast.serve.job_worker import EngineGate, Worker
     from promem_fast.services import Services
     from promem_fast.store import MemoryStore
     from promem_fast.store.editing import rewrite

@@ -33,25 +33,8 @@ def build_server(service: Service, tenant: str) -> Any:
     server = MCPServer("promem", instructions="Long-term memory of users: add dialogue sessions, search the "
                        "memory of a user, answer questions from it, list, trace or delete memories.")
 
-    def guarded(fn: Any, user_id: str) -> Any:
-        try:
-            return fn(user_id)
-        except NotFound as exc:
-            what = f"no memory for user {user_id!r}" if str(exc) == "user" else f"{user_id!r} has no such {exc}"
-            raise ToolError(what) from None
-        except PromemError as exc:
-            raise ToolError(str(exc)) from exc
-
-    def add_and_wait(user: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
-        job, rejected = service.submit(tenant, user, sessions)
-        if job is None:
-            raise ToolError(f"no session was accepted: {rejected}")
-        deadline = time.monotonic() + ADD_TIMEOUT_S
-        status = service.job(tenant, job)
-        while status["state"] != "finished" and time.monotonic() < deadline:
-            time.sleep(0.1)
-            status = service.job(tenant, job)
-        return {**status, "rejected": rejected}
+    calls = _Calls(service, tenant, ToolError)
+    guarded = calls.guarded
 
     @server.tool()
     async def add(user_id: str, messages: list[dict[str, Any]] | str, date: str | None = None,
@@ -63,7 +46,7 @@ def build_server(service: Service, tenant: str) -> Any:
         chat = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
         sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **metadata}} if metadata else s
                     for s in as_sessions(chat, date)]
-        return await anyio.to_thread.run_sync(add_and_wait, user_id, sessions)
+        return await anyio.to_thread.run_sync(calls.add_and_wait, user_id, sessions)
 
     @server.tool()
     async def search(user_id: str, query: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
@@ -116,6 +99,35 @@ def build_server(service: Service, tenant: str) -> Any:
             guarded, lambda u: service.delete(tenant, u, session=session_id, node=memory_id), user_id)}
 
     return server
+
+
+class _Calls:
+    """What the tools run on worker threads: a service call with its errors as the agent reads them, and an
+    add that waits for its job."""
+
+    def __init__(self, service: Service, tenant: str, tool_error: type[Exception]) -> None:
+        self.service, self.tenant, self.tool_error = service, tenant, tool_error
+
+    def guarded(self, fn: Any, user_id: str) -> Any:
+        try:
+            return fn(user_id)
+        except NotFound as exc:
+            what = f"no memory for user {user_id!r}" if str(exc) == "user" else f"{user_id!r} has no such {exc}"
+            raise self.tool_error(what) from None
+        except PromemError as exc:
+            raise self.tool_error(str(exc)) from exc
+
+    def add_and_wait(self, user: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+        """Submit the sessions and wait (up to :data:`ADD_TIMEOUT_S`) for their job to finish."""
+        job, rejected = self.service.submit(self.tenant, user, sessions)
+        if job is None:
+            raise self.tool_error(f"no session was accepted: {rejected}")
+        deadline = time.monotonic() + ADD_TIMEOUT_S
+        status = self.service.job(self.tenant, job)
+        while status["state"] != "finished" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = self.service.job(self.tenant, job)
+        return {**status, "rejected": rejected}
 
 
 def _given(**when: str | None) -> dict[str, str]:

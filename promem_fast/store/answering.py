@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import rows
-from .records import Hit
+from .hits import Hit
 from .schema import StoreError
 from .timeline import day_label, iso_time, query_time, validity
 from .vectors import from_blobs
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
 
     from .qa import RetrievalIndex
-    from .view import StoreView
+    from .protocol import StoreView
 
 
 PRESELECT_ABOVE = 20_000

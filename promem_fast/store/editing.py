@@ -14,7 +14,7 @@ import numpy as np
 from promem_fast.errors import InputError
 
 from . import rows
-from .records import Hit
+from .hits import Hit
 from .timeline import now_iso
 from .vectors import to_blob
 

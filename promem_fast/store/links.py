@@ -11,7 +11,7 @@ import sqlite3
 from typing import Any
 
 from . import rows
-from .records import Hit
+from .hits import Hit
 
 
 def _edges_touching(db: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, str]]:

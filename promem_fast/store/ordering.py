@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
     from promem_fast.types import MemoryGraph
 
-    from .view import StoreView
+    from .protocol import StoreView
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ _FIELD_OF: dict[str, str] = {"memory": "memories", "turns": "excerpts"}
 
 
 class Asked(Protocol):
-    """What the answer program reads of a question (evaluation's :class:`~promem_fast.eval.records.Question`
+    """What the answer program reads of a question (evaluation's :class:`~promem_fast.eval.benchmark.Question`
     and the store's :class:`Ask` both have it)."""
 
     @property

@@ -18,7 +18,7 @@ from promem_fast.errors import InputError
 from promem_fast.names import name_problem
 from promem_fast.types import MemoryGraph
 
-from .records import Hit, turn_key
+from .hits import Hit, turn_key
 from .timeline import iso_time, now_iso
 from .vectors import to_blob
 

@@ -27,14 +27,14 @@ from promem_fast.private import shred
 from . import rows
 from .connection import checkpoint, transaction
 from .filters import metadata_scope
-from .records import Hit
+from .hits import Hit
 from .schema import StoreError, connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
-    from promem_fast.summary import RunSummary
+    from promem_fast.run_summary import RunSummary
     from promem_fast.types import MemoryGraph, Session
 
     from .qa import RetrievalIndex
@@ -237,6 +237,10 @@ class MemoryStore:
         return engine.summary
 
     # ------------------------------------------------------------------------------------ reading
+    def tenants(self) -> list[str]:
+        """Every tenant of the store (the CLI names those that have a user another tenant was asked for)."""
+        return [name for (name,) in self._db.execute("SELECT name FROM tenants ORDER BY id")]
+
     def users(self, *, tenant: str = "default") -> list[str]:
         return [name for (name,) in self._db.execute(
             "SELECT u.name FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.name = ? ORDER BY u.id",
@@ -246,13 +250,6 @@ class MemoryStore:
         return [sid for (sid,) in self._db.execute(
             "SELECT s.session_id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
             "t.id = u.tenant_id WHERE t.name = ? AND u.name = ? ORDER BY s.id", (tenant, user))]
-
-    def tenants(self) -> list[str]:
-        return [name for (name,) in self._db.execute("SELECT name FROM tenants ORDER BY id")]
-
-    def get_all(self, user: str, *, tenant: str = "default", history: bool = False) -> list[dict[str, Any]]:
-        """Every node of the user (current ones only unless ``history``), oldest first."""
-        return [hit.to_dict() for hit in self.hits(user, tenant=tenant, history=history)]
 
     def hits(self, user: str, *, tenant: str = "default", history: bool = False) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
@@ -353,13 +350,6 @@ class MemoryStore:
 
         return answer(self, user, questions, engine, tenant, question_time, as_of=as_of, since=since,
                       until=until)
-
-    def history(self, node_id: int, *, tenant: str = "default") -> list[dict[str, Any]]:
-        """Every memory linked to ``node_id`` by replacements and merges (transitively), oldest first; the
-        links themselves are in :meth:`history_graph`. A node of another tenant, or none, gives []."""
-        ids = [m["id"] for m in self.history_graph(node_id, tenant=tenant)["nodes"]]
-        return [hit.to_dict() for hit in rows.read_hits(self._db, f"n.id IN ({rows.placeholders(len(ids))})",
-                                                        tuple(ids))] if ids else []
 
     def history_graph(self, node_id: int, *, tenant: str = "default") -> dict[str, Any]:
         """The replacement graph through ``node_id``: its memories and the links among them (:mod:`.links`)."""

@@ -33,7 +33,7 @@ from .vectors import from_blobs
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
 
-    from .view import StoreView
+    from .protocol import StoreView
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -
             [p.old_text for p in pairs for _ in range(2)])
     else:
         template = STORE_TEMPLATES["store_update"]
-        requests = [Generate(stage="update", role="nli", schema=UPDATE_SCHEMA, item=p.old_text,
-                             max_tokens=max(UPDATE_MAX_TOKENS, ctx.config.pipeline.max_tokens["nli"]),
+        requests = [Generate(stage="update", role="update", schema=UPDATE_SCHEMA, item=p.old_text,
+                             max_tokens=max(UPDATE_MAX_TOKENS, ctx.config.pipeline.max_tokens["update"]),
                              messages=template.render(user=user, old=p.old_text, new=p.new_text,
                                                       old_date=day_label(p.old_from) or "undated",
                                                       new_date=day_label(p.new_from) or "undated"))

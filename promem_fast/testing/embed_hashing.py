@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from promem_fast.backends._text import content_words
+from promem_fast.pipeline.words import content_words
 from promem_fast.config import EmbedderConfig
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from promem_fast.backends._text import content_set
+from promem_fast.pipeline.words import content_set
 
 from promem_fast.store.qa_prompts import QA_NOT_FOUND
 from promem_fast.testing.overlap import coverage

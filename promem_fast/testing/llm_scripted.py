@@ -18,7 +18,7 @@ from datetime import date, timedelta
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from promem_fast.backends._text import content_words
+from promem_fast.pipeline.words import content_words
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.eval.prompts import EVAL_TEMPLATES

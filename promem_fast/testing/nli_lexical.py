@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.pipeline.words import content_set, content_words
 from promem_fast.backends.base import NLIResult, label_from_scores
 from promem_fast.config import NLIConfig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.pipeline.words import content_set, content_words
 
 
 def coverage(text: str, reference: str) -> float:

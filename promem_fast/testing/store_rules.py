@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from promem_fast.backends._text import content_set, content_words
+from promem_fast.pipeline.words import content_set, content_words
 
 
 def judge_update(fields: dict[str, str]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ConfigError
-from ..records import Benchmark
+from ..benchmark import Benchmark
 from .common import PathLike, check_limit
 from .halumem import load_halumem
 from .locomo import LOCOMO_CATEGORIES, load_locomo

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...types import Session, Turn
-from ..records import Benchmark, EvalUser, GoldMemory, Question
+from ..benchmark import Benchmark, EvalUser, GoldMemory, Question
 from .common import Loc, PathLike, check_limit, dedup, pair_turn_ids
 
 log = logging.getLogger(__name__)

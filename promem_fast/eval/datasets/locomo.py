@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...types import Session, Turn
-from ..records import Benchmark, EvalUser, GoldMemory, Question
+from ..benchmark import Benchmark, EvalUser, GoldMemory, Question
 from .common import Loc, PathLike, check_limit, dedup, read_json_list
 
 log = logging.getLogger(__name__)

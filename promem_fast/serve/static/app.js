@@ -416,6 +416,10 @@
       if (params.get("key")) { sessionStorage.setItem("promem-key", params.get("key")); history.replaceState(null, "", location.pathname); }
       if (sessionStorage.getItem("promem-key")) { await connect(); } else { $("hint").hidden = false; }
     }
+    if (params.get("min")) {  // the score floor, as a link may give it (#…&min=0.5)
+      $("cutoff").value = params.get("min");
+      $("cutoff-value").textContent = Number($("cutoff").value).toFixed(2);
+    }
     if (params.get("q")) { $("query").value = params.get("q"); await search(params.get("q")); }
   }
   start().catch(fail);

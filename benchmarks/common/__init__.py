@@ -1,0 +1,1 @@
+"""What the benchmarks share: workloads, measurement helpers and paths."""

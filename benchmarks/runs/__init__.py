@@ -1,0 +1,1 @@
+"""Standalone measurement runs, each writing one result file in ``benchmarks/results/``."""

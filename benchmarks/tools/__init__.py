@@ -1,0 +1,1 @@
+"""Repository tooling over the result files: the figures the READMEs quote and the bench report."""
