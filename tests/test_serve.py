@@ -362,7 +362,8 @@ def chromium(url: str, *args: str) -> str:
 
 
 def graph_pixels(png: Path) -> tuple[int, int]:
-    """Pixels of the graph panel that are drawn (not its white background), and those in the node colour."""
+    """Pixels of the graph panel that are drawn (not its white background), and those in a memory's colour
+    (blue, or red for a search hit)."""
     import numpy as np
     from PIL import Image
 
@@ -370,7 +371,8 @@ def graph_pixels(png: Path) -> tuple[int, int]:
     height, width, _ = image.shape
     panel = image[60:height - 10, int(width * 0.4):width - 10]
     drawn = int((panel != 255).any(axis=2).sum())
-    nodes = int((np.abs(panel - np.array([0x3b, 0x6f, 0xd4])) < 24).all(axis=2).sum())
+    nodes = sum(int((np.abs(panel - np.array(colour)) < 24).all(axis=2).sum())
+                for colour in ([0x3b, 0x6f, 0xd4], [0xd4, 0x3b, 0x3b]))
     return drawn, nodes
 
 
