@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from promem_fast.deps import require
-from promem_fast.errors import PromemError
+from promem_fast.errors import InputError, PromemError
+from promem_fast.names import name_problem
 from promem_fast.private import open_private
 from promem_fast.shapes import DEFAULT_K, as_sessions
 from promem_fast.types import Session
@@ -56,7 +57,7 @@ class Client:
 
     @staticmethod
     def _u(user: str) -> str:
-        return "/v1/users/" + quote(user, safe="")
+        return "/v1/users/" + _segment(user, "user_id")
 
     # ------------------------------------------------------------------------------ verbs
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
@@ -128,7 +129,7 @@ class Client:
         """Delete one memory, one session's memory, or (with neither) all memory of ``user_id``."""
         if session_id is not None and memory_id is not None:
             raise PromemError("delete takes a memory or a session, not both")
-        path = self._u(user_id) + (f"/sessions/{quote(session_id, safe='')}" if session_id is not None else
+        path = self._u(user_id) + (f"/sessions/{_segment(session_id, 'session_id')}" if session_id is not None else
                                    f"/memories/{int(memory_id)}" if memory_id is not None else "")
         return self._call("DELETE", path)
 
@@ -170,3 +171,12 @@ class Client:
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
+
+
+def _segment(name: str, field: str) -> str:
+    """``name`` as one URL path segment. A name the service would refuse is refused here, before the URL is
+    sent: "." or ".." would otherwise be resolved away ("/v1/users/./memories" is "/v1/users/memories")."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise InputError(problem, field=field)
+    return quote(name, safe="")

@@ -8,7 +8,8 @@ Input: JSONL, one session per line, in either form::
     {"session_id": "s2", "user": "Maya Chen", "messages": [{"role": "user", "content": "..."}, ...]}
 
 ``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
-may be spelled ``content``; ``owner_role`` names whose memory it is when the speakers are peers
+may be spelled ``content``; every ``timestamp`` is read once here into the one kept form of
+:mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
 (default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out.
 Every problem is reported as an :class:`~promem_fast.errors.InputError` naming file, line, session and field,
 including what would only fail later (a lone surrogate cannot be written as UTF-8, a giant integer cannot be
@@ -26,7 +27,6 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,37 +34,10 @@ from promem_fast.errors import InputError, WriteFailed
 from promem_fast.jsonl import BOM, decode_line, printable, unwritable_field
 from promem_fast.names import MAX_NAME_CHARS, name_problem
 from promem_fast.private import open_private, private_dirs, write_private
+from promem_fast.times import TimeProblem, parse_time
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
-
-TIMESTAMP_FORMATS: tuple[str, ...] = (
-    "%b %d, %Y, %H:%M:%S",      # HaluMem: "Sep 04, 2025, 09:05:32"
-    "%I:%M %p on %d %B, %Y",    # LoCoMo: "1:56 pm on 8 May, 2023"
-    "%I:%M %p on %d %b, %Y",
-    "%Y/%m/%d (%a) %H:%M",      # LongMemEval: "2023/05/20 (Sat) 02:21"
-    "%Y-%m-%d %H:%M:%S",
-    "%Y-%m-%d %H:%M",
-    "%d %B %Y",
-    "%B %d, %Y",
-    "%b %d, %Y",
-)
-
-
-def parse_timestamp(value: str) -> datetime | None:
-    """A datetime for the timestamp formats we know (ISO 8601 and the benchmarks'), else None."""
-    text = value.strip()
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        pass
-    for fmt in TIMESTAMP_FORMATS:
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-    return None
-
 
 MAX_TURN_ID = 2**63 - 1
 """Integer turn ids must fit 64 bits (stores and array code index by them)."""
@@ -94,11 +67,14 @@ class _Check:
         return value
 
     def timestamp(self, record: dict[str, Any], where: str) -> str | None:
+        """The timestamp in the one kept form (:mod:`promem_fast.times`): read here once, for every reader."""
         value = self.text(record, "timestamp", where, required=False)
-        if value is not None and parse_timestamp(value) is None:
-            raise self.error(f"unknown timestamp format {value[:40]!r} (ISO 8601 or one of "
-                             f"{len(TIMESTAMP_FORMATS)} dataset formats expected)", where)
-        return value
+        if value is None:
+            return None
+        try:
+            return parse_time(value).isoformat(timespec="seconds")
+        except TimeProblem as exc:
+            raise self.error(str(exc), where) from None
 
 
 def session_from_dict(record: Any, *, file: str | None = None, line: int | None = None,

@@ -3,9 +3,16 @@
 A name travels into URL paths (``/v1/users/{user}/sessions/{session_id}``), log lines, reject records and file
 names, so one that is path-like, invisible or not text is refused where it enters, with the field named,
 instead of being stored under a name that the service then cannot read or delete.
+
+Names that look alike are refused rather than normalised: a name with spaces at either end, a space other
+than the plain one (a no-break space), or an invisible formatting character (zero-width characters, the
+text-direction overrides such as U+202E) would otherwise be a second user who reads the same as the first.
+Refusing keeps every stored name exactly what its caller sent, with one clear error to fix the caller.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from promem_fast.jsonl import CONTROL, SURROGATE
 
@@ -25,6 +32,12 @@ def name_problem(value: object) -> str | None:
         return "holds a lone UTF-16 surrogate escape (such as \\ud800), which is not text"
     if CONTROL.search(value):
         return "must not contain line breaks or control characters"
+    if value != value.strip():
+        return "must not begin or end with spaces"
+    odd = next((c for c in value if c.isspace() and c != " " or unicodedata.category(c) == "Cf"), None)
+    if odd is not None:
+        return (f"holds U+{ord(odd):04X} ({unicodedata.name(odd, 'unnamed')}), an invisible or look-alike "
+                "character; use plain text with plain spaces")
     if value.strip() in (".", ".."):
         return f"must not be {value.strip()!r} (a path, not a name)"
     if "/" in value or "\\" in value:

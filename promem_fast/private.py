@@ -57,11 +57,19 @@ def private_dirs(path: str | Path) -> Path:
 
 
 def touch_private(path: str | Path) -> None:
-    """Create ``path`` empty with mode 0600 if it does not exist; narrow it if it does."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    """Create ``path`` empty with mode 0600 if it does not exist; narrow it if it does.
+
+    An existing file is never opened: closing any descriptor of a file drops every POSIX lock this process
+    holds on it, and SQLite's locks on a live store are POSIX locks. A server that opened one more
+    connection through here would lose the locks of its others, and a second process closing the store
+    would then take it for the last user and delete the WAL the server still writes to."""
     try:
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, os.fstat(fd).st_mode & 0o777 & FILE_MODE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        narrow(path)
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)  # open's mode is masked by the umask, which could also take the owner's bits
     finally:
         os.close(fd)
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from promem_fast.types import MemoryGraph, RunStats
+from promem_fast.types import MemoryGraph, RunStats, StageStats
+
+NOT_COUNTED = "not counted"
+"""The uncached column of a stage whose backend gave the engine no token ids to count prefix reuse on."""
+
+
+def _uncached(st: StageStats) -> str:
+    return NOT_COUNTED if st.calls and not st.prefill_counted else str(st.uncached_prefill_tokens)
 
 
 @dataclass
@@ -40,12 +47,12 @@ class RunSummary:
         lines = [
             f"sessions {self.sessions}  rejected {self.rejected}  nodes {self.nodes}  edges {self.edges}  "
             f"details {self.details}",
-            f"{'stage':<8}{'calls':>8}{'prompt tok':>12}{'uncached':>10}{'compl tok':>11}{'nli':>7}{'embeds':>8}"
+            f"{'stage':<8}{'calls':>8}{'prompt tok':>12}{'uncached':>13}{'compl tok':>11}{'nli':>7}{'embeds':>8}"
             f"{'seconds':>10}",
         ]
         rows = [*((name, self.stats.stages[name]) for name in self.stats.to_dict()["stages"]),
                 ("total", self.stats.total())]
-        lines += [f"{name:<8}{st.calls:>8}{st.prompt_tokens:>12}{st.uncached_prefill_tokens:>10}"
+        lines += [f"{name:<8}{st.calls:>8}{st.prompt_tokens:>12}{_uncached(st):>13}"
                   f"{st.completion_tokens:>11}{st.nli_pairs:>7}{st.embedded_texts:>8}{st.seconds:>10.2f}"
                   for name, st in rows]
         rate = self.sessions / self.wall_seconds if self.wall_seconds > 0 else 0.0

@@ -126,6 +126,9 @@ class StageStats:
     """Prompt tokens a prefix cache of ``llm.prefix_cache_tokens`` would not serve (vLLM-style block
     hashing over the session's own prompts, :mod:`promem_fast.prefix_cache`); every prompt token on a
     backend that does not hand the engine its token ids (openai, scripted)."""
+    prefill_counted: int = 0
+    """Replies whose uncached prefill was counted from their prompt's token ids (0 with ``calls`` above 0:
+    the backend gave no ids, so ``uncached_prefill_tokens`` is only the prompt tokens, not a count)."""
     completion_tokens: int = 0
     cut_replies: int = 0
     """Replies that ran out of their token budget (finish reason "length"), continued or asked again."""
@@ -137,6 +140,7 @@ class StageStats:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.uncached_prefill_tokens += other.uncached_prefill_tokens
+        self.prefill_counted += other.prefill_counted
         self.completion_tokens += other.completion_tokens
         self.cut_replies += other.cut_replies
         self.nli_pairs += other.nli_pairs

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,18 @@ def wait_job(http: httpx.Client, job: str, timeout: float = 120.0) -> dict[str, 
             return status
         time.sleep(0.05)
     raise AssertionError(f"job {job} not finished in {timeout} s")
+
+
+@contextmanager
+def serving(path: Path, tenant: str, user: str, sessions: list[dict[str, Any]]) -> Iterator[tuple[Server, str]]:
+    """A server (no rate limit) over a new store at ``path`` holding ``sessions`` of ``user``; yields it with
+    a key of ``tenant``."""
+    key = new_key(path, tenant)
+    server = Server(path, "--rate", "0")
+    try:
+        with server.client(key) as http:
+            job = http.post(f"/v1/users/{user}/sessions", json={"sessions": sessions}).json()["job_id"]
+            assert wait_job(http, job)["done"] == len(sessions)
+        yield server, key
+    finally:
+        server.stop()

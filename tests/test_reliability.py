@@ -221,6 +221,20 @@ def test_a_failed_adjudication_keeps_the_fact_and_only_an_explicit_discard_remov
     assert stats.counts["discarded"] == 1 and stats.counts["hv_unverified"] == 1
 
 
+def test_a_revise_without_a_revised_fact_keeps_the_fact_as_unverified() -> None:
+    """Only DISCARD removes content: a REVISE that brings no text is a reply that did not do its job."""
+    entries = [Candidate("Maya adopted Biscuit and sold a yacht.", "draft")]
+    facts = {entries[0].text: ["Maya adopted Biscuit.", "Maya sold a yacht."]}
+
+    def adjudicate(fields: dict[str, str]) -> Any:
+        return {"action": "REVISE", "revised_fact": "  " if "yacht" in fields["fact"] else None}
+
+    nodes, stats = _verify(entries, decompose=lambda f: {"facts": facts[f["entry"]]}, adjudicate=adjudicate)
+    kept = {(n.text, n.verification) for n in nodes}
+    assert ("Maya sold a yacht.", "unverified") in kept
+    assert "discarded" not in stats.counts and "Maya sold a yacht." in [f.item for f in stats.failures]
+
+
 class _SimilarityDown:
     """A similarity backend that always fails: grounding cannot finish, so each session's program crashes."""
 

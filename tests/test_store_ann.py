@@ -46,8 +46,10 @@ def test_approximate_search_returns_the_exact_top_ten_of_the_nearest_cluster() -
     for start in range(0, len(vectors), 4000):  # grown block by block, as the store adds
         index.add(vectors[order[start:start + 4000]])
     # a cluster's members are within cosine 0.9 of each other; all members of a cluster that arrive in
-    # the block where its first member does may lead (they were not compared with each other)
-    assert CLUSTERS <= index.graph.ntotal < len(vectors) // 4
+    # the block where its first member does may lead (they were not compared with each other), and a
+    # cluster of 50 fills more than one group of at most MAX_GROUP
+    assert CLUSTERS <= index.graph.ntotal < len(vectors) // 2
+    assert np.bincount(index.group).max() <= ann.MAX_GROUP
     centres = _centres()
     assert (centres @ centres.T - 2 * np.eye(CLUSTERS)).max() < 0.95  # no other cluster reaches 0.991
     for c in (0, 7, 123, 250, 399):
@@ -104,3 +106,21 @@ def _orthogonal_to(v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     w = rng.standard_normal(v.shape).astype(np.float32)
     w -= (w @ v) * v
     return w / np.linalg.norm(w)
+
+
+def test_groups_split_past_their_size_and_the_nearest_duplicates_are_still_found() -> None:
+    """A thousand near-duplicates of one sentence (all within cosine 0.9 of it): no group grows past
+    ``MAX_GROUP`` (a query scores a bounded number of members), and the ten nearest are still found."""
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal(64).astype(np.float32)
+    v /= np.linalg.norm(v)
+    cosines = 1.0 - np.arange(1000) / 10_000  # copy j at cosine 1 - j/10,000 from v: 0.9001 or more
+    copies = np.stack([a * v + np.sqrt(1 - a * a) * _orthogonal_to(v, rng) for a in cosines]).astype(np.float32)
+    order = rng.permutation(len(copies))
+    index = ann.ApproximateIndex(64)
+    for start in range(0, len(copies), 256):
+        index.add(copies[order[start:start + 256]])
+    assert np.bincount(index.group).max() <= ann.MAX_GROUP
+    rows, scores = index.search(v, 10)
+    assert sorted(order[rows].tolist()) == list(range(10))
+    assert np.allclose(scores, cosines[:10], atol=1e-5)

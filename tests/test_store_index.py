@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import stat
 from pathlib import Path
@@ -158,3 +159,17 @@ def test_an_index_file_of_the_older_plain_hnsw_version_is_rebuilt_and_replaced(t
         assert index.approximate and np.array_equal(index.vectors(), vectors)
     with np.load(saved) as replaced:
         assert "grouped" in replaced.files and "graph" not in replaced.files
+
+
+def test_a_store_opened_read_only_writes_no_index_file(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with _store(db) as store:
+        store.add(SESSIONS)
+    shutil.rmtree(tmp_path / "m.db.vectors", ignore_errors=True)
+    before = db.stat().st_mtime_ns
+    config = scripted_config()
+    config.search_approximate_min = 50
+    with MemoryStore(db, config, read_only=True) as store:
+        assert len(store.search("Tom", "candles of list 3", k=5)) == 5
+        assert store.index(store._user_pk("default", "Tom") or 0).approximate  # the index was built ...
+    assert not (tmp_path / "m.db.vectors").exists() and db.stat().st_mtime_ns == before  # ... and not written

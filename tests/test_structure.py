@@ -32,7 +32,7 @@ MAX_LINES = 450
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "prompts", "native", "jsonl", "io", "models",
-     "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache"),
+     "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache", "times"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),

@@ -193,11 +193,11 @@ def test_lightmems_combined_cut_is_used_on_the_gpu_profile_when_the_compressor_i
 
 
 def test_the_session_date_is_read_from_every_input_timestamp_format() -> None:
-    from promem_fast.pipeline.views import parse_day
+    from promem_fast.times import day_of
 
     stamps = {"2025-03-14T09:30:00": "2025-03-14", "Jan 15, 2029, 15:12:20": "2029-01-15",
               "1:56 pm on 8 May, 2023": "2023-05-08", "2023/05/20 (Sat) 02:21": "2023-05-20"}
-    assert {s: str(parse_day(s)) for s in stamps} == stamps
+    assert {s: str(day_of(s)) for s in stamps} == stamps
     odd = Session(session_id="x", user="Ann", turns=(Turn(0, "user", "Hi there friend.", "sometime"),),
                   timestamp="sometime")
     assert DialogueView.of(odd).when == "sometime" and DialogueView.of(odd).date == "sometime"

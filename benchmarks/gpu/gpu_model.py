@@ -1,24 +1,27 @@
-"""A PROJECTION, not a measurement: sessions/hour of the engine on one GPU under a vLLM-like scheduler model.
+"""A PROJECTION, not a measurement: sessions/hour of the engine on one GPU under a model of vLLM's scheduler.
 
     python -m benchmarks.gpu.gpu_model [--sessions 1000] [--out benchmarks/results/gpu_model.json]
 
 It replays the engine's own LLM request stream (:mod:`request_stream`: per session, waves of requests whose
 replies the next wave needs) for HaluMem-sized sessions (the 29 sample sessions cycled, each copy with its
-own cache salt so copies share no prefix) on a discrete-step model of vLLM's scheduler: continuous batching
-with chunked prefill (``max_num_batched_tokens`` per step, at most ``max_num_seqs`` sequences), a KV cache of
-the GPU's capacity with automatic prefix caching (16-token chained block hashes, LRU eviction), and a step
-time of max(memory time, compute time) plus a fixed overhead: memory time reads the bf16 weights once and
-the KV of every token attended; compute time is 2 x parameters FLOPs per token plus attention. The figures
-of the accelerators and of Llama-3.1-8B are the published ones in the project's perf-facts; the efficiency
-factors and step overhead below are assumptions, written to the results file for a real GPU to check.
+own cache salt so copies share no prefix) on a discrete-step model of vLLM v1's scheduler and KV block pool
+(:mod:`vllm_blocks`: continuous batching with chunked prefill, prefix blocks shared between running
+requests and pinned while referenced, admission reserving only the blocks not cached, unreferenced cached
+blocks evicted least recently freed first), with a step time of max(memory time, compute time) plus a fixed
+overhead: memory time reads the bf16 weights once and the KV of every token attended; compute time is 2 x
+parameters FLOPs per token plus attention. The figures of the accelerators and of Llama-3.1-8B are the
+published ones in the project's perf-facts; the efficiency factors and step overhead below are assumptions,
+written to the results file for a real GPU to check.
 
-Two drivers, fed the same stream: ``round`` (today's engine: every round sends each session's current wave,
-cut into blocking calls of at most ``max_batch_size`` requests, and waits for the slowest reply; the CPU work
-of the round, the engine's seconds per request as measured here, runs while the GPU waits; a variant
-without those CPU phases isolates what the barriers and the stream cost) and ``continuous`` (each
-session posts its next wave as soon as its own replies are in; CPU work overlaps the GPU), the latter with
-a fixed window of ``Assumed.window`` sessions and with the engine's auto window (``max_in_flight: 0``, the
-gpu profile's: :func:`promem_fast.driver.window.auto_window` of the card's KV cache).
+Beside it, a second formulation by another method, :mod:`roofline` (closed form over a session's tokens, no
+replay), and the compute floor: the necessary tokens at 790 TFLOP/s, what no schedule beats. Each figure is
+given as a share of that floor.
+
+Gains are attributed apart: the **driver** (``round``: every round sends each session's current wave and
+waits for the slowest reply, the engine's CPU work of the round in between; ``continuous``: each session
+posts its next wave as soon as its own replies are in) at the same window, then the **window** alone (the
+continuous driver at the window sized from the KV cache over the working set measured on this stream, as
+the engine does with ``max_in_flight: 0``, against the fixed 5,000-token estimate and against 512).
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ import datetime as dt
 import heapq
 import json
 import sys
-from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common.measure import machine_info
 from benchmarks.common.paths import HALUMEM
-from benchmarks.gpu.request_stream import BLOCK_TOKENS, Req, commit, load, record, smollm2_tokenizer
+from benchmarks.gpu import roofline
+from benchmarks.gpu.request_stream import BLOCK_TOKENS, Req, commit, record, smollm2_tokenizer
+from benchmarks.gpu.vllm_blocks import Costs, Scheduler
 from benchmarks.tools import figures
-from promem_fast.driver.window import WORKING_SET_TOKENS, auto_window
+from promem_fast.driver.window import WORKING_SET_TOKENS, auto_window, step_working_set
 
 
 @dataclass(frozen=True)
@@ -78,96 +82,18 @@ class Assumed:
     max_batch_size: int = 4096
     """The round driver's cap on requests per blocking call (EngineConfig.max_batch_size)."""
     window: int = 512
-    """Sessions in flight of the ``continuous`` row: a fixed window (the gpu profile's before it became auto);
-    the ``continuous_auto_window`` row uses the engine's own auto window."""
+    """The fixed window the sized one is set against (the gpu profile's before it became auto)."""
 
 
-@dataclass
-class _Seq:
-    req: Req
-    key: Any
-    prefill: int
-    decode: int
-    context: int
+SMALL_CHUNK = 1024
+"""The chunked-prefill budget of the ``continuous_chunk_budget_small`` row (vLLM's ``max_num_batched_tokens``)."""
 
 
-class Scheduler:
-    """vLLM-like continuous batching with chunked prefill and a prefix cache, one step at a time."""
-
-    def __init__(self, gpu: GPU, a: Assumed) -> None:
-        self.gpu, self.a = gpu, a
-        kv_tokens = (gpu.memory * a.gpu_memory_utilization - WEIGHT_BYTES) / KV_BYTES_PER_TOKEN
-        self.capacity = int(kv_tokens // BLOCK_TOKENS)
-        self.cache: OrderedDict[int, None] = OrderedDict()
-        self.waiting: deque[tuple[Req, Any]] = deque()
-        self.running: list[_Seq] = []
-        self.held = 0
-        self.prefilled = self.cached = 0
-
-    def add(self, req: Req, key: Any) -> None:
-        self.waiting.append((req, key))
-
-    @property
-    def idle(self) -> bool:
-        return not self.waiting and not self.running
-
-    def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.a.max_num_seqs:
-            req, key = self.waiting[0]
-            need = -(-(req.prompt + req.completion) // BLOCK_TOKENS)
-            if self.held + need > self.capacity:
-                break
-            self.waiting.popleft()
-            hit = 0
-            for h in req.hashes:
-                if h not in self.cache:
-                    break
-                hit += 1
-            for h in req.hashes:
-                self.cache[h] = None
-                self.cache.move_to_end(h)
-            while len(self.cache) > self.capacity:
-                self.cache.popitem(last=False)
-            self.held += need
-            self.cached += hit * BLOCK_TOKENS
-            self.prefilled += req.prompt - hit * BLOCK_TOKENS
-            self.running.append(_Seq(req, key, req.prompt - hit * BLOCK_TOKENS, req.completion, hit * BLOCK_TOKENS))
-
-    def step(self) -> tuple[float, list[Any], int]:
-        """One step: its seconds, the keys of the requests that finished, and the sequences it ran."""
-        self._admit()
-        budget = self.a.max_num_batched_tokens
-        flops = 0.0
-        kv_read = 0.0
-        done: list[_Seq] = []
-        tokens = 0
-        for s in self.running:
-            if s.prefill == 0:
-                tokens += 1
-                budget -= 1
-                kv_read += s.context * KV_BYTES_PER_TOKEN
-                flops += 4 * LAYERS * HIDDEN * s.context
-                s.context += 1
-                s.decode -= 1
-                if s.decode <= 0:
-                    done.append(s)
-        for s in self.running:
-            if s.prefill > 0 and budget > 0:
-                chunk = min(s.prefill, budget)
-                budget -= chunk
-                tokens += chunk
-                flops += 4 * LAYERS * HIDDEN * chunk * (s.context + chunk / 2)
-                kv_read += s.context * KV_BYTES_PER_TOKEN
-                s.context += chunk
-                s.prefill -= chunk
-        flops += 2 * PARAMS * tokens
-        memory_s = (WEIGHT_BYTES + kv_read) / (self.gpu.bandwidth * self.a.bandwidth_efficiency)
-        compute_s = flops / (self.gpu.flops * self.a.compute_efficiency)
-        n = len(self.running)
-        for s in done:
-            self.running.remove(s)
-            self.held -= -(-(s.req.prompt + s.req.completion) // BLOCK_TOKENS)
-        return max(memory_s, compute_s) + self.a.step_overhead_s, [s.key for s in done], n
+def scheduler(gpu: GPU, a: Assumed) -> Scheduler:
+    """vLLM v1's scheduler and block pool (:mod:`vllm_blocks`) on ``gpu``'s KV cache, at the assumed shares."""
+    costs = Costs(gpu.bandwidth * a.bandwidth_efficiency, gpu.flops * a.compute_efficiency, WEIGHT_BYTES, PARAMS,
+                  KV_BYTES_PER_TOKEN, 4 * LAYERS * HIDDEN, a.step_overhead_s)
+    return Scheduler(kv_tokens(gpu, a) // BLOCK_TOKENS, costs, a.max_num_seqs, a.max_num_batched_tokens)
 
 
 def waves_of(stream: list[Req]) -> list[list[list[Req]]]:
@@ -201,7 +127,7 @@ def salted(wave: list[Req], copy: int, common: frozenset[int]) -> list[Req]:
 def run(gpu: GPU, a: Assumed, base: list[list[list[Req]]], n: int, driver: str, cpu_s_per_request: float
         ) -> dict[str, Any]:
     """Projected wall seconds, GPU-busy seconds and tail seconds of ``n`` sessions under ``driver``."""
-    sched = Scheduler(gpu, a)
+    sched = scheduler(gpu, a)
     programs = [base[i % len(base)] for i in range(n)]
     common = common_blocks(base)
     next_session = 0
@@ -277,7 +203,8 @@ def run(gpu: GPU, a: Assumed, base: list[list[list[Req]]], n: int, driver: str, 
             "gpu_busy_fraction": round(busy / wall, 4), "tail_fraction": round(tail / wall, 4),
             "cpu_wait_fraction": round(cpu_wait / wall, 4),
             "prefix_cache_hit": round(sched.cached / max(sched.cached + sched.prefilled, 1), 4),
-            "uncached_prefill_per_session": round(sched.prefilled / n)}
+            "uncached_prefill_per_session": round(sched.prefilled / n),
+            "steps_waiting_for_blocks": sched.refused, "cached_blocks_evicted": sched.pool.evicted}
 
 
 def kv_tokens(gpu: GPU, a: Assumed) -> int:
@@ -286,9 +213,10 @@ def kv_tokens(gpu: GPU, a: Assumed) -> int:
 
 
 def measured_working_set(base: list[list[list[Req]]]) -> float:
-    """The stream's mean longest prompt + reply per session, plus a quarter: what the engine's fixed
-    :data:`~promem_fast.driver.window.WORKING_SET_TOKENS` estimates, for comparison."""
-    return 1.25 * sum(max(r.prompt + r.completion for w in b for r in w) for b in base) / len(base)
+    """What the engine measures per session (:func:`~promem_fast.driver.window.step_working_set` of each
+    wave, its peak), averaged over the sample: the working set the auto window divides the KV cache by."""
+    return sum(max(step_working_set((r.hashes, r.prompt, r.completion) for r in wave) for wave in b)
+               for b in base) / len(base)
 
 
 def inputs(gpu: GPU, a: Assumed) -> dict[str, Any]:
@@ -303,74 +231,118 @@ def inputs(gpu: GPU, a: Assumed) -> dict[str, Any]:
     return {"prefill_tokens_per_s": round(prefill_tps), "decode_step_ms": decode}
 
 
+def analytic(gpu: GPU, a: Assumed, tokens: dict[str, float], window: int) -> dict[str, Any]:
+    """The second formulation (:func:`roofline.project`) at the same assumptions and window."""
+    return roofline.project(tokens, bandwidth=gpu.bandwidth * a.bandwidth_efficiency,
+                            flops=gpu.flops * a.compute_efficiency, weight_bytes=WEIGHT_BYTES, params=PARAMS,
+                            kv_bytes_per_token=KV_BYTES_PER_TOKEN, attention=4 * LAYERS * HIDDEN,
+                            overhead_s=a.step_overhead_s, max_num_seqs=a.max_num_seqs,
+                            max_num_batched_tokens=a.max_num_batched_tokens, kv_cache_tokens=kv_tokens(gpu, a),
+                            window=window)
+
+
+def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: int, working_set: float,
+         floor: int, tokens: dict[str, float]) -> dict[str, Any]:
+    """One card's rows: the window sizing, both drivers at the same window, the window alone, both models."""
+    kv = kv_tokens(gpu, a)
+    sized, estimated = auto_window(kv, working_set), auto_window(kv)
+    row: dict[str, Any] = {"spec": asdict(gpu), "inputs_to_check": inputs(gpu, a),
+                           "window": {"kv_cache_tokens": kv, "kv_cache_blocks": kv // BLOCK_TOKENS,
+                                      "working_set_measured": round(working_set), "sized": sized,
+                                      "from_5000_token_estimate": estimated, "fixed": a.window}}
+    row["round"] = run(gpu, replace(a, window=sized), waves, n, "round", cpu_s)
+    # the same without its CPU phases (the engine's CPU per request is measured on this shared machine)
+    row["round_without_cpu"] = run(gpu, replace(a, window=sized), waves, n, "round", 0.0)
+    row["continuous"] = run(gpu, replace(a, window=sized), waves, n, "continuous", cpu_s)
+    row["continuous_5000_token_window"] = run(gpu, replace(a, window=estimated), waves, n, "continuous", cpu_s)
+    row["continuous_fixed_window"] = run(gpu, a, waves, n, "continuous", cpu_s)
+    # the margin: a quarter more sessions than the sized window lets cached session blocks be evicted
+    row["continuous_window_quarter_over"] = {"window": sized * 5 // 4, **run(
+        gpu, replace(a, window=sized * 5 // 4), waves, n, "continuous", cpu_s)}
+    # a lever to check on a GPU, not the profile's setting: a smaller chunked-prefill budget spreads prefill
+    # over the steps that decode anyway (each step reads the weights and every running sequence's KV)
+    small = replace(a, window=sized, max_num_batched_tokens=SMALL_CHUNK)
+    row["continuous_chunk_budget_small"] = {"max_num_batched_tokens": SMALL_CHUNK, **run(
+        gpu, small, waves, n, "continuous", cpu_s)}
+    row["roofline"] = analytic(gpu, a, tokens, sized)
+    fig = row["continuous"]["sessions_per_hour"]
+    row["driver_gain_same_window"] = round(fig / row["round"]["sessions_per_hour"], 2)
+    row["driver_gain_same_window_gpu_only"] = round(fig / row["round_without_cpu"]["sessions_per_hour"], 2)
+    row["window_gain_over_5000_token_estimate"] = round(
+        fig / row["continuous_5000_token_window"]["sessions_per_hour"], 2)
+    row["window_gain_over_fixed"] = round(fig / row["continuous_fixed_window"]["sessions_per_hour"], 2)
+    row["floor_share"] = {"scheduler_model": round(fig / floor, 3),
+                          "scheduler_model_small_chunk_budget": round(
+                              row["continuous_chunk_budget_small"]["sessions_per_hour"] / floor, 3),
+                          "roofline": round(row["roofline"]["sessions_per_hour"] / floor, 3)}
+    return row
+
+
 def summarise(out: dict[str, Any]) -> None:
-    """Add to ``out`` what the README quotes of each card: the continuous driver's gain over the round
-    driver without its CPU phases (the GPU-only bound) and the side-by-side table, both from ``out`` alone."""
+    """The projection table the README quotes, from ``out`` alone: both models, driver and window apart,
+    each figure's share of the compute floor."""
     rows = []
     for name, row in out["gpus"].items():
-        if "round_baseline_without_cpu" not in row:
-            continue
-        row["continuous_over_round_baseline_without_cpu"] = round(
-            row["continuous_auto_window"]["sessions_per_hour"] / row["round_baseline_without_cpu"]["sessions_per_hour"],
-            2)
-        base, fit = row["round_baseline"], row["continuous_auto_window"]
-        rows.append([name, f"{base['sessions_per_hour']:,}/h, GPU busy {base['gpu_busy_fraction']:.0%}",
-                     f"{row['round_baseline_without_cpu']['sessions_per_hour']:,}/h",
-                     f"{fit['sessions_per_hour']:,}/h (window {fit['window']}), busy {fit['gpu_busy_fraction']:.2%}, "
-                     f"tail {fit['tail_fraction']:.1%}", f"{row['continuous_over_reference_round']:.2f}x"])
-    if rows:
-        out.setdefault("tables", {})["drivers"] = {
-            "columns": ["GPU", "today's round driver, baseline stream", "same, its CPU phases left out",
-                        "continuous driver, this stream, auto window (KV cache / working set)",
-                        "ratio to the first"],
-            "rows": rows}
+        fig, w = row["continuous"], row["window"]
+        rows.append([name, f"{row['round']['sessions_per_hour']:,}/h; "
+                           f"{row['round_without_cpu']['sessions_per_hour']:,}/h without its CPU phases",
+                     f"{fig['sessions_per_hour']:,}/h ({row['driver_gain_same_window']:.2f}x; "
+                     f"{row['driver_gain_same_window_gpu_only']:.2f}x)",
+                     f"{row['continuous_fixed_window']['sessions_per_hour']:,}/h at {w['fixed']}, "
+                     f"{row['continuous_5000_token_window']['sessions_per_hour']:,}/h at {w['from_5000_token_estimate']} "
+                     f"→ {w['sized']} ({row['window_gain_over_fixed']:.2f}x, "
+                     f"{row['window_gain_over_5000_token_estimate']:.2f}x)",
+                     f"{fig['sessions_per_hour']:,}/h ({row['floor_share']['scheduler_model']:.0%}); "
+                     f"{row['continuous_chunk_budget_small']['sessions_per_hour']:,}/h "
+                     f"({row['floor_share']['scheduler_model_small_chunk_budget']:.0%}) at a {SMALL_CHUNK:,}-token "
+                     "chunk budget",
+                     f"{row['roofline']['sessions_per_hour']:,}/h ({row['floor_share']['roofline']:.0%}, "
+                     f"{row['roofline']['bound']}-bound)", f"{out['floor_sessions_per_hour']:,}/h"])
+    out.setdefault("tables", {})["projection"] = {
+        "columns": ["GPU", "round driver, sized window", "continuous driver, same window (driver gain)",
+                    "window alone: fixed, 5,000-token estimate → sized (gain)",
+                    "scheduler model (share of floor)", "roofline model (share of floor)",
+                    "compute floor (the H200's 790 TFLOP/s)"],
+        "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--halumem", type=Path, default=HALUMEM)
     p.add_argument("--sessions", type=int, default=1000)
-    p.add_argument("--window", type=int, default=Assumed.window)
-    p.add_argument("--baseline-stream", type=Path, metavar="FILE.json",
-                   help="today's engine's stream (request_stream.py --dump-stream on the baseline commit), replayed "
-                        "on the round driver as the reference")
+    p.add_argument("--window", type=int, default=Assumed.window, help="the fixed window the sized one is set against")
+    p.add_argument("--gpus", nargs="*", default=[g.name for g in GPUS], choices=[g.name for g in GPUS])
+    p.add_argument("--compute-efficiency", type=float, default=Assumed.compute_efficiency,
+                   help="share of spec bf16 FLOP/s reached (e.g. as a GPU run measured the model's prefill)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     if not args.halumem.is_file():
         print(f"{args.halumem}: not found (pass --halumem PATH)", file=sys.stderr)
         return 2
     stream, samples, cpu_s = record(args.halumem, smollm2_tokenizer())
-    runs = {"this branch": (waves_of(stream), cpu_s)}
-    if args.baseline_stream:
-        old, old_cpu = load(args.baseline_stream)
-        runs["baseline"] = (waves_of(old), old_cpu)
-    a = Assumed(window=args.window)
+    waves = waves_of(stream)
+    a = Assumed(window=args.window, compute_efficiency=args.compute_efficiency)
+    tokens = roofline.session_tokens(waves)
+    floor = roofline.floor(tokens, PARAMS)
+    working_set = measured_working_set(waves)
     out: dict[str, Any] = {
-        "label": "PROJECTION from a scheduler model, not a measurement on a GPU",
+        "label": "PROJECTION from two models (a scheduler replay and an analytic roofline), not a measurement on "
+                 "a GPU",
         "sessions": args.sessions, "source": args.halumem.name, "assumed": asdict(a),
-        "streams": {name: {"requests_per_session": round(sum(map(len, (r for w in b for r in w))) / len(b), 2),
-                           "engine_cpu_ms_per_request_measured_here": round(c * 1e3, 3)}
-                    for name, (b, c) in runs.items()},
-        "working_set_tokens": {"engine_estimate": WORKING_SET_TOKENS,
-                               "this_stream": round(measured_working_set(runs["this branch"][0]))},
+        "stream": {"requests_per_session": round(len(stream) / len(waves), 2),
+                   "engine_cpu_ms_per_request_measured_here": round(cpu_s * 1e3, 3),
+                   "necessary_tokens_per_session": {k: round(v) for k, v in tokens.items()
+                                                    if k in ("prefill", "decode")}},
+        "floor_sessions_per_hour": floor,
+        "floor": f"necessary tokens x 2 x {PARAMS:.3g} FLOPs at {roofline.FLOOR_FLOPS / 1e12:.0f} TFLOP/s "
+                 "(the H200's measured bf16 matmul rate, perf-facts.md)",
+        "working_set_tokens": {"engine_estimate_before_measuring": WORKING_SET_TOKENS,
+                               "measured_on_this_stream": round(working_set)},
         "gpus": {}}
     for gpu in GPUS:
-        row: dict[str, Any] = {"spec": asdict(gpu), "inputs_to_check": inputs(gpu, a)}
-        auto = replace(a, window=auto_window(kv_tokens(gpu, a)))  # the engine's own rule, max_in_flight: 0
-        if "baseline" in runs:
-            row["round_baseline"] = run(gpu, a, runs["baseline"][0], args.sessions, "round", runs["baseline"][1])
-            # the same without its CPU phases: what the round barriers and the stream alone cost
-            row["round_baseline_without_cpu"] = run(gpu, a, runs["baseline"][0], args.sessions, "round", 0.0)
-        row["round"] = run(gpu, a, runs["this branch"][0], args.sessions, "round", cpu_s)
-        row["continuous"] = run(gpu, a, runs["this branch"][0], args.sessions, "continuous", cpu_s)
-        row["continuous_auto_window"] = {"window": auto.window, "kv_cache_tokens": kv_tokens(gpu, a),
-                                         **run(gpu, auto, runs["this branch"][0], args.sessions, "continuous",
-                                               cpu_s)}
-        reference = row.get("round_baseline", row["round"])["sessions_per_hour"]
-        row["continuous_over_reference_round"] = round(
-            row["continuous_auto_window"]["sessions_per_hour"] / reference, 2)
-        row["auto_over_fixed_window"] = round(
-            row["continuous_auto_window"]["sessions_per_hour"] / row["continuous"]["sessions_per_hour"], 2)
+        if gpu.name not in args.gpus:
+            continue
+        row = card(gpu, a, waves, cpu_s, args.sessions, working_set, floor, tokens)
         out["gpus"][gpu.name] = row
         print(gpu.name, json.dumps({k: v for k, v in row.items() if k not in ("spec", "inputs_to_check")}))
     summarise(out)

@@ -48,6 +48,12 @@ index is timed on all 1,000 and its recall counted on all 1,000."""
 COPY_COSINE = 0.95
 """Cosine between a noisy copy and its real source: a close paraphrase, "real sentences plus small noise"."""
 
+CORPORA = {"duplicate-free": (0.80, None), "duplicate-heavy": (COPY_COSINE, 41)}
+"""``--corpora``: the two corpora the grouped index must hold up on, as (copy cosine, vectors per distinct
+sentence). Duplicate-free: every real sentence, then copies at cosine 0.80 from their source (under
+``ann.GROUP_COSINE``: each vector leads its own group, a plain HNSW graph). Duplicate-heavy: a 41st of the
+size in distinct real sentences, each with about 40 copies at cosine 0.95 (groups fill up and split)."""
+
 
 def copy_cosine(real: np.ndarray, rng: np.random.Generator, sample: int = 2000) -> float:
     """Median cosine between a real sentence and its nearest other real sentence (a sample of them)."""
@@ -109,13 +115,55 @@ def measure(vectors: np.ndarray, queries: np.ndarray, exact_queries: int, efs: l
                 started = time.perf_counter()
                 exact.search(q, K)
                 timings["exact"].append(time.perf_counter() - started)
-    out = {"exact_fill_s": exact_s, "approx_build_s": approx_s, "groups": int(approx._approx.graph.ntotal)}
+    out = {"exact_fill_s": exact_s, "approx_build_s": approx_s, "groups": int(approx._approx.graph.ntotal),
+           "largest_group": int(np.bincount(approx._approx.group).max())}
     for ef in efs:
         out[f"recall_at_10_ef{ef}"] = hits[ef] / (K * len(queries))
     for name, values in timings.items():
         out[f"{name}_p50_ms"] = statistics.median(values) * 1e3
         out[f"{name}_p99_ms"] = percentile(values, 0.99) * 1e3
     return out
+
+
+def corpora(real: np.ndarray, queries: np.ndarray, facts: dict, sizes: list[int], no_write: bool) -> int:
+    """Both :data:`CORPORA` at each size, side by side in one run."""
+    chosen = ann.EF_SEARCH
+    efs = sorted({chosen, 2 * chosen})
+    found: dict[str, float | int | str] = {"real_vectors": len(real), "queries": len(queries),
+                                           "group_cosine": ann.GROUP_COSINE, "max_group": ann.MAX_GROUP,
+                                           "max_scored": ann.MAX_SCORED, "hnsw_ef_search": chosen}
+    rows: list[list[str]] = []
+    for n in sizes:
+        for name, (cosine, per_sentence) in CORPORA.items():
+            distinct = real if per_sentence is None else real[:max(1, n // per_sentence)]
+            vectors = vectors_of_size(distinct, n, cosine, np.random.default_rng(0))
+            got = measure(vectors, queries, EXACT_QUERIES.get(n, 150), efs)
+            del vectors
+            ann.EF_SEARCH = chosen
+            log.info("%s %s: %s", name, _nodes(n), {k: round(v, 4) for k, v in got.items()})
+            for key, value in got.items():
+                found[f"{key}.{name}.{_nodes(n)}"] = round(value, 4 if key.startswith("recall") else 2)
+            rows.append([name, _nodes(n), f"{min(n, len(distinct)):,}", f"{got['groups']:,} (largest {got['largest_group']})",
+                         " / ".join(f"{got[f'recall_at_10_ef{ef}']:.4f}" for ef in efs),
+                         f"{got['exact_p50_ms']:.2f} / {got['exact_p99_ms']:.2f}",
+                         f"{got[f'approx_ef{chosen}_p50_ms']:.2f} / {got[f'approx_ef{chosen}_p99_ms']:.2f}",
+                         f"{os.getloadavg()[0]:.1f}"])
+            table = {"columns": ["corpus", "nodes", "distinct real sentences", "groups",
+                                 "recall@10 (ef " + " / ".join(map(str, efs)) + ")", "exact p50 / p99 ms",
+                                 f"grouped p50 / p99 ms (ef {chosen})", "load average"], "rows": rows}
+            print(figures.table_text({"bench_index_corpora": {"tables": {"main": table}}}, "bench_index_corpora",
+                                     "main"), flush=True)
+            if not no_write:
+                figures.write_result(
+                    "bench_index_corpora", found, "python -m benchmarks.runs.bench_index --corpora --sizes "
+                    + " ".join(map(str, sizes)), tables={"main": table},
+                    note=(f"{len(real):,} real chit-chat sentences embedded with all-MiniLM-L6-v2 (of "
+                          f"{facts['sentences_available']:,}; benchmarks/index_corpus.py). Duplicate-free: all of "
+                          "them, then copies at cosine 0.80 from a random source. Duplicate-heavy: a 41st of the "
+                          "size in distinct sentences, then copies at cosine 0.95, about 41 vectors per sentence. "
+                          f"Queries: {len(queries)} sentences of held-out conversations. Search on one FAISS "
+                          "thread."))
+    return 0
 
 
 def _nodes(n: int) -> str:
@@ -130,9 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only (tuning runs)")
     parser.add_argument("--add", action="store_true",
                         help="add these sizes to the existing result file instead of replacing it")
+    parser.add_argument("--corpora", action="store_true",
+                        help="the duplicate-free and duplicate-heavy corpora (CORPORA) → results/bench_index_corpora.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     real, queries, facts = embedded(args.embed_budget)
+    if args.corpora:
+        return corpora(real, queries, facts, args.sizes, args.no_write)
     rng = np.random.default_rng(0)
     nn_cosine = copy_cosine(real, rng)
     log.info("%d real vectors, %d queries, median nearest-neighbour cosine %.3f", len(real), len(queries), nn_cosine)

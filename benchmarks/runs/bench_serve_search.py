@@ -48,10 +48,10 @@ def export(ref: str, folder: Path) -> Path:
     return folder
 
 
-def probe(tree: Path, load: int, serve_args: str = "") -> dict[str, Any]:
+def probe(tree: Path, load: int, serve_args: str = "", more: tuple[str, ...] = ()) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("serve_search_probe.py")), "--load", str(load),
-                          "--serve-args", serve_args], env=env, cwd=tree, check=True, capture_output=True,
+                          "--serve-args", serve_args, *more], env=env, cwd=tree, check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -66,8 +66,13 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
                         help="also measure this tree as NAME with these promem serve options (repeatable)")
     parser.add_argument("--result", type=Path, default=RESULT, help=f"where to write (default {RESULT.name})")
+    parser.add_argument("--clients", type=int, nargs="+", metavar="N",
+                        help="clients searching at once, each every 250 ms: before and after per count "
+                             "(results/serve_search_clients.json)")
     args = parser.parse_args()
     before = args.before or git("merge-base", "HEAD", "main")
+    if args.clients:
+        return by_clients(before, args)
     variants = dict(v.split("=", 1) for v in args.variant)
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": [], **{name: [] for name in variants}}
     with tempfile.TemporaryDirectory() as folder:
@@ -98,6 +103,42 @@ def main() -> None:
     adopt(args.result, "python -m benchmarks.runs.bench_serve_search " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     print(json.dumps({k: result[k] for k in ("before", "after", *variants, "load_p99_ratio_before_over_after")},
                      indent=2))
+
+
+def by_clients(before: str, args: argparse.Namespace) -> None:
+    """Before and after at each client count, interleaved round by round, idle and under extraction."""
+    result_path = args.result if args.result != RESULT else RESULT.with_name("serve_search_clients.json")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        sides = {"before": export(before, Path(folder)), "after": ROOT}
+        for r in range(args.rounds):
+            for n in args.clients:
+                for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                    got = probe(sides[name], args.load, "", ("--clients", str(n), "--every-ms", "250"))
+                    runs.setdefault(f"{name}.{n}", []).append(got)
+                    print(name, n, json.dumps(got), flush=True)
+    keys = ("idle_p50_ms", "idle_p99_ms", "load_p50_ms", "load_p99_ms", "sessions_per_s", "loadavg_1m_end")
+    summary = {side: {k: round(statistics.median(run[k] for run in rs), 2) for k in keys} for side, rs in runs.items()}
+    ratios = {f"{n}.{k}": round(summary[f"before.{n}"][k] / summary[f"after.{n}"][k], 2)
+              for n in args.clients for k in ("idle_p99_ms", "load_p99_ms")}
+    rows = [[str(n), *(f"{summary[f'{side}.{n}'][f'{phase}_p50_ms']:.1f} / {summary[f'{side}.{n}'][f'{phase}_p99_ms']:.1f}"
+                       for phase in ("idle", "load") for side in ("before", "after")),
+             f"{ratios[f'{n}.load_p99_ms']:.2f}x"] for n in args.clients]
+    result = {
+        "what": "promem serve (scripted profile, real uvicorn on 127.0.0.1): search latency over HTTP with N clients "
+                f"each searching every 250 ms, idle and while {args.load} sessions of 16 users are extracted; "
+                f"medians over {args.rounds} interleaved rounds",
+        "before_commit": git("rev-parse", before), "summary": summary, "ratios_before_over_after": ratios,
+        "tables": {"clients": {"columns": ["clients", "idle p50 / p99 ms, before", "idle, after",
+                                           "under extraction, before", "under extraction, after",
+                                           "p99 under extraction, before / after"], "rows": rows}},
+        "runs": runs, "machine": machine_info(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
+    }
+    result_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    adopt(result_path, "python -m benchmarks.runs.bench_serve_search " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    print(json.dumps({"summary": summary, "ratios": ratios}, indent=2))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,27 @@ def searches(http: httpx.Client, seconds: float | None, every_s: float, until: A
     return out
 
 
+def clients(make: Any, n: int, seconds: float | None, every_s: float, until: Any = None) -> list[float]:
+    """:func:`searches` by ``n`` clients at once, each on its own connection (``make()``) and schedule."""
+    if n == 1:
+        return searches(make(), seconds, every_s, until)
+    import threading
+
+    out: list[list[float]] = [[] for _ in range(n)]
+
+    def one(i: int) -> None:
+        time.sleep(i * every_s / n)  # spread over the period, as independent clients would be
+        with make() as http:
+            out[i] = searches(http, seconds, every_s, until)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [ms for got in out for ms in got]
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) the process ``pid`` has used, all its threads, not its children."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -90,6 +111,7 @@ def main() -> None:
     parser.add_argument("--every-ms", type=float, default=50.0)
     parser.add_argument("--idle-s", type=float, default=5.0, help="seconds of searches before the load")
     parser.add_argument("--serve-args", default="", help="more options of promem serve, as one string")
+    parser.add_argument("--clients", type=int, default=1, help="clients searching at once, each every --every-ms")
     args = parser.parse_args()
     load_start = os.getloadavg()[0]
     base = [s.to_dict() for s in load_halumem(HALUMEM).iter_sessions()]
@@ -105,8 +127,11 @@ def main() -> None:
                                 stdout=log, stderr=log,
                                 env=dict(os.environ))
         try:
-            http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
-                                timeout=120)
+            def make() -> httpx.Client:
+                return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"},
+                                    timeout=120)
+
+            http = make()
             deadline = time.monotonic() + 60
             while True:
                 try:
@@ -121,7 +146,7 @@ def main() -> None:
             while depth(http, [probe]):
                 time.sleep(0.05)
             cpu_before = cpu_seconds(proc.pid)
-            idle = searches(http, args.idle_s, args.every_ms / 1e3)
+            idle = clients(make, args.clients, args.idle_s, args.every_ms / 1e3)
             idle_cpu_ms = (cpu_seconds(proc.pid) - cpu_before) * 1e3 / len(idle)
             started = time.monotonic()
             jobs = [http.post(f"/v1/users/user{u}/sessions", json={"sessions": [
@@ -134,7 +159,13 @@ def main() -> None:
                     last_check[:] = [time.monotonic(), depth(http, jobs)]
                 return bool(last_check[1])
 
-            loaded = searches(http, None, args.every_ms / 1e3, until=busy)
+            lock = __import__("threading").Lock()
+
+            def busy_shared() -> bool:
+                with lock:  # one status client, asked by every searching client
+                    return busy()
+
+            loaded = clients(make, args.clients, None, args.every_ms / 1e3, until=busy_shared)
             drain_s = time.monotonic() - started
         finally:
             proc.terminate()
@@ -146,7 +177,7 @@ def main() -> None:
         "load_p50_ms": statistics.median(loaded), "load_p99_ms": percentile(loaded, 0.99),
         "load_max_ms": max(loaded), "load_searches": len(loaded), "sessions": users * per_user,
         "drain_s": drain_s, "sessions_per_s": users * per_user / drain_s,
-        "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0],
+        "clients": args.clients, "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0],
     }))
 
 

@@ -7,13 +7,13 @@ tokenized (or, for a server, counted over HTTP) more than once.
 
 from __future__ import annotations
 
-import datetime
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from promem_fast.backends.base import Message
+from promem_fast.times import day_of
 
 CACHE_SIZE = 8192
 """Entries kept: enough for every prompt of a round of a full window of sessions."""
@@ -50,18 +50,14 @@ class MessageCache(Generic[V]):
 
 
 def template_date(date: str | None) -> dict[str, str]:
-    """Chat-template variables that set the template's own date to the session's ``YYYY-MM-DD`` day.
+    """Chat-template variables that set the template's own date to the session's day.
 
     Llama 3.1's template writes "Today Date: 26 Jul 2024" into every system header unless it is given
-    ``date_string`` (in that "%d %b %Y" form); templates that print no date ignore the variable.
+    ``date_string`` (in that "%d %b %Y" form); templates that print no date ignore the variable. The day is
+    read by :func:`promem_fast.times.day_of`, the reader every other stage uses.
     """
-    if not date:
-        return {}
-    try:
-        day = datetime.date.fromisoformat(date[:10])
-    except ValueError:
-        return {}
-    return {"date_string": day.strftime("%d %b %Y")}
+    day = day_of(date)
+    return {"date_string": day.strftime("%d %b %Y")} if day is not None else {}
 
 
 def chat_template_ids(tokenizer: Any, lock: threading.Lock | None = None

@@ -139,6 +139,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in ("result", "report", "chart", "graphs"):
         if result["files"][name]:
             print(f"{name}: {result['files'][name]}")
+    return _judged(result["aggregates"])
+
+
+JUDGE_FAILED_SHARE = 0.5
+"""Past this share of judge records without a usable grade, a run's figures are not a measurement."""
+
+
+def _judged(aggregates: dict[str, Any]) -> int:
+    """0, or 3 with one line on stderr when the judges gave no usable grade for most records: the figures
+    printed then (a 0.00 among them) describe the judge's failures, not the memory."""
+    import sys
+
+    table = aggregates.get("unscored") or {}
+    total, bad = sum(row["n"] for row in table.values()), sum(row["unscored"] for row in table.values())
+    if total and bad / total > JUDGE_FAILED_SHARE:
+        print(f"promem: the judges gave no usable grade for {bad} of {total} records ({100 * bad / total:.0f}%); "
+              "the figures above are not a measurement (see the warnings and eval_failures in the result)",
+              file=sys.stderr)
+        return 3
     return 0
 
 

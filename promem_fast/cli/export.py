@@ -19,6 +19,9 @@ def register(sub: Any) -> None:
     p.add_argument("--db", type=Path, help="export this memory store instead of a graphs file")
     p.add_argument("--tenant", help="with --db: only this tenant (default: all)")
     key_arg(p)
+    p.add_argument("--plaintext", action="store_true",
+                   help="with --db and --key-file: write the encrypted store's memory as plain text (refused "
+                        "without it, so decrypting is never a side effect)")
     p.set_defaults(func=cmd_export)
 
 

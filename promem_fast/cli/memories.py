@@ -54,7 +54,7 @@ def _open(args: argparse.Namespace, *, write: bool = False) -> Any:
     from promem_fast.store import MemoryStore
 
     return MemoryStore(args.db, build_config(args) if write and hasattr(args, "overrides") else None,
-                       read_only=not write, key_file=getattr(args, "key_file", None))
+                       read_only=not write, key_file=args.key_file)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -57,9 +57,12 @@ def metadata_condition(text: str) -> tuple[str, Any]:
 
 
 def time_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--as-of", help="the question's time (ISO 8601; default now)")
-    parser.add_argument("--since", help="only memories said on or after this day (ISO 8601)")
-    parser.add_argument("--until", help="only memories said on or before this day (ISO 8601)")
+    parser.add_argument("--as-of", help="what held at this time: replaced memories count until replaced "
+                        "(ISO 8601; a bare day means its end; default now)")
+    parser.add_argument("--since", help="only memories said on or after this time (ISO 8601; a bare day from "
+                        "its start)")
+    parser.add_argument("--until", help="only memories said on or before this time (ISO 8601; a bare day "
+                        "through its end)")
 
 
 def given_time(args: argparse.Namespace) -> dict[str, str]:

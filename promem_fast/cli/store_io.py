@@ -148,12 +148,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_store_export(args: argparse.Namespace) -> int:
-    """``promem export --db DB OUT.jsonl``: the whole store (or ``--tenant``) as one JSONL."""
+    """``promem export --db DB OUT.jsonl``: the whole store (or ``--tenant``) as one JSONL. The export of an
+    encrypted store is plain text: written only when asked for by ``--plaintext``, and said so."""
+    from promem_fast.errors import UsageError
     from promem_fast.store import MemoryStore
 
+    if args.key_file is not None and not args.plaintext:
+        raise UsageError(f"{args.db} is encrypted and its export would be plain text; add --plaintext to write "
+                         f"it to {args.input} anyway")
     with MemoryStore(args.db, read_only=True, key_file=args.key_file) as store:
         written = store.export(args.input, tenant=args.tenant)
-    print(f"exported {written} sessions to {args.input}")
+    plain = " (plain text, not encrypted)" if args.key_file is not None else ""
+    print(f"exported {written} sessions to {args.input}{plain}")
     return 0
 
 

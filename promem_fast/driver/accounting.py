@@ -38,8 +38,9 @@ def _weight(job: Job, outcome: Any) -> float:
 
 def count_prefill(run: SessionRun, config: EngineConfig, services: Services) -> None:
     """The step's uncached prefill per stage, replies taken in slot and attempt order through the
-    session's prefix cache of their backend (every prompt token when the backend gave no ids)."""
-    for _, _, stage, role, hashes, n_tokens in sorted(run.prefill, key=lambda entry: entry[:2]):
+    session's prefix cache of their backend (every prompt token when the backend gave no ids, and the stage's
+    ``prefill_counted`` not raised)."""
+    for _, _, stage, role, hashes, n_tokens, _ in sorted(run.prefill, key=lambda entry: entry[:2]):
         uncached = n_tokens
         if hashes is not None:
             backend = id(services.llm(role))  # type: ignore[arg-type]
@@ -47,5 +48,6 @@ def count_prefill(run: SessionRun, config: EngineConfig, services: Services) -> 
             if cache is None:
                 cache = run.caches[backend] = PrefixCacheModel(config.llm_for(role).prefix_cache_tokens)
             uncached = cache.admit(hashes, n_tokens)
+            run.ctx.stats.stage(stage).prefill_counted += 1
         run.ctx.stats.stage(stage).uncached_prefill_tokens += uncached
     run.prefill.clear()

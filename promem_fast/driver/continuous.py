@@ -47,9 +47,8 @@ class Scheduler:
         self.lanes = lanes
         self.summary = summary
         config = kinds.config
-        self.settler = Settler(config, kinds.services)
-        self.window = kinds.window()
-        self.max_reorder = config.max_reorder or self.window
+        self.settler = Settler(config, kinds.services, kinds.observe)
+        self.max_reorder = config.max_reorder
         self.order: deque[SessionRun] = deque()
         """Admitted sessions not yet handed out, in input order (in progress and finished alike)."""
         self.running = 0
@@ -59,7 +58,8 @@ class Scheduler:
 
     @property
     def has_room(self) -> bool:
-        return self.running < self.window and self.waiting < self.max_reorder
+        window = self.kinds.window()  # the auto window follows the working sets measured as sessions run
+        return self.running < window and self.waiting < (self.max_reorder or window)
 
     def admit(self, key: Any, make: Callable[[RunContext], Program[Any]]) -> None:
         run = start(key, make, self.kinds.services)

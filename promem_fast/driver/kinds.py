@@ -18,10 +18,11 @@ from typing import Any
 from promem_fast.backends.base import GenerationRequest
 from promem_fast.config import ROLES, EngineConfig
 from promem_fast.driver.state import SessionRun
-from promem_fast.driver.window import resolve_window
+from promem_fast.driver.window import WindowSizer, resolve_window
 from promem_fast.errors import PromemError
 from promem_fast.requests import Anchor, Attend, CleanEdges, Compress, Embed, Entail, Generate, Match, Request
 from promem_fast.services import Services
+from promem_fast.times import day_of
 
 KIND_NAMES: dict[type, str] = {
     Generate: "generate", Entail: "entail", Embed: "embed", Match: "match", Anchor: "anchor",
@@ -45,10 +46,10 @@ class Job:
 
 
 def session_date(timestamp: str | None) -> str | None:
-    """The ``YYYY-MM-DD`` day of a session timestamp, for the chat template's own date (None if absent)."""
-    if not timestamp or len(timestamp) < 10 or timestamp[4] != "-" or timestamp[7] != "-":
-        return None
-    return timestamp[:10]
+    """The ``YYYY-MM-DD`` day of a session timestamp, for the chat template's own date (None if absent); read
+    by :func:`promem_fast.times.day_of`, so the template shows the day the prompts and the store show."""
+    day = day_of(timestamp)
+    return day.isoformat() if day is not None else None
 
 
 class Kinds:
@@ -58,15 +59,21 @@ class Kinds:
         self.config = config
         self.services = services
         self._window: int | None = None
+        self._sizer: WindowSizer | None = None
 
     def window(self) -> int:
         """Sessions in flight: ``max_in_flight``, or for 0 (auto) the main LLM backend's KV cache over a
-        session's working set (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
+        session's working set as measured so far (:mod:`promem_fast.driver.window`; loads that backend to ask it)."""
         if self._window is None:
             role = next((r for r in ROLES if r not in self.config.roles), "event")
             llm = self.services.llm(role) if self.config.max_in_flight == 0 else None
-            self._window = resolve_window(self.config.max_in_flight, llm)
-        return self._window
+            self._window, self._sizer = resolve_window(self.config.max_in_flight, llm)
+        return self._window if self._sizer is None else self._sizer.window()
+
+    def observe(self, run: SessionRun, tokens: int) -> None:
+        """A step of ``run`` held ``tokens`` of KV cache: the auto window follows (nothing for a set window)."""
+        if self._sizer is not None:
+            self._sizer.observe(id(run), tokens)
 
     # ------------------------------------------------------------------------------ driver's thread
     def target(self, request: Request) -> Hashable:

@@ -31,18 +31,17 @@ class RoundDriver:
         self.kinds = kinds
         self.summary = summary
         config = kinds.config
-        self._settler = Settler(config, kinds.services)
+        self._settler = Settler(config, kinds.services, kinds.observe)
         self._isolation = FaultIsolation(config.max_batch_size, config.max_failed_batches)
 
     def run(self, programs: Iterable[tuple[Any, Callable[[RunContext], Program[Any]]]]
             ) -> Iterator[tuple[Any, Any]]:
-        window = self.kinds.window()
         source = iter(programs)
         order: deque[SessionRun] = deque()
         active: list[SessionRun] = []
         exhausted = False
         while True:
-            while not exhausted and len(order) < window:
+            while not exhausted and len(order) < self.kinds.window():
                 item = pull(source)
                 exhausted = item is END
                 if exhausted or item is IDLE:

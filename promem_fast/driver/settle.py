@@ -8,6 +8,7 @@ to be sent again. The step's statistics are counted as it goes (:mod:`.accountin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from promem_fast.backends.base import Completion
@@ -15,6 +16,7 @@ from promem_fast.config import EngineConfig
 from promem_fast.driver.accounting import count_prefill
 from promem_fast.driver.kinds import Job
 from promem_fast.driver.state import SessionRun
+from promem_fast.driver.window import step_working_set
 from promem_fast.errors import ContextOverflow
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import Cut, Embed, Entail, Failure, Generate, ReplyError
@@ -27,9 +29,12 @@ BACKEND_ROLE = {"entail": "nli", "embed": "embed", "match": "match", "compress":
 class Settler:
     """Settles the outcomes of one engine's jobs (its config's attempts, its services' prefix caches)."""
 
-    def __init__(self, config: EngineConfig, services: Services) -> None:
+    def __init__(self, config: EngineConfig, services: Services,
+                 observe: Callable[[SessionRun, int], None] | None = None) -> None:
         self.config = config
         self.services = services
+        self.observe = observe
+        """Told each completed step's KV working set (:meth:`.kinds.Kinds.observe`), or None."""
 
     def settle(self, job: Job, outcome: Any) -> bool:
         """Put ``outcome`` in the job's slot. False: the request is to be sent again (a retry)."""
@@ -45,12 +50,15 @@ class Settler:
             done = self._error(run, slot, outcome, role)
         elif isinstance(request, Generate):
             run.prefill.append((slot, run.attempts[slot], request.stage, request.role, job.hashes,
-                                outcome.prompt_tokens if job.hashes is None else job.n_ids))
+                                outcome.prompt_tokens if job.hashes is None else job.n_ids,
+                                outcome.completion_tokens))
             done = self._settle_reply(run, slot, request, outcome)
         else:
             run.settle(slot, outcome)
             done = True
         if run.ready and run.prefill:
+            if self.observe is not None:  # the step's KV working set, for the auto window
+                self.observe(run, step_working_set((hashes, n, reply) for *_, hashes, n, reply in run.prefill))
             count_prefill(run, self.config, self.services)
         return done
 

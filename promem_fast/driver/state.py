@@ -60,10 +60,10 @@ class SessionRun:
     """Slots of the current step not settled yet; the program resumes when it reaches 0."""
     value: Any = UNSET
     error: BaseException | None = None
-    prefill: list[tuple[int, int, str, str, list[int] | None, int]] = field(default_factory=list)
-    """Replies of the current step, ``(slot, attempt, stage, role, block hashes, prompt tokens)``,
-    counted under the session's prefix caches once the step is complete, in slot order (so the count is
-    the same whatever order the replies came back in)."""
+    prefill: list[tuple[int, int, str, str, list[int] | None, int, int]] = field(default_factory=list)
+    """Replies of the current step, ``(slot, attempt, stage, role, block hashes, prompt tokens, reply
+    tokens)``, counted under the session's prefix caches once the step is complete, in slot order (so the
+    count is the same whatever order the replies came back in)."""
     caches: dict[Hashable, PrefixCacheModel] = field(default_factory=dict)
     """The session's prefix cache model per LLM backend."""
 

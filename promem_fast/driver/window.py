@@ -7,23 +7,34 @@ prefilled again and again (the GPU cost model, ``benchmarks/gpu_model.py``, proj
 ``results/gpu_model.json``). So the auto window is the backend's KV cache in tokens divided by a session's
 working set, clamped.
 
-The working set is an estimate, :data:`WORKING_SET_TOKENS`: a session's longest prompt (its block plus
-one role's instructions and item) with a quarter more for the replies and the prompt parts of the requests
-it has in flight at once. For the HaluMem sample on SmolLM2's tokenizer a session's longest prompt with
-its reply averages about 3,900 tokens (the stream ``benchmarks/request_stream.py`` records; the cost
-model writes the measured figure beside this one, ``working_set_tokens``), so 5,000 tokens. Backends that do not say how large their KV
-cache is (``kv_cache_tokens``: vLLM does once its engine has started) get :data:`AUTO_DEFAULT`.
+The working set is measured on the run (:class:`WindowSizer`): what one step of a session holds in a vLLM
+KV cache (:func:`step_working_set`: the distinct full blocks of the step's prompts, which vLLM shares
+between them, plus each prompt's own partial block and each reply), its peak per session, averaged over
+the sessions seen so far. Until :data:`MEASURED_SESSIONS` sessions have been seen the estimate
+:data:`WORKING_SET_TOKENS` stands in (a HaluMem session's longest prompt with its reply, plus a quarter).
+Backends that do not say how large their KV cache is (``kv_cache_tokens``: vLLM does once its engine has
+started) get :data:`AUTO_DEFAULT`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
+
+from promem_fast.prefix_cache import BLOCK_TOKENS
 
 log = logging.getLogger(__name__)
 
 WORKING_SET_TOKENS = 5_000
-"""Estimated KV tokens one session in flight keeps live (longest prompt + 25%)."""
+"""The working set assumed before any session is measured (longest prompt + 25%)."""
+
+MEASURED_SESSIONS = 8
+"""Sessions measured before their mean replaces :data:`WORKING_SET_TOKENS`."""
+
+REMEMBERED_SESSIONS = 512
+"""The most recent sessions the mean is taken over (the stream's sessions may change in size)."""
 
 AUTO_DEFAULT = 64
 """The auto window of a backend that states no KV cache size (the cpu profile's fixed window)."""
@@ -33,23 +44,72 @@ MIN_WINDOW, MAX_WINDOW = 8, 1024
 fits, the rest waits); a huge one does not hold thousands of session programs in memory."""
 
 
-def auto_window(kv_cache_tokens: int | None, working_set: int = WORKING_SET_TOKENS) -> int:
+def auto_window(kv_cache_tokens: int | None, working_set: float = WORKING_SET_TOKENS) -> int:
     """Sessions in flight for a KV cache of ``kv_cache_tokens`` (None: unknown → :data:`AUTO_DEFAULT`)."""
     if not kv_cache_tokens or kv_cache_tokens <= 0:
         return AUTO_DEFAULT
-    return max(MIN_WINDOW, min(MAX_WINDOW, kv_cache_tokens // working_set))
+    return max(MIN_WINDOW, min(MAX_WINDOW, int(kv_cache_tokens // max(working_set, 1))))
 
 
-def resolve_window(max_in_flight: int, llm: Any) -> int:
-    """``max_in_flight`` as configured, or (0) the auto window of ``llm``, the generation backend."""
+def step_working_set(prompts: Iterable[tuple[Sequence[int] | None, int, int]]) -> int:
+    """KV tokens one step of a session holds while its requests run: ``(block hashes or None, prompt tokens,
+    reply tokens)`` per request. Full blocks with the same hash are held once (vLLM shares them); a prompt
+    without ids counts whole."""
+    blocks: set[int] = set()
+    own = 0
+    for hashes, n_tokens, reply in prompts:
+        if hashes is None:
+            own += n_tokens + reply
+            continue
+        blocks.update(hashes)
+        own += n_tokens - BLOCK_TOKENS * len(hashes) + reply
+    return BLOCK_TOKENS * len(blocks) + own
+
+
+class WindowSizer:
+    """The auto window of a KV cache of ``kv_cache_tokens``, from the working sets measured so far."""
+
+    def __init__(self, kv_cache_tokens: int) -> None:
+        self.kv_cache_tokens = kv_cache_tokens
+        self._peaks: OrderedDict[Hashable, int] = OrderedDict()
+        self._window = auto_window(kv_cache_tokens)
+
+    @property
+    def working_set(self) -> float:
+        if len(self._peaks) < MEASURED_SESSIONS:
+            return WORKING_SET_TOKENS
+        return sum(self._peaks.values()) / len(self._peaks)
+
+    def window(self) -> int:
+        return self._window
+
+    def observe(self, session: Hashable, tokens: int) -> None:
+        """One step of ``session`` held ``tokens`` (:func:`step_working_set`)."""
+        self._peaks[session] = max(tokens, self._peaks.get(session, 0))
+        self._peaks.move_to_end(session)
+        while len(self._peaks) > REMEMBERED_SESSIONS:
+            self._peaks.popitem(last=False)
+        window = auto_window(self.kv_cache_tokens, self.working_set)
+        if window != self._window:
+            log.debug("auto window %d → %d sessions (%.0f KV tokens per session measured)", self._window, window,
+                      self.working_set)
+            self._window = window
+
+
+def resolve_window(max_in_flight: int, llm: Any) -> tuple[int, WindowSizer | None]:
+    """``max_in_flight`` as configured, or (0) the auto window of ``llm``, the generation backend, with the
+    sizer that keeps it fitted to the working sets measured (None where the window stays as it is)."""
     if max_in_flight > 0:
-        return max_in_flight
+        return max_in_flight, None
     tokens = getattr(llm, "kv_cache_tokens", None)
-    window = auto_window(tokens)
-    log.info("max_in_flight auto: %d sessions (%s)", window,
-             f"KV cache of {tokens:,} tokens / {WORKING_SET_TOKENS:,} per session" if tokens
-             else "the backend states no KV cache size")
-    return window
+    if not tokens or tokens <= 0:
+        log.info("max_in_flight auto: %d sessions (the backend states no KV cache size)", AUTO_DEFAULT)
+        return AUTO_DEFAULT, None
+    sizer = WindowSizer(tokens)
+    log.info("max_in_flight auto: %d sessions to start (KV cache of %s tokens / %s per session until %d sessions "
+             "are measured)", sizer.window(), f"{tokens:,}", f"{WORKING_SET_TOKENS:,}", MEASURED_SESSIONS)
+    return sizer.window(), sizer
 
 
-__all__ = ["AUTO_DEFAULT", "MAX_WINDOW", "MIN_WINDOW", "WORKING_SET_TOKENS", "auto_window", "resolve_window"]
+__all__ = ["AUTO_DEFAULT", "MAX_WINDOW", "MEASURED_SESSIONS", "MIN_WINDOW", "WORKING_SET_TOKENS", "WindowSizer",
+           "auto_window", "resolve_window", "step_working_set"]

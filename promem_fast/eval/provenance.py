@@ -9,7 +9,8 @@ result (``promem eval``), every aggregate (``promem eval aggregate -o``) and eve
 - the effective config, every field (after the profile, the config file and ``--set`` were applied);
 - what decides a reply: per role the model, temperature, retry temperature, seed and reply budget; the
   topic segmenter actually used; compression; the NLI model and threshold;
-- the judge: its model and the source of its prompts (the project's own, or a file of the user's HaluMem
+- the judge: its model (a default one named by its file, with the weights' path, size and sha256, as for the
+  embedder) and the source of its prompts (the project's own, or a file of the user's HaluMem
   checkout with its sha256).
 """
 
@@ -97,6 +98,8 @@ def provenance(config: EngineConfig, data: Iterable[str | Path], *,
                judge_prompts: dict[str, Any] | None = None) -> dict[str, Any]:
     """The reproduction record of one run (see the module docstring)."""
     compression = config.compression
+    judge = config.llm_for("judge")
+    weights = model_weights("llm", judge.backend, judge.model)
     return {
         "code": code_version(),
         "python": platform.python_version(),
@@ -107,15 +110,61 @@ def provenance(config: EngineConfig, data: Iterable[str | Path], *,
         "segmenter": effective_segmenter(config),
         "compression": {"enabled": compression.enabled, "rate": compression.rate, "model": compression.model},
         "nli": {"backend": config.nli.backend, "model": config.nli.model, "threshold": config.nli.threshold},
-        "embedder": {"backend": config.embedder.backend, "model": config.embedder.model},
+        "embedder": {"backend": config.embedder.backend, "model": config.embedder.model,
+                     "weights": model_weights("embedder", config.embedder.backend, config.embedder.model)},
         "seeds": sorted({config.llm_for(role).seed for role in ROLES}),
-        "judge": {"model": _model(config, "judge"), "prompts": judge_prompts or {"source": "promem_fast"}},
+        "judge": {"model": _model(judge, weights), "prompts": judge_prompts or {"source": "promem_fast"},
+                  "weights": weights},
     }
 
 
-def _model(config: EngineConfig, role: str) -> str:
-    llm = config.llm_for(role)
-    return llm.backend if not llm.model else f"{llm.backend} {llm.model}"
+def _model(llm: Any, weights: dict[str, Any] | None) -> str:
+    """``backend model``, the default model named by its file (a null model says nothing to a reader)."""
+    if llm.model:
+        return f"{llm.backend} {llm.model}"
+    return f"{llm.backend} {Path(weights['path']).name}" if weights else llm.backend
+
+
+HASH_LIMIT = 4 << 30
+"""Model files past this size are recorded by path and size only (hashing 16 GB would take minutes)."""
+
+
+def model_weights(kind: str, backend: str, model: str | None) -> dict[str, Any] | None:
+    """The weights a local backend loads, the default ones included: path, bytes and sha256 (of the file, or
+    of a folder's files in name order); None for remote and scripted backends, whose model is only a name."""
+    path = _weights_path(kind, backend, model)
+    if path is None or not path.exists():
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    size = sum(f.stat().st_size for f in files)
+    if size > HASH_LIMIT:
+        return {"path": str(path), "bytes": size, "sha256": None}
+    if path.is_file():
+        return {"path": str(path), "bytes": size, "sha256": sha256_file(path)}
+    digest = hashlib.sha256()
+    for f in files:  # each file's name and digest: a renamed or changed file changes the folder's
+        digest.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    return {"path": str(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _weights_path(kind: str, backend: str, model: str | None) -> Path | None:
+    from promem_fast.models import resolve
+
+    if kind == "llm" and backend == "llamacpp":
+        if model is not None:
+            return Path(model)
+        from promem_fast.backends.llm_llamacpp import default_model_path
+        from promem_fast.errors import MissingDependency
+
+        try:
+            return default_model_path()
+        except MissingDependency:
+            return None
+    if kind == "embedder" and backend in ("sentence-transformers", "onnx"):
+        from promem_fast.backends.embed_st import DEFAULT_MODEL
+
+        return Path(resolve(model, DEFAULT_MODEL))
+    return None
 
 
 def describe(record: dict[str, Any]) -> list[str]:

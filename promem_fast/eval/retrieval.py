@@ -38,7 +38,7 @@ from promem_fast.private import private_dirs, write_private
 from promem_fast.requests import Embed, Failure, Program
 from promem_fast.store import MemoryStore
 from promem_fast.store.evaluation import evaluation_index
-from promem_fast.store.timeline import iso_time
+from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
 from .datasets import load_benchmark

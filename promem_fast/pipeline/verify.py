@@ -135,6 +135,10 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
             if result["action"] == "REVISE" and revised:
                 add(i, revised, "revised", "revised", i)
                 ctx.stats.bump("revised")
+            elif result["action"] == "REVISE":  # a revision with no text removes nothing: only DISCARD does
+                ctx.fail(Failure(stage="hv", role="adjudicate", error="REVISE without a revised fact", item=fact))
+                add(i, fact, entries[i].origin, "unverified", i)
+                ctx.stats.bump("hv_unverified")
             else:
                 ctx.stats.bump("discarded")
     return _ordered(nodes, became)

@@ -14,40 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from functools import lru_cache
 
 from promem_fast.prompts import session_block
+from promem_fast.times import day_of
 from promem_fast.types import Session, Turn
 
 TurnGroup = tuple[int | str, tuple[Turn, ...]]
-
-_FORMATS = (
-    "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d",
-    "%b %d, %Y, %H:%M:%S", "%b %d, %Y", "%B %d, %Y", "%I:%M %p on %d %B, %Y", "%d %B, %Y", "%d %B %Y",
-    "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d",
-)
-"""Timestamp shapes of the formats we read: ISO, HaluMem ("Jan 15, 2029, 15:12:20"), LoCoMo
-("1:56 pm on 8 May, 2023") and LongMemEval ("2023/05/20 (Sat) 02:21")."""
-
-
-@lru_cache(maxsize=4096)
-def parse_day(stamp: str | None) -> date | None:
-    """The calendar day of a timestamp in one of the shapes above; None when absent or unreadable."""
-    if not stamp:
-        return None
-    text = stamp.strip()
-    try:
-        return datetime.fromisoformat(text).date()
-    except ValueError:
-        pass
-    for fmt in _FORMATS:
-        try:
-            return datetime.strptime(text, fmt).date()
-        except ValueError:
-            continue
-    return None
-
 
 def day_text(day: date) -> str:
     """``2029-01-15 (Monday)``: ISO for the model to copy into facts, the weekday for "last Friday"."""
@@ -76,7 +50,7 @@ class DialogueView:
     def of(cls, session: Session) -> DialogueView:
         """The view with the whole dialogue in its block (:func:`~promem_fast.pipeline.common.with_block`
         takes it out when the session does not fit the model's context)."""
-        view = cls(owner=session.user, owner_role=session.owner_role, day=parse_day(session.timestamp),
+        view = cls(owner=session.user, owner_role=session.owner_role, day=day_of(session.timestamp),
                    stamp=session.timestamp)
         block = session_block(view.owner, view.when, view.dialogue(session.turn_groups()))
         return replace(view, block=block, shows_dialogue=True)
@@ -129,7 +103,7 @@ def _label(role: str, owner_role: str, owner: str) -> str:
 
 
 def _turn_day(group: TurnGroup) -> date | None:
-    return next((d for d in (parse_day(m.timestamp) for m in group[1]) if d is not None), None)
+    return next((d for d in (day_of(m.timestamp) for m in group[1]) if d is not None), None)
 
 
 @lru_cache(maxsize=4096)
@@ -179,7 +153,10 @@ def resolve_dates(text: str, day: date | None) -> str:
         return text
 
     def mark(m: re.Match[str]) -> str:
-        found = _offset(m.group(0), day)
+        try:
+            found = _offset(m.group(0), day)
+        except OverflowError:  # "tomorrow" of 9999-12-31 is past the calendar: left as said
+            return m.group(0)
         if re.fullmatch(r"(?:last|next|this coming) week", m.group(0), re.I):
             return f"{m.group(0)} (the week of {found.isoformat()})"
         return f"{m.group(0)} ({found.isoformat()})"

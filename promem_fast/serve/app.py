@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 from promem_fast.deps import require
 from promem_fast.errors import InputError, PromemError
@@ -50,11 +50,11 @@ async def caller(request: Request,
     A coroutine, so it runs on the event loop: the check is one indexed row read, far less than a hop to the
     thread pool and back, which on a busy machine costs a wait for the scheduler each way."""
     if key_in_url(request):
-        raise HTTPException(401, URL_KEY_REFUSED, headers=UNAUTHORIZED)
+        _refuse(request, URL_KEY_REFUSED)
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
-        raise HTTPException(401, KEY_HELP, headers=UNAUTHORIZED)
+        _refuse(request, KEY_HELP)
     limiter: RateLimiter = request.app.state.limiter
     wait = limiter.acquire(found.key_id)
     if wait > 0:
@@ -62,7 +62,23 @@ async def caller(request: Request,
     return found
 
 
+def _refuse(request: Request, detail: str) -> NoReturn:
+    """401, or 429 once the client's address has sent too many requests without a valid key (guessing keys
+    or a misconfigured client flooding the log); a valid key is never held back by them."""
+    limiter: RateLimiter = request.app.state.auth_failures
+    wait = limiter.acquire(request.client.host if request.client else "")
+    if wait > 0:
+        raise HTTPException(429, "too many requests without a valid API key",
+                            headers={"Retry-After": limiter.retry_after(wait)})
+    raise HTTPException(401, detail, headers=UNAUTHORIZED)
+
+
 Who = Annotated[Caller, Depends(caller)]
+
+
+AUTH_FAILURE_RATE, AUTH_FAILURE_BURST = 1.0, 100
+"""Requests without a valid key that one client address may send: a burst of 100, then one a second (kept
+whatever ``--rate`` says, which limits the requests of valid keys)."""
 
 
 def scope(body: api.TimeScope) -> dict[str, str]:
@@ -88,6 +104,7 @@ def create_app(service: Service, *, rate: float = 20.0, burst: int = 40, max_bod
 
     app.state.service = service
     app.state.limiter = limiter
+    app.state.auth_failures = RateLimiter(AUTH_FAILURE_RATE, AUTH_FAILURE_BURST)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller), Depends(text_body)])
 
     _job_routes(v1, service)
@@ -227,8 +244,11 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(InputError)
     def bad_input(request: Request, exc: InputError) -> JSONResponse:
-        """A request the store refuses as given (a bad filter, time or name): the caller's to fix."""
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        """The request's own fault (a time that breaks the date rule, an empty window): 422 naming the field,
+        in FastAPI's validation shape."""
+        return JSONResponse({"detail": [{"loc": ["body", exc.field] if exc.field else ["body"],
+                                         "field": f"body.{exc.field}" if exc.field else "body",
+                                         "msg": exc.message, "type": "value_error"}]}, status_code=422)
 
     @app.exception_handler(PromemError)
     def unavailable(request: Request, exc: PromemError) -> JSONResponse:

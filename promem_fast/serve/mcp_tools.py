@@ -54,7 +54,8 @@ def build_server(service: Service, tenant: str) -> Any:
                      until: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """The memories of a user nearest to a query, best first, with their details, links and dates, as
         {"results": [...]}. filters: metadata conditions ({"key": value}, {"key": {"in": [..]}});
-        as_of: the question's time (ISO 8601); since/until: only memories said in that window of days."""
+        as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
+        since/until: only memories said on or after / said on or before these times (a bare day is all of it)."""
         when = _given(as_of=as_of, since=since, until=until)
         found = await anyio.to_thread.run_sync(
             guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, **when), user_id)
@@ -75,7 +76,7 @@ def build_server(service: Service, tenant: str) -> Any:
     async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,
                      until: str | None = None) -> dict[str, Any]:
         """The answer to a question from the memory of a user, with the memories it was drawn from.
-        as_of: the question's time (ISO 8601; default now)."""
+        as_of: what held at this time (ISO 8601; default now); since/until as for search."""
         when = _given(as_of=as_of, since=since, until=until)
         return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, question, **when), user_id)
 

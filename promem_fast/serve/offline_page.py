@@ -34,7 +34,9 @@ def _inline_script(code: str) -> str:
 def render_page(data: dict[str, Any]) -> str:
     """The page with everything it needs inside it."""
     page = (STATIC / "index.html").read_text(encoding="utf-8")
-    payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
+    # every "<" escaped (JSON reads "\u003c" as "<"): "</script" would end the element early, and "<!--<script"
+    # would make the HTML parser read the rest of the page as script, so nothing is drawn
+    payload = json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
     parts = {
         '<link rel="stylesheet" href="static/style.css">':
             "<style>" + (STATIC / "style.css").read_text(encoding="utf-8") + "</style>",

@@ -32,11 +32,16 @@ class AddSessions(BaseModel):
 
 
 class TimeScope(BaseModel):
-    """When a question is asked: ``as_of`` (ISO 8601; default now) and an optional window of days."""
+    """When a question is asked: ``as_of`` (what held then) and an optional window of when memories were said.
+    Each is ISO 8601 (or a dataset form), read by one rule: unreadable, or outside the years 0001-9999 in
+    UTC, or ``since`` after ``until``, is a 422 naming the field."""
 
-    as_of: str | None = Field(default=None, max_length=64, description="the question's time (ISO 8601)")
-    since: str | None = Field(default=None, max_length=64, description="only memories said on or after this day")
-    until: str | None = Field(default=None, max_length=64, description="only memories said on or before this day")
+    as_of: str | None = Field(default=None, max_length=64, description="what held at this time: replaced memories "
+                              "count until replaced (ISO 8601; a bare day means its end; default now)")
+    since: str | None = Field(default=None, max_length=64, description="only memories said on or after this time "
+                              "(a bare day from its start)")
+    until: str | None = Field(default=None, max_length=64, description="only memories said on or before this time "
+                              "(a bare day through its end)")
 
 
 class SearchQuery(TimeScope):

@@ -7,6 +7,7 @@ takes the tenant first and passes it to the store; none reads a tenant from requ
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import tempfile
@@ -22,9 +23,11 @@ from promem_fast.private import shred
 from promem_fast.serve import db
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, EngineProcess
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
+from promem_fast.serve.batching import BatchedQueries
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
 from promem_fast.store.store import UpdateJudge
+from promem_fast.store.timeline import time_window
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class Service:
 
         self.path = Path(path)
         self.config = config
+        self.encrypted = key_file is not None
         self._conns = [db.connect(self.path, key_file=key_file), db.connect(self.path, key_file=key_file)]
         self.keys = KeyRing(self._conns[0])  # each owner serialises its own connection
         self.queue = JobQueue(self._conns[1], retention_s=job_retention_s)
@@ -56,10 +60,10 @@ class Service:
             config.embedder, n_threads=config.embedder.n_threads or QUERY_THREADS)))
         """Only the embedder is built here (queries to search); the LLM and the rest live in the engine
         process, which loads its own copy of the embedder for the graphs it stores."""
-        self.store = MemoryStore(self.path, config, embedder=self._services.embedder, update_judge=update_judge,
-                                 key_file=key_file)
+        self.store = MemoryStore(self.path, config, embedder=BatchedQueries(self._services.embedder),
+                                 update_judge=update_judge, key_file=key_file)
         """The request threads' store; a connection apart from the worker's, so they read committed sessions
-        only, never one the worker is writing."""
+        only, never one the worker is writing. Concurrent searches embed their queries in one batch."""
         self.worker = EngineProcess(self.path, config, update_judge, key_file=key_file,
                                     job_retention_s=job_retention_s, priority=engine_priority)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
@@ -169,8 +173,9 @@ class Service:
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
                filters: dict[str, Any] | None = None, **when: str) -> list[dict[str, Any]]:
-        """``when``: the question's time (``as_of``) and date window, passed to the store as given;
+        """``when``: the question's time (``as_of``) and date window (refused by field before any work);
         ``filters``: metadata conditions (:mod:`promem_fast.store.filters`)."""
+        when = _window(when)  # first: a bad time is the caller's error whoever the user
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters, **when)
         return [hit.memory() for hit in hits]
 
@@ -187,6 +192,7 @@ class Service:
         return sum(self.delete(tenant, user) for user in self.users(tenant))
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
+        when = _window(when)  # here, so a bad time is the caller's error, not the engine process's
         name = self._user(tenant, user)
         (reply,) = self.worker.call("answer", tenant, name, [question], when)
         return shapes.answer(reply)
@@ -195,9 +201,18 @@ class Service:
         return dict(self.store.graph(self._user(tenant, user), tenant=tenant))
 
     def export(self, tenant: str) -> BinaryIO:
-        """The tenant's export as an open file that no folder lists: it is written beside the store (the
-        operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
-        before it is sent, so it is gone whenever the client goes away or the process dies."""
+        """The tenant's export as an open file that no folder lists. A plain store's is written beside the
+        store (the operator chose that disk for private data; /tmp may be shared or in RAM), 0600, and unlinked
+        before it is sent, so it is gone whenever the client goes away or the process dies. An encrypted
+        store's is never written to a disk in plain text: it is staged in memory (an anonymous memory file)."""
+        if self.encrypted:
+            staged = _memory_file()
+            text = io.TextIOWrapper(staged, encoding="utf-8", newline="")
+            self.store.export(text, tenant=tenant)
+            text.flush()
+            text.detach()
+            staged.seek(0)
+            return staged
         handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.export-", suffix=".jsonl")
         os.close(handle)
         target = Path(name)
@@ -207,6 +222,20 @@ class Service:
         finally:
             target.unlink(missing_ok=True)
         return reader
+
+
+def _memory_file() -> BinaryIO:
+    """A file held in memory only: a Linux memfd (streamed like any file), else an in-process buffer."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("promem-export", os.MFD_CLOEXEC), "w+b")
+    return io.BytesIO()
+
+
+def _window(when: dict[str, str]) -> dict[str, str]:
+    """The time arguments read by the one rule (:func:`~promem_fast.store.timeline.time_window`), so an
+    unreadable time or an empty window is an :class:`InputError` naming the field."""
+    read = time_window(when.get("as_of"), when.get("since"), when.get("until"))
+    return {name: value for name, value in zip(("as_of", "since", "until"), read) if value is not None}
 
 
 def _duplicates(sessions: list[Any]) -> list[dict[str, Any]]:

@@ -4,8 +4,9 @@ Exact search reads every vector of the user per query: about 0.1–0.4 s at a mi
 thread here (``benchmarks/README.md``). This index reads a few thousand instead. Each vector added either
 joins the group of the nearest group leader, when it is at cosine :data:`GROUP_COSINE` or more from it (a
 restated fact, a small update: a near-duplicate), or leads a group of its own. The leaders form a FAISS
-HNSW graph; a query walks the graph to the :data:`PROBE_GROUPS` leaders nearest to it and then scores every
-member of their groups exactly.
+HNSW graph; a query walks the graph to the :data:`PROBE_GROUPS` leaders nearest to it and then scores the
+members of their groups exactly, nearest leader first, at most :data:`MAX_SCORED` of them (a group holds at
+most :data:`MAX_GROUP`: one more near-duplicate leads a group of its own).
 
 Why groups: a plain HNSW graph over all the vectors (this module's previous form) reached recall@10 0.992
 on 61K real MiniLM sentence vectors but 0.886 at a million, where those sentences carry about sixteen
@@ -64,7 +65,17 @@ margin over 0.99; the figures at 192, 384 and 768 up to a million vectors are in
 PROBE_GROUPS = 64
 """Leaders whose groups are scored per query (more when a wider fetch asks). The exact top ten of a query
 lies in the groups of a few of its nearest leaders, so recall is set by the graph walk (``EF_SEARCH``), not
-by this; 64 is a margin that costs about a thousand inner products where groups hold sixteen."""
+by this; 64 is a margin that costs at most :data:`MAX_GROUP` inner products per group."""
+
+MAX_GROUP = 32
+"""Members a group holds at most: a near-duplicate of a full group's leader leads a group of its own. Without
+this bound a query's cost grew with the groups it probed (16 / 20 ms p50 / p99 at a million vectors with
+about 41 near-duplicates per sentence, every member of 64 groups scored); with it a query scores at most
+``PROBE_GROUPS x MAX_GROUP`` members, whatever the duplicate structure."""
+
+MAX_SCORED = PROBE_GROUPS * MAX_GROUP
+"""Members scored exactly per query (or twice the fetch, if more), taken group by group from the nearest
+leader on. Groups of an index saved before :data:`MAX_GROUP` may be larger: this keeps their queries bounded."""
 
 ASSIGN_EF = 64
 """Candidates kept while looking for a new vector's leader. A miss only makes the vector a leader itself
@@ -133,6 +144,15 @@ class ApproximateIndex:
             scores, nearest = self.graph.search(vectors, 1, params=params)
             close = (nearest[:, 0] >= 0) & (scores[:, 0] >= GROUP_COSINE)
             group[close] = nearest[close, 0]
+        if (group >= 0).any():  # a full group takes no more members: the row leads a group of its own
+            sizes: dict[int, int] = {}
+            for row in np.flatnonzero(group >= 0).tolist():
+                g = int(group[row])
+                taken = sizes.get(g, len(self._members[g]))
+                if taken >= MAX_GROUP:
+                    group[row] = -1
+                else:
+                    sizes[g] = taken + 1
         new = np.flatnonzero(group < 0)
         group[new] = self.graph.ntotal + np.arange(len(new))
         if len(new):
@@ -164,11 +184,24 @@ class ApproximateIndex:
             params = faiss.SearchParametersHNSW()
             params.efSearch = max(EF_SEARCH, wanted)
             _, groups = self.graph.search(q.reshape(1, self.dim), wanted, params=params)
-            rows = np.fromiter((r for g in groups[0] if g >= 0 for r in self._members[g]), np.int64)
+            rows = self._nearest_members(groups[0], max(MAX_SCORED, 2 * fetch))
         scores = self._vectors[rows] @ q
         best = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < len(rows) else np.arange(len(rows))
         best = best[np.argsort(-scores[best], kind="stable")]
         return rows[best], scores[best]
+
+    def _nearest_members(self, groups: np.ndarray, budget: int) -> np.ndarray:
+        """Rows of ``groups`` (nearest leader first) up to ``budget`` rows: the last group taken may be cut."""
+        members = self._members
+        picked: list[int] = []
+        for g in groups.tolist():
+            if g < 0:
+                break
+            picked.extend(members[g])
+            if len(picked) >= budget:
+                del picked[budget:]
+                break
+        return np.array(picked, np.int64)
 
     def serialize(self) -> np.ndarray:
         """The vectors, their groups and the leaders' graph as bytes (``uint8``), for the user's index file."""

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from promem_fast.times import iso_time
+
 from . import rows
 from .hits import Hit
 from .schema import StoreError
-from .timeline import day_label, iso_time, query_time, validity
+from .timeline import day_label, query_time, time_window, validity
 from .vectors import from_blobs
 
 if TYPE_CHECKING:
@@ -112,8 +114,9 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
     if dim and store._db.execute("SELECT 1 FROM meta WHERE key = 'dim' AND value != ?", (str(dim),)).fetchone():
         raise StoreError(f"{store.path}: the engine's embedder gives {dim}-dimensional vectors, not the store's "
                          f"{store._dim()}; answer with the embedder that filled the store")
-    when = query_time(as_of, "as_of", end_of_day=True) or (iso_time(question_time) if question_time else None)
-    scope = validity(when, query_time(since, "since"), query_time(until, "until", end_of_day=True))
+    as_of, since, until = time_window(as_of, since, until)
+    when = as_of or (iso_time(question_time) if question_time else None)
+    scope = validity(when, since, until)
     user_pk = store._user_pk(tenant, user)
     dated = [] if user_pk is None else store._db.execute(
         "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()

@@ -29,7 +29,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -50,37 +50,40 @@ MAX_DIM = 65_536
 """Largest vector dimension an export may declare (real embedders give a few hundred to a few thousand)."""
 
 
-def export_store(db: sqlite3.Connection, path: Path, tenant: str | None) -> int:
-    """Write every session (of ``tenant``, or all) and the supersede links among them; returns sessions."""
+def export_store(db: sqlite3.Connection, target: Path | IO[str], tenant: str | None) -> int:
+    """Write every session (of ``tenant``, or all) and the supersede links among them to a file (through a
+    ``.tmp`` beside it) or into an open text handle; returns sessions written."""
     dim = db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
     scope, params = ("WHERE t.name = ?", (tenant,)) if tenant is not None else ("", ())
-    tmp = path.with_name(path.name + ".tmp")
+    if not isinstance(target, Path):
+        return _write_export(db, target, dim, scope, params)
+    tmp = target.with_name(target.name + ".tmp")
     try:
-        count = _write_export(db, tmp, dim, scope, params)
+        with open_private(tmp, "w", encoding="utf-8") as out:
+            count = _write_export(db, out, dim, scope, params)
     except BaseException:  # a half-written export is not left beside the target
         tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(path)
+    tmp.replace(target)
     return count
 
 
-def _write_export(db: sqlite3.Connection, tmp: Path, dim: Any, scope: str, params: tuple[Any, ...]) -> int:
-    """The export written to ``tmp``; returns the sessions written (the caller moves it into place)."""
+def _write_export(db: sqlite3.Connection, out: IO[str], dim: Any, scope: str, params: tuple[Any, ...]) -> int:
+    """The export written to ``out``; returns the sessions written."""
     count = 0
-    with open_private(tmp, "w", encoding="utf-8") as out:
-        out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
-        for line in _session_lines(db, scope, params):
-            out.write(line + "\n")
-            count += 1
-        for kind, table, first, second in _LINKS:  # first the replaced / merged node, then the other
-            for a_sid, a_local, b_sid, b_local, t_name, u_name, reason in db.execute(
-                    "SELECT sa.session_id, a.local_id, sb.session_id, b.local_id, t.name, u.name, l.reason "
-                    f"FROM {table} l JOIN nodes a ON a.id = l.{first} JOIN nodes b ON b.id = l.{second} "
-                    "JOIN sessions sa ON sa.id = a.session_pk JOIN sessions sb ON sb.id = b.session_pk JOIN users u "
-                    f"ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.{first}", params):
-                out.write(rows.dumps({"kind": kind, "tenant": t_name, "user": u_name,
-                                      first: {"session_id": a_sid, "node": a_local},
-                                      second: {"session_id": b_sid, "node": b_local}, "reason": reason}) + "\n")
+    out.write(rows.dumps({"format": FORMAT, "version": VERSION, "dim": int(dim[0]) if dim else None}) + "\n")
+    for line in _session_lines(db, scope, params):
+        out.write(line + "\n")
+        count += 1
+    for kind, table, first, second in _LINKS:  # first the replaced / merged node, then the other
+        for a_sid, a_local, b_sid, b_local, t_name, u_name, reason in db.execute(
+                "SELECT sa.session_id, a.local_id, sb.session_id, b.local_id, t.name, u.name, l.reason "
+                f"FROM {table} l JOIN nodes a ON a.id = l.{first} JOIN nodes b ON b.id = l.{second} "
+                "JOIN sessions sa ON sa.id = a.session_pk JOIN sessions sb ON sb.id = b.session_pk JOIN users u "
+                f"ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY l.{first}", params):
+            out.write(rows.dumps({"kind": kind, "tenant": t_name, "user": u_name,
+                                  first: {"session_id": a_sid, "node": a_local},
+                                  second: {"session_id": b_sid, "node": b_local}, "reason": reason}) + "\n")
     return count
 
 

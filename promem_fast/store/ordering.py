@@ -20,10 +20,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from promem_fast.errors import InputError
+from promem_fast.times import iso_time
 
 from . import rows
 from .connection import integrity_errors
-from .timeline import iso_time, session_key
+from .timeline import session_key
 from .update import Outcome, candidate_pairs, decide, judge_pairs
 
 if TYPE_CHECKING:

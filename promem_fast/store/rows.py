@@ -16,10 +16,11 @@ import numpy as np
 
 from promem_fast.errors import InputError
 from promem_fast.names import name_problem
+from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
 from .hits import Hit, turn_key
-from .timeline import iso_time, now_iso
+from .timeline import now_iso
 from .vectors import to_blob
 
 log = logging.getLogger(__name__)
@@ -142,20 +143,11 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
         params).fetchall()
     if not rows:
         return []
-    details: dict[tuple[int, int], str] = {}
-    for spk, local, text in db.execute(
-            "SELECT session_pk, local_id, text FROM details WHERE session_pk IN "
-            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where})", params):
-        details[(spk, local)] = text
-    edges: dict[int, list[dict[str, Any]]] = {}
-    for source, target, relation, s_text, t_text in db.execute(
-            "SELECT e.source, e.target, e.relation, a.text, b.text FROM edges e "
-            "JOIN nodes a ON a.id = e.source JOIN nodes b ON b.id = e.target WHERE e.session_pk IN "
-            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where}) ORDER BY e.id", params):
-        edges.setdefault(source, []).append({"relation": relation, "direction": "out", "node_id": target,
-                                             "text": t_text})
-        edges.setdefault(target, []).append({"relation": relation, "direction": "in", "node_id": source,
-                                             "text": s_text})
+    nodes = {row[0]: json.loads(row[7]) for row in rows}
+    if len(nodes) <= FEW_NODES:
+        details, edges = _details_of(db, rows, nodes), _edges(db, where, params, tuple(nodes))
+    else:
+        details, edges = _details_of(db, rows, None, where, params), _edges(db, where, params)
     also: dict[int, list[str]] = {}
     for kept, sid in db.execute(
             "SELECT m.kept, s.session_id FROM merges m JOIN nodes d ON d.id = m.node JOIN sessions s ON "
@@ -163,9 +155,9 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
             "ORDER BY d.valid_from, d.id", params):
         also.setdefault(kept, []).append(sid)
     hits = []
-    for (node_id, user, session_id, text, date, turn, superseded_by, data, spk, valid_from, valid_until,
+    for (node_id, user, session_id, text, date, turn, superseded_by, _, spk, valid_from, valid_until,
          recorded_at, reason, merged_into, metadata) in rows:
-        node = json.loads(data)
+        node = nodes[node_id]
         hits.append(Hit(
             node_id=node_id, user=user, session_id=session_id, text=text, date=date,
             turn_id=None if turn is None else json.loads(turn),
@@ -175,6 +167,49 @@ def read_hits(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
             valid_until=valid_until, recorded_at=recorded_at, reason=reason,
             sessions=[session_id, *also.get(node_id, [])], merged_into=merged_into, metadata=json.loads(metadata)))
     return hits
+
+
+FEW_NODES = 256
+"""Up to this many nodes (a search's hits) only their own details and links are read; more (a user's whole
+listing) read those of their sessions at once. Reading every detail of the hits' sessions was the largest
+cost of a search."""
+
+
+def _details_of(db: sqlite3.Connection, rows: list[Any], nodes: dict[int, Any] | None, where: str = "",
+                params: tuple[Any, ...] = ()) -> dict[tuple[int, int], str]:
+    """Detail texts by (session, local id): those ``nodes`` list, or (None) all of the matching sessions."""
+    if nodes is None:
+        cursor = db.execute("SELECT session_pk, local_id, text FROM details WHERE session_pk IN "
+                            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where})", params)
+    else:
+        wanted: dict[int, set[int]] = {}
+        for row in rows:
+            wanted.setdefault(row[8], set()).update(nodes[row[0]].get("details", []))
+        asked = [(spk, sorted(ids)) for spk, ids in wanted.items() if ids]
+        if not asked:
+            return {}
+        clause = " OR ".join(f"(session_pk = ? AND local_id IN ({placeholders(len(ids))}))" for _, ids in asked)
+        cursor = db.execute(f"SELECT session_pk, local_id, text FROM details WHERE {clause}",
+                            tuple(v for spk, ids in asked for v in (spk, *ids)))
+    return {(spk, local): text for spk, local, text in cursor}
+
+
+def _edges(db: sqlite3.Connection, where: str, params: tuple[Any, ...], ids: tuple[int, ...] | None = None
+           ) -> dict[int, list[dict[str, Any]]]:
+    """Links of the matching nodes' sessions by node, both ways, in link order (only those touching ``ids``)."""
+    some = "" if ids is None else placeholders(len(ids))
+    touching = f"(e.source IN ({some}) OR e.target IN ({some})) AND " if ids is not None else ""
+    edges: dict[int, list[dict[str, Any]]] = {}
+    for source, target, relation, s_text, t_text in db.execute(
+            "SELECT e.source, e.target, e.relation, a.text, b.text FROM edges e "
+            f"JOIN nodes a ON a.id = e.source JOIN nodes b ON b.id = e.target WHERE {touching}e.session_pk IN "
+            f"(SELECT DISTINCT n.session_pk FROM nodes n WHERE {where}) ORDER BY e.id",
+            (*(ids or ()), *(ids or ()), *params)):
+        edges.setdefault(source, []).append({"relation": relation, "direction": "out", "node_id": target,
+                                             "text": t_text})
+        edges.setdefault(target, []).append({"relation": relation, "direction": "in", "node_id": source,
+                                             "text": s_text})
+    return edges
 
 
 def in_scope(db: sqlite3.Connection, score_of: dict[int, float], where: str, params: tuple[Any, ...]) -> list[int]:
@@ -187,3 +222,34 @@ def in_scope(db: sqlite3.Connection, score_of: dict[int, float], where: str, par
 
 def placeholders(n: int) -> str:
     return ",".join("?" * n)
+
+
+def forget_node(db: sqlite3.Connection, user_pk: int, node_pk: int) -> None:
+    """Before a node is deleted, take it out of what its session keeps beside the nodes: the macro events
+    that quote it or were drawn from its turns, and the step failures that quote it. Delete means gone, and
+    the session row would otherwise keep the memory's words after the memory itself is deleted."""
+    row = db.execute("SELECT session_pk, text, data FROM nodes WHERE id = ? AND user_id = ?", (node_pk, user_pk)
+                     ).fetchone()
+    if row is None:
+        return
+    session_pk, text, data = row
+    needle = text.casefold()
+    turns = {turn_key(t) for t in json.loads(data).get("turn_ids", [])}
+    events, stats = db.execute("SELECT events, stats FROM sessions WHERE id = ?", (session_pk,)).fetchone()
+    kept = [e for e in json.loads(events) if needle not in str(e.get("text", "")).casefold()
+            and not turns & {turn_key(t) for t in e.get("turn_ids", [])}]
+    record = json.loads(stats)
+    if isinstance(record, dict) and isinstance(record.get("failures"), list):
+        record["failures"] = [f for f in record["failures"] if needle not in _strings(f).casefold()]
+    db.execute("UPDATE sessions SET events = ?, stats = ? WHERE id = ?", (dumps(kept), dumps(record), session_pk))
+
+
+def _strings(value: Any) -> str:
+    """Every string inside a JSON value, one per line (what a search for a memory's words must look through)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "\n".join(_strings(v) for v in value.values())
+    if isinstance(value, list):
+        return "\n".join(_strings(v) for v in value)
+    return ""

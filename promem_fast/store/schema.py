@@ -107,7 +107,7 @@ CREATE INDEX sessions_said ON sessions (user_id, said_at);
 
 def _v2(db: sqlite3.Connection) -> None:
     """Validity times and the judged flag; times of existing rows are read from their sessions' timestamps."""
-    from .timeline import iso_time
+    from promem_fast.times import iso_time
 
     _run_script(_V2)(db)
     sessions = db.execute("SELECT id, timestamp FROM sessions").fetchall()

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -97,9 +97,9 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        """Close the file; large users' vector indexes are saved first for the next process to read."""
+        """Close the file; large users' vector indexes are saved first for the next process (not when read-only)."""
         for user_pk, index in self._indexes.items():
-            if (not self.encrypted and (len(index) >= self.cache_min_vectors or index.approximate)
+            if (not (self.encrypted or self.read_only) and (len(index) >= self.cache_min_vectors or index.approximate)
                     and len(index) > index.saved
                     and self._current(user_pk, index)):
                 try:
@@ -267,11 +267,11 @@ class MemoryStore:
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those holding at some time in that window (ISO 8601; a day means all of it). ``filters``: :mod:`.filters`."""
-        from .timeline import query_time, validity
+        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it).
+        ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`)."""
+        from .timeline import time_window, validity
 
-        scope = metadata_scope(filters, validity(query_time(as_of, "as_of", end_of_day=True), query_time(
-            since, "since"), query_time(until, "until", end_of_day=True), history=history))
+        scope = metadata_scope(filters, validity(*time_window(as_of, since, until), history=history))
         user_pk = self._user_pk(tenant, user)
         if user_pk is None or k <= 0:
             return []
@@ -400,6 +400,7 @@ class MemoryStore:
             if first is not None and (node is not None or session is not None):  # a session without nodes
                 reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
             if node is not None:
+                rows.forget_node(db, user_pk, node)
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
             elif session is not None:
                 db.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session))
@@ -421,14 +422,14 @@ class MemoryStore:
         shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ moving
-    def export(self, path: str | Path, *, tenant: str | None = None) -> int:
-        """Write the store (or one tenant) as JSONL (see :mod:`.exchange`); returns sessions written."""
+    def export(self, path: str | Path | IO[str], *, tenant: str | None = None) -> int:
+        """Write the store (or one tenant) as JSONL to a file or a text handle (:mod:`.exchange`)."""
         from .exchange import export_store
 
         with self._lock:  # one read transaction: a consistent snapshot while a writer goes on
             self._db.execute("BEGIN")
             try:
-                return export_store(self._db, Path(path), tenant)
+                return export_store(self._db, path if not isinstance(path, (str, Path)) else Path(path), tenant)
             finally:
                 self._db.execute("COMMIT")
 

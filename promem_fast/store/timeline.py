@@ -18,39 +18,34 @@ from datetime import datetime, timezone
 from typing import Any
 
 from promem_fast.errors import InputError
-from promem_fast.io import parse_timestamp
+from promem_fast import times
 
 _NUMBER = re.compile(r"(\d+)")
-_BARE_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 UNDATED = "~"
 """Sorts after every ISO time: undated sessions come last in the canonical order."""
 
 
-def iso_time(value: str | None) -> str | None:
-    """``value`` (ISO 8601 or a benchmark's format) as a naive ISO time to the second; None if unreadable."""
-    if not value:
-        return None
-    found = parse_timestamp(value)
-    if found is None:
-        return None
-    if found.tzinfo is not None:
-        found = found.astimezone(timezone.utc).replace(tzinfo=None)
-    return found.isoformat(timespec="seconds")
-
-
 def query_time(value: str | None, field: str, *, end_of_day: bool = False) -> str | None:
-    """A caller's ``as_of``/``since``/``until`` as an ISO time; an unreadable one is an error naming it.
+    """A caller's ``as_of``/``since``/``until`` in the kept form; one that breaks the rule of
+    :mod:`promem_fast.times` (unreadable, or outside the years 0001-9999 in UTC) is an error naming the field.
 
     A bare day given as ``as_of`` or ``until`` (``end_of_day``) means its last second: what was said that
     day counts."""
     if value is None:
         return None
-    found = iso_time(value)
-    if found is None:
-        raise InputError(f"{value!r} is not a date or time (use ISO 8601, e.g. 2024-03-02)", field=field)
-    if end_of_day and _BARE_DAY.fullmatch(value.strip()):
-        found = found[:10] + "T23:59:59"
-    return found
+    try:
+        return times.query_time(value, end_of_day=end_of_day)
+    except times.TimeProblem as exc:
+        raise InputError(str(exc), field=field) from None
+
+
+def time_window(as_of: str | None, since: str | None, until: str | None) -> tuple[str | None, ...]:
+    """The three query times read by one rule, with ``since`` after ``until`` refused by name."""
+    read = (query_time(as_of, "as_of", end_of_day=True), query_time(since, "since"),
+            query_time(until, "until", end_of_day=True))
+    if read[1] is not None and read[2] is not None and read[1] > read[2]:
+        raise InputError(f"since ({since}) is after until ({until}): the window holds nothing", field="since")
+    return read
 
 
 def day_label(iso: str | None) -> str | None:
@@ -71,9 +66,10 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
     """SQL (over ``nodes {alias}``) selecting the memories a question sees, with its parameters.
 
     Merged duplicates never show (their memory stands for them). Without ``as_of``: the current memories
-    (none replaced yet), or all of them with ``history``. With ``as_of``: those said by then (undated
-    ones always) and not replaced before it. ``since``/``until`` (without ``as_of``, replaced ones
-    included): those whose time of holding overlaps the window.
+    (none replaced yet), or all of them with ``history``. With ``as_of`` ("what held then"): those said by
+    then (undated ones always) and not replaced before it. ``since``/``until`` ("said within the window"):
+    those said on or after ``since`` and by ``until``, replaced ones included when there is no ``as_of``;
+    an undated memory was said at no known time, so a window never holds it.
     """
     n = alias
     clauses, params = [f"{n}.merged_into IS NULL"], []
@@ -83,12 +79,12 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
         params += [as_of, as_of]
     elif not history and since is None and until is None:
         clauses.append(f"{n}.superseded_by IS NULL")
-    if until is not None:
-        clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
-        params.append(until)
     if since is not None:
-        clauses.append(f"({n}.valid_until IS NULL OR {n}.valid_until > ?)")
+        clauses.append(f"{n}.valid_from >= ?")
         params.append(since)
+    if until is not None:
+        clauses.append(f"{n}.valid_from <= ?")
+        params.append(until)
     return " AND ".join(clauses), tuple(params)
 
 

@@ -206,7 +206,10 @@ def absolute_dates(sentence: str, day: date | None) -> str:
 
     def swap(m: re.Match[str]) -> str:
         offset = _RELATIVE[m.group(0).lower()]
-        target = (day + timedelta(days=offset)).isoformat()
+        try:
+            target = (day + timedelta(days=offset)).isoformat()
+        except OverflowError:  # a day past the calendar's ends: left as said
+            return m.group(0)
         return f"on {target}" if abs(offset) < 7 else f"in the week of {target}"
 
     return _RELATIVE_RE.sub(swap, sentence)

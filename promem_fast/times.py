@@ -1,0 +1,96 @@
+"""Time read once: the one parser of every timestamp and query time, and the one date rule.
+
+Sessions arrive dated in several forms: ISO 8601, HaluMem's "Sep 04, 2025, 09:05:32", LoCoMo's "1:56 pm on
+8 May, 2023", LongMemEval's "2023/05/20 (Sat) 02:21", plain days. Input (:func:`promem_fast.io.session_from_dict`
+and the benchmark loaders) turns each into one form, :func:`iso_time`'s, so that every later reader (the
+session date of the prompts, the chat template's ``date_string``, the store's ``valid_from`` and the order
+sessions are judged in) sees the same instant. Readers downstream go through :func:`day_of`, which reads that
+form (and, for a :class:`~promem_fast.types.Session` built by hand, any accepted form) the same way.
+
+The rule: a time is kept naive, to the second; a time with an offset is turned into UTC first; a time whose
+UTC instant falls outside the years 0001–9999 (``0001-01-01T00:00:00+05:00``) is refused by name, as is a
+form none of the parsers read. The same rule holds for ``as_of``/``since``/``until`` on every surface.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timezone
+from functools import lru_cache
+
+FORMATS: tuple[str, ...] = (
+    "%b %d, %Y, %H:%M:%S",      # HaluMem: "Sep 04, 2025, 09:05:32"
+    "%I:%M %p on %d %B, %Y",    # LoCoMo: "1:56 pm on 8 May, 2023"
+    "%I:%M %p on %d %b, %Y",    # LoCoMo: "1:56 pm on 8 Sep, 2023"
+    "%Y/%m/%d (%a) %H:%M",      # LongMemEval: "2023/05/20 (Sat) 02:21"
+    "%Y/%m/%d %H:%M",
+    "%Y/%m/%d",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%d %B %Y",
+    "%d %B, %Y",
+    "%B %d, %Y",
+    "%b %d, %Y",
+)
+"""The non-ISO forms read, besides everything :meth:`datetime.fromisoformat` reads."""
+
+BARE_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+class TimeProblem(ValueError):
+    """A time that cannot be kept: unreadable, or outside the years the rule allows (the message says which)."""
+
+
+def parse_time(value: str) -> datetime:
+    """``value`` as a naive datetime to the second (UTC when it had an offset); :class:`TimeProblem` if none."""
+    text = value.strip()
+    found: datetime | None = None
+    try:
+        found = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        for fmt in FORMATS:
+            try:
+                found = datetime.strptime(text, fmt)
+                break
+            except ValueError:
+                continue
+    if found is None:
+        raise TimeProblem(f"{value[:40]!r} is not a date or time (ISO 8601, e.g. 2024-03-02T10:00:00, or one "
+                          f"of {len(FORMATS)} dataset forms such as 'Sep 04, 2025, 09:05:32')")
+    if found.tzinfo is not None:
+        try:
+            found = found.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            raise TimeProblem(f"{value[:40]!r} falls outside the years 0001-9999 once turned into UTC") from None
+    return found.replace(microsecond=0)
+
+
+def iso_time(value: str | None) -> str | None:
+    """``value`` in the one kept form (``2023-05-08T13:56:00``); None when absent or not a time we can keep."""
+    if not value:
+        return None
+    try:
+        return parse_time(value).isoformat(timespec="seconds")
+    except TimeProblem:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def day_of(value: str | None) -> date | None:
+    """The calendar day of a kept (or any accepted) timestamp; None when absent or unreadable. Cached: every
+    stage of a session asks for the same few timestamps."""
+    if not value:
+        return None
+    try:
+        return parse_time(value).date()
+    except TimeProblem:
+        return None
+
+
+def query_time(value: str, *, end_of_day: bool = False) -> str:
+    """A caller's ``as_of``/``since``/``until`` in the kept form; :class:`TimeProblem` when it breaks the rule.
+    A bare day with ``end_of_day`` (``as_of``, ``until``) means its last second: what was said that day counts."""
+    found = parse_time(value).isoformat(timespec="seconds")
+    if end_of_day and BARE_DAY.fullmatch(value.strip()):
+        found = found[:10] + "T23:59:59"
+    return found
