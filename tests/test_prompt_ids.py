@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from promem_fast import prompts  # noqa: E402
-from promem_fast.backends._prompt_ids import hf_prompt_ids, llama_prompt_ids  # noqa: E402
+from promem_fast import prompts
+from promem_fast.backends._prompt_ids import hf_prompt_ids, llama_prompt_ids
 
 DIALOGUE = "\n".join(
     f"[turn {i}] {'Tomas' if i % 2 == 0 else 'assistant'}: "

@@ -282,6 +282,29 @@ def test_no_string_of_the_product_names_a_stand_in() -> None:
     assert named == []
 
 
+BENCH_ROLES = ("common", "suites", "runs", "gpu", "tools")
+"""The folders of ``benchmarks/`` (its README says what each holds)."""
+
+
+def test_benchmarks_sit_in_role_folders_edit_no_path_and_share_no_imports_with_the_tests() -> None:
+    """Benchmarks are modules of the ``benchmarks`` package run from the repository root: no ``sys.path``
+    edit, nothing imported from ``tests/``, and no test imports them (what both need is in ``testing``)."""
+    bench, tests = PACKAGE.parent / "benchmarks", PACKAGE.parent / "tests"
+    loose = [p.name for p in bench.glob("*.py") if p.name != "__init__.py"]
+    unknown = [p.name for p in bench.iterdir() if p.is_dir() and p.name not in (*BENCH_ROLES, "results")
+               and not p.name.startswith((".", "__"))]
+    wrong: list[str] = []
+    for folder, foreign in ((bench, ("tests", "conftest")), (tests, ("benchmarks",))):
+        for path in folder.rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+            named = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            named |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+            if any(n.split(".")[0] in foreign for n in named) or (folder == bench and "sys.path" in text):
+                wrong.append(str(path.relative_to(PACKAGE.parent)))
+    assert (loose, unknown, wrong) == ([], [], [])
+
+
 def test_no_import_circles_between_packages() -> None:
     edges = package_edges(imports(PACKAGE))
     found = circles(edges)

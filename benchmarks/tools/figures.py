@@ -24,7 +24,7 @@ so it cannot be read as a measurement.
 Numbers in the prose that are not measured here (a setting, the paper's own figure, an estimate) stand
 between ``<!--given-->`` and ``<!--/given-->``; :func:`unquoted_figures` finds every other figure-looking
 number (``1.4×``, ``53 ms``, ``19 sessions/s``, ``5.36%``…) outside markers and code blocks, which
-``tests/test_figures.py`` refuses.
+``benchmarks/tools/test_figures.py`` refuses.
 
 Commands::
 

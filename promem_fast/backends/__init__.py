@@ -118,7 +118,8 @@ def spec(kind: Kind, name: str) -> BackendSpec:
     if found is not None:
         return found
     names = ", ".join(e.name for e in (*BACKENDS, *_ADDED.values()) if e.kind == kind)
-    raise ConfigError(f"unknown {kind} backend {name!r}; available: {names}")
+    raise ConfigError(f"unknown {kind} backend {name!r}; available: {names} (another package's backends come "
+                      f"with that package installed, through the {PLUGIN_GROUP!r} entry points)")
 
 
 def create(kind: Kind, name: str, config: Any) -> Any:
