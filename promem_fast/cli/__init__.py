@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "memories",
+COMMANDS: tuple[str, ...] = ("demo", "extract", "export", "models", "config", "eval", "store_io", "search", "memories",
                             "serve", "calibrate")
 """Modules of :mod:`promem_fast.cli`, in the order their subcommands appear in ``promem --help``."""
 

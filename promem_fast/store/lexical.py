@@ -2,7 +2,7 @@
 
 Two indexes share one query rule (:func:`terms`, :func:`match_expression`) and SQLite's own BM25:
 
-- the store's ``memory_fts`` table (schema version 3, :data:`FTS_SCHEMA`): one row per node (its id), its
+- the store's ``memory_fts`` table (schema version 4, :data:`FTS_SCHEMA`): one row per node (its id), its
   text and the text of its anchored details, kept in step with ``nodes`` by triggers (insert, update and
   delete, the cascades of a session's or a user's removal included); a search keeps the user's rows;
 - :class:`PoolLexicon`, an in-memory FTS5 table over the units a question may be answered from (the answer
@@ -50,11 +50,11 @@ FTS_SCHEMA: tuple[str, ...] = (
     "CREATE TRIGGER memory_fts_delete AFTER DELETE ON nodes BEGIN DELETE FROM memory_fts WHERE rowid = old.id; END",
     "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
 )
-"""Schema version 3: the full-text table over nodes and the triggers that keep it in step."""
+"""Schema version 4: the full-text table over nodes and the triggers that keep it in step."""
 
 FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details) SELECT n.id, n.text, " + _DETAILS.format(n="n")
             + " FROM nodes n")
-"""Fills the table from the nodes an older store already holds (the migration to version 3)."""
+"""Fills the table from the nodes an older store already holds (the migration to version 4)."""
 
 WEIGHTS = "1.0, 0.5"
 """BM25 column weights: details count half as much as the memory's own text."""

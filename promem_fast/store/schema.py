@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -129,7 +129,12 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return step
 
 
-def _v3(db: sqlite3.Connection) -> None:
+_V3 = """
+ALTER TABLE sessions ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';  -- JSON object: what add() was given with it
+"""
+
+
+def _v4(db: sqlite3.Connection) -> None:
     """The full-text table of the lexical ranking (:mod:`.lexical`), its triggers, and the rows of the nodes
     already stored."""
     from .lexical import FILL_FTS, FTS_SCHEMA
@@ -142,7 +147,8 @@ def _v3(db: sqlite3.Connection) -> None:
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
-    3: _v3,
+    3: _run_script(_V3),
+    4: _v4,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

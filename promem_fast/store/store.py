@@ -26,6 +26,7 @@ from promem_fast.private import shred
 
 from . import rows
 from .connection import checkpoint, transaction
+from .filters import metadata_scope
 from .hits import Hit
 from .lexical import purge_deleted
 from .schema import StoreError, connect
@@ -237,6 +238,10 @@ class MemoryStore:
         return engine.summary
 
     # ------------------------------------------------------------------------------------ reading
+    def tenants(self) -> list[str]:
+        """Every tenant of the store (the CLI names those that have a user another tenant was asked for)."""
+        return [name for (name,) in self._db.execute("SELECT name FROM tenants ORDER BY id")]
+
     def users(self, *, tenant: str = "default") -> list[str]:
         return [name for (name,) in self._db.execute(
             "SELECT u.name FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.name = ? ORDER BY u.id",
@@ -257,17 +262,19 @@ class MemoryStore:
         return rows.read_hits(self._db, where, (user_pk,))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
+               as_of: str | None = None, since: str | None = None, until: str | None = None,
+               filters: dict[str, Any] | None = None) -> list[Hit]:
         """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it)."""
+        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it).
+        ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`)."""
         from .hybrid import search
         from .timeline import time_window, validity
 
         window = time_window(as_of, since, until)
-        scope = validity(*window, history=history)
+        scope = metadata_scope(filters, validity(*window, history=history))
         user_pk = self._user_pk(tenant, user)
         return [] if user_pk is None or k <= 0 else search(self, user_pk, user, query, k, scope, window[0])
 
@@ -330,9 +337,7 @@ class MemoryStore:
 
     def _dim(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-        if row is not None:
-            return int(row[0])
-        return int(getattr(self.embedder, "dim", 0) or 1)
+        return int(row[0]) if row is not None else int(getattr(self.embedder, "dim", 0) or 1)
 
     def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
                question_time: str | None = None, as_of: str | None = None, since: str | None = None,
