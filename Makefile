@@ -15,6 +15,9 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
+	@echo "Installing the cpu extra: pip now compiles llama.cpp (llama-cpp-python has no wheel on PyPI), about"
+	@echo "20-30 minutes on two cores, quiet until it ends; then the native core (seconds). Without a local model:"
+	@echo "pip install '.[embed,serve]' compiles nothing (see README: Installing the package)."
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --no-cache-dir -e '.[cpu,dev,serve,ray]'
 	$(PY) setup.py -q build_ext --inplace
 	touch $(STAMP)
@@ -23,9 +26,7 @@ install: $(STAMP)
 
 ## Extract memory for the shipped sample sessions on the embedded CPU default (SmolLM2 + MiniLM + LLM-NLI).
 demo: $(STAMP)
-	$(VENV)/bin/promem extract promem_fast/data/demo_sessions.jsonl -o out/demo_graphs.jsonl --overwrite \
-		--config promem_fast/data/demo.yaml
-	@echo "graphs written to out/demo_graphs.jsonl (one JSON graph per session; promem export turns them into GraphML)"
+	$(VENV)/bin/promem demo
 
 ## The whole suite, slow real-model tests included (builds the native core first). The web page test needs
 ## Debian's headless Chromium; it is installed here when missing (as root, as CI runs). The store and service

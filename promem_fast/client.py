@@ -1,5 +1,7 @@
 """A small Python client of ``promem serve`` with the memory verbs, argument names and result shapes of every
-surface (:mod:`promem_fast.shapes`): ``add``, ``search``, ``answer``, ``get_all``, ``get``, ``history``, ``delete``.
+surface (:mod:`promem_fast.shapes`): ``add``, ``search``, ``answer``, ``get_all``, ``get``, ``update``, ``history``,
+``delete``, ``delete_all``, ``reset``. ``search`` and ``get_all`` give ``{"results": [...]}`` as
+:class:`promem_fast.Memory` does (``Client(..., output_format="list")``: the bare list).
 
 ``Client(url, key)`` speaks HTTP to a server; the tenant is the key's, so no verb takes one. ``add`` queues
 sessions and, by default, waits for their job to finish, so code written against a local store reads the
@@ -35,8 +37,11 @@ class ServerError(PromemError):
 class Client:
     """Talks to one server with one API key."""
 
-    def __init__(self, url: str, key: str, *, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, key: str, *, timeout: float = 60.0, output_format: str = "results") -> None:
         httpx = require("httpx", "serve")
+        if output_format not in ("results", "list"):
+            raise PromemError(f"output_format must be 'results' or 'list', not {output_format!r}")
+        self.output_format = output_format
         self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout,
                                   headers={"Authorization": f"Bearer {key}"})
 
@@ -55,12 +60,17 @@ class Client:
         return "/v1/users/" + _segment(user, "user_id")
 
     # ------------------------------------------------------------------------------ verbs
-    def add(self, messages: Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
-            date: str | None = None, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
-        """Queue memory for ``user_id``: one session, a list of sessions, or one conversation as a list of
-        ``{"role", "content"}`` messages (``date`` its time). With ``wait`` return the finished job's status,
-        else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
-        reply = self._call("POST", self._u(user_id) + "/sessions", json={"sessions": as_sessions(messages, date)})
+    def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
+            metadata: dict[str, Any] | None = None, date: str | None = None, wait: bool = True,
+            timeout: float = 600.0) -> dict[str, Any]:
+        """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
+        one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
+        stored with it. With ``wait`` return the finished job's status, else the 202 reply (``job_id``,
+        ``accepted``, ``rejected``)."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        body = _drop_none({"sessions": as_sessions(messages, date), "metadata": metadata})
+        reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -77,11 +87,13 @@ class Client:
                 raise PromemError(f"job {job_id} not finished after {timeout:g} s: {status}")
             time.sleep(poll)
 
-    def search(self, query: str, *, user_id: str, k: int = DEFAULT_K, as_of: str | None = None,
-               since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
-        """The ``k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's time)."""
-        body = _drop_none({"query": query, "k": k, "as_of": as_of, "since": since, "until": until})
-        return self._call("POST", self._u(user_id) + "/search", json=body)["hits"]
+    def search(self, query: str, *, user_id: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
+               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
+        """The ``top_k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's
+        time; ``filters``: metadata conditions)."""
+        body = _drop_none({"query": query, "top_k": top_k, "filters": filters, "as_of": as_of, "since": since,
+                           "until": until})
+        return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
                until: str | None = None) -> dict[str, Any]:
@@ -89,11 +101,15 @@ class Client:
         body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
         return self._call("POST", self._u(user_id) + "/answer", json=body)
 
-    def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
-        return self._call("GET", self._u(user_id) + "/memories", params={"history": history})["memories"]
+    def get_all(self, *, user_id: str, history: bool = False) -> Any:
+        return self._out(self._call("GET", self._u(user_id) + "/memories", params={"history": history})["memories"])
 
     def get(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
         return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}")
+
+    def update(self, memory_id: int, data: str, *, user_id: str) -> dict[str, Any]:
+        """Give a memory new text (same id and history, re-embedded); returns the memory."""
+        return self._call("PATCH", self._u(user_id) + f"/memories/{int(memory_id)}", json={"data": data})
 
     def history(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
         """The replacement graph through a memory: ``{"id", "nodes" (oldest first), "edges"}``."""
@@ -116,6 +132,16 @@ class Client:
         path = self._u(user_id) + (f"/sessions/{_segment(session_id, 'session_id')}" if session_id is not None else
                                    f"/memories/{int(memory_id)}" if memory_id is not None else "")
         return self._call("DELETE", path)
+
+    def delete_all(self, *, user_id: str) -> dict[str, int]:
+        return self.delete(user_id=user_id)
+
+    def reset(self) -> dict[str, int]:
+        """Delete all memory of every user of the key's tenant."""
+        return self._call("POST", "/v1/reset")
+
+    def _out(self, memories: list[dict[str, Any]]) -> Any:
+        return memories if self.output_format == "list" else {"results": memories}
 
     def export(self, path: str | Path) -> int:
         """Write the tenant's memory to ``path`` in the store's exchange format; returns the sessions written."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from promem_fast.config_merge import merge, nondefault
+from promem_fast.config_ranking import RankingConfig
 from promem_fast.errors import ConfigError
 from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
 from promem_fast.version import __version__
@@ -44,7 +45,7 @@ ROLES: tuple[str, ...] = get_args(Role)
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
     "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings",
-    "fsync", "progress", "prefix_reuse",
+    "fsync", "progress", "prefix_reuse", "ranking",
     "qa_top_k", "search_approximate_min", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
 })
 """Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
@@ -88,8 +89,7 @@ class LLMConfig:
     api_key_env: str = "OPENAI_API_KEY"
     """openai: name of the environment variable holding the key (empty key is fine for local servers)."""
     max_concurrency: int = 256
-    """openai: requests in flight at once (a ``vllm serve`` runs 256 to 1,024 sequences at a time; fewer in
-    flight leaves its batch part empty)."""
+    """openai: requests in flight (a ``vllm serve`` runs 256 to 1,024 sequences at once; fewer leave it idle)."""
     timeout_s: float = 300.0
     """Per-request timeout (openai) or per-batch timeout (others) in seconds."""
     max_retries: int = 4
@@ -150,9 +150,9 @@ class SimilarityConfig:
     """Cosine top-1 search for grounding and the cross-reference matrix."""
 
     backend: SimilarityBackendName = "auto"
-    """``auto``: FAISS on GPU when FAISS sees one, else numpy (no extra dependency; on CPU torch's padded bmm
-    was 1.5x faster for 256 sessions of 100 x 300 and FAISS 1.4x faster for one 10k x 10k, see
-    benchmarks/README.md); ``faiss`` forces FAISS, ``torch`` a torch matmul (GPU when present)."""
+    """``auto``: FAISS on GPU when FAISS sees one, else numpy (no extra dependency; on CPU torch's padded bmm was
+    1.5x faster for 256 sessions of 100 x 300 and FAISS 1.4x faster for one 10k x 10k, benchmarks/README.md);
+    ``faiss`` forces FAISS, ``torch`` a torch matmul (GPU when present)."""
     device: Device = "auto"
 
 
@@ -174,9 +174,8 @@ class PipelineConfig:
     """An event whose best cosine against the draft is <= this is missing and gets recovered."""
     theta_start: float = 0.2
     """Topic cut (our own, not the paper's): first cosine threshold between consecutive turns."""
-    theta_step: float = 0.05
+    theta_step: float = 0.05  # the threshold is raised in steps up to theta_max until a boundary appears
     theta_max: float = 0.5
-    """The threshold is raised in steps up to this value until at least one boundary appears."""
     max_segment_tokens: int = 1024
     """Topic segments longer than this are split at turn boundaries."""
     segmenter: Segmenter = "similarity"
@@ -267,6 +266,8 @@ class EngineConfig:
     """Progress bars on long loops (off anyway when stderr is not a terminal)."""
     qa_top_k: int = 20
     """Memory entries retrieved per question in evaluation."""
+    ranking: RankingConfig = field(default_factory=RankingConfig)
+    """How memories are ranked for a question (:mod:`promem_fast.config_ranking`)."""
     search_approximate_min: int = 50_000
     """A user with this many memory vectors or more is searched through an approximate index (persistence/ann.py;
     recall@10 and latency up to 1M nodes in benchmarks/README.md), not an exact scan; 0 keeps every user
@@ -411,9 +412,8 @@ class EngineConfig:
             (0.0 < self.compression.rate <= 1.0, "compression.rate must lie in (0, 1]"),
             (set(self.roles) <= set(ROLES), f"roles keys must be among {', '.join(ROLES)}"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
+        for message in [message for ok, message in checks if not ok] + self.ranking.problems():
+            raise ConfigError(message)
         self.__dict__["_validated"] = state
         return self
 

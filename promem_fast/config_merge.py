@@ -27,7 +27,7 @@ def merge(obj: Any, data: dict[str, Any], source: str, roles: Sequence[str], pre
         name = key.replace("-", "_")
         where = f"{prefix}{name}"
         if name not in names:
-            raise ConfigError(f"{source}: unknown config field {where!r}")
+            raise ConfigError(f"{source}: unknown config field {where!r}{suggestion(name, names, prefix)}")
         current = getattr(obj, name)
         hint = hints[name]
         if dataclasses.is_dataclass(current):
@@ -44,6 +44,16 @@ def merge(obj: Any, data: dict[str, Any], source: str, roles: Sequence[str], pre
         else:
             changes[name] = coerce(value, hint, where, source)
     return dataclasses.replace(obj, **changes)
+
+
+def suggestion(name: str, names: set[str], prefix: str) -> str:
+    """``; did you mean 'pipeline.tau_comp'?`` for the fields ``name`` is a part or a misspelling of, else ''."""
+    import difflib
+
+    near = sorted(n for n in names if name in n or n in name) or difflib.get_close_matches(name, sorted(names), 3, 0.6)
+    if not near:
+        return f"; the fields of {prefix.rstrip('.') or 'the config'} are: {', '.join(sorted(names))}"
+    return "; did you mean " + " or ".join(repr(prefix + n) for n in near[:3]) + "?"
 
 
 def coerce(value: Any, hint: Any, where: str, source: str) -> Any:

@@ -1,22 +1,28 @@
 """``Memory``: the front door for a program that keeps a memory of its users (extract, store, search, answer).
 
 One object over one store file, with the verbs and result shapes that the HTTP API, the Python client, the
-CLI and MCP use as well::
+CLI and MCP use as well. The verbs are mem0's (``add``, ``search``, ``get``, ``get_all``, ``update``,
+``history``, ``delete``, ``delete_all``, ``reset``), so a program written for mem0 runs with its import changed::
 
     from promem_fast import Memory
 
-    with Memory("memory.db", profile="cpu") as memory:
-        memory.add([{"role": "user", "content": "I moved to Denver last week."},
-                    {"role": "assistant", "content": "How is Denver?"}], user_id="tom", date="2024-03-02")
-        memory.search("Where does Tom live?", user_id="tom")
-        memory.search("Where did Tom live?", user_id="tom", as_of="2024-02-01")
-        memory.answer("Where did Tom live in January?", user_id="tom", as_of="2024-01-31")
+    memory = Memory()            # the store under the user's data folder (see private.data_home)
+    memory.add("I moved to Denver last week.", user_id="tom", metadata={"topic": "home"})
+    memory.add([{"role": "user", "content": "I adopted a beagle."},
+                {"role": "assistant", "content": "Congratulations!"}], user_id="tom", date="2024-03-02")
+    memory.search("Where does Tom live?", user_id="tom", top_k=3)["results"]
+    memory.search("Where does Tom live?", filters={"user_id": "tom", "topic": "home"})
+    memory.search("Where did Tom live?", user_id="tom", as_of="2024-02-01")
+    memory.answer("Where did Tom live in January?", user_id="tom", as_of="2024-01-31")
+
+``search`` and ``get_all`` give ``{"results": [memory...]}``; ``Memory(output_format="list")`` gives the bare
+list instead (what this class returned before it took mem0's shape).
 
 Result shapes (every time ISO 8601, every memory named by one ``id``):
 
-*memory* (``search``, ``get_all``, ``history``'s nodes)::
+*memory* (``search``, ``get``, ``get_all``, ``history``'s nodes)::
 
-    {"id": 17,                             # the memory's id; history() and delete() take it
+    {"id": 17,                             # the memory's id; get, update, history and delete take it
      "memory": "Tom lives in Denver.",      # the text
      "user_id": "tom",
      "session_ids": ["s2", "s3"],           # every session that said it, first the one that said it first
@@ -27,6 +33,7 @@ Result shapes (every time ISO 8601, every memory named by one ``id``):
      "reason": null,                        # why it was replaced (the update judge's words)
      "score": 0.81,                         # cosine with the query (search only, else null)
      "details": ["Denver"],                 # details anchored to it
+     "metadata": {"topic": "home"},         # what add() was given with its session
      "links": [{"relation": "temporal", "direction": "out", "id": 18, "memory": "..."}]}
 
 *add*: ``{"user_id", "session_id", "added": bool (false: the store had the session), "results": [event]}``
@@ -44,16 +51,20 @@ with one event per memory the session gave::
 "duplicate", "reason"}]}``: the replacement graph through the memory (two facts replaced by one are two
 edges into one node, not a chain).
 
-*delete*: ``{"deleted": n}`` memories removed; what they had replaced or merged is judged again, so the
-memory is exactly as if they had never been added.
+*update*: the memory with its new text (re-embedded; the old text is kept in the node's ``edits``).
+
+*delete*, *delete_all*, *reset*: ``{"deleted": n}`` memories removed; what they had replaced or merged is
+judged again, so the memory is exactly as if they had never been added.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from promem_fast import shapes
 from promem_fast.config import EngineConfig
@@ -64,22 +75,43 @@ if TYPE_CHECKING:
     from promem_fast.store.store import MemoryStore, UpdateJudge
     from promem_fast.types import Session
 
-class Memory:
-    """``Memory(path, profile="cpu")``: a memory store at ``path`` (an SQLite file, or a ``postgresql://``
-    URL; ``None``: ``$PROMEM_DB_URL``) with the engine of ``profile`` (or ``config``) that extracts sessions,
-    judges updates and answers; a context manager."""
+PROFILE_ENV = "PROMEM_PROFILE"
+"""The profile ``Memory()`` uses when none is given (default ``cpu``)."""
 
-    def __init__(self, path: str | Path | None, *, profile: str = "cpu", config: EngineConfig | None = None,
-                 tenant: str = "default", update_judge: UpdateJudge = "llm",
-                 key_file: str | Path | None = None) -> None:
-        """``key_file``: the store is encrypted with that key (see the README's data lifecycle section)."""
+OutputFormat = Literal["results", "list"]
+
+
+def _default_location() -> str | Path:
+    """``$PROMEM_DB_URL`` when set, else ``memory.db`` in the user's data folder."""
+    from promem_fast.persistence.api import DB_URL_ENV
+    from promem_fast.private import data_home
+
+    return os.environ.get(DB_URL_ENV) or data_home() / "memory.db"
+
+
+class Memory:
+    """``Memory(path=None, profile=None)``: a memory store at ``path`` (an SQLite file or a ``postgresql://``
+    URL; default ``$PROMEM_DB_URL`` when set, else ``memory.db`` under the user's data folder,
+    :func:`~promem_fast.private.data_home`) with the engine of ``profile`` (default
+    ``$PROMEM_PROFILE``, else ``cpu``) or ``config`` that extracts sessions, judges updates and answers; a
+    context manager."""
+
+    def __init__(self, path: str | Path | None = None, *, profile: str | None = None,
+                 config: EngineConfig | None = None, tenant: str = "default", update_judge: UpdateJudge = "llm",
+                 key_file: str | Path | None = None, output_format: OutputFormat = "results") -> None:
+        """``key_file``: the store is encrypted with that key (see the README's data lifecycle section).
+        ``output_format``: ``results`` (``{"results": [...]}``, mem0's shape) or ``list``."""
         from promem_fast.store import MemoryStore
 
+        if output_format not in ("results", "list"):
+            raise InputError(f"output_format must be 'results' or 'list', not {output_format!r}", field="output_format")
+        profile = profile or os.environ.get(PROFILE_ENV) or "cpu"
         self.config = (config or EngineConfig.profile(profile)).validate()
         self.tenant = tenant
+        self.output_format = output_format
         self._profile = None if config is not None else profile
-        self.store: MemoryStore = MemoryStore(path, self.config, update_judge=update_judge, profile=self._profile,
-                                              key_file=key_file)
+        self.store: MemoryStore = MemoryStore(_default_location() if path is None else path, self.config,
+                                              update_judge=update_judge, profile=self._profile, key_file=key_file)
         self._engine: Engine | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -89,7 +121,13 @@ class Memory:
         if self._engine is None:
             from promem_fast.engine import Engine
 
-            self._engine = Engine(self.config, embedder=self.store.embedder)
+            engine = Engine(self.config, embedder=self.store.embedder)
+            try:
+                engine.services.preload()  # a missing library or model: the first add says so, with the fix
+            except BaseException:
+                engine.close()
+                raise
+            self._engine = engine
         return self._engine
 
     def close(self) -> None:
@@ -105,11 +143,13 @@ class Memory:
         self.close()
 
     # ------------------------------------------------------------------------------------ verbs
-    def add(self, messages: Sequence[dict[str, Any]] | dict[str, Any] | Session, *, user_id: str,
-            date: str | None = None, session_id: str | None = None) -> dict[str, Any]:
-        """Extract one session's memory and store it; ``messages`` is a list of ``{"role", "content"}``
-        (roles ``user``/``assistant``), a session record (``promem extract``'s input) or a ``Session``."""
-        session = _session(messages, user_id, date, session_id)
+    def add(self, messages: str | Sequence[dict[str, Any]] | dict[str, Any] | Session, *, user_id: str,
+            metadata: dict[str, Any] | None = None, date: str | None = None,
+            session_id: str | None = None) -> dict[str, Any]:
+        """Extract one session's memory and store it; ``messages`` is what the user said (a string), a list
+        of ``{"role", "content"}`` (roles ``user``/``assistant``), a session record (``promem extract``'s
+        input) or a ``Session``. ``metadata`` (a JSON object) is stored with it and filters searches."""
+        session = _session(messages, user_id, date, session_id, metadata)
         sid = session.session_id
         if sid in self.store.sessions(user_id, tenant=self.tenant):
             return {"user_id": user_id, "session_id": sid, "added": False, "results": []}
@@ -117,12 +157,20 @@ class Memory:
         return {"user_id": user_id, "session_id": sid, "added": True,
                 "results": self.store.session_events(user_id, sid, tenant=self.tenant)}
 
-    def search(self, query: str, *, user_id: str, k: int = shapes.DEFAULT_K, as_of: str | None = None,
-               since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
-        """The ``k`` memories closest to ``query``, best first: those current at ``as_of`` (default: now,
-        the latest of each), said between ``since`` and ``until`` when given."""
-        hits = self.store.search(user_id, query, k, tenant=self.tenant, as_of=as_of, since=since, until=until)
-        return [hit.memory() for hit in hits]
+    def search(self, query: str, *, user_id: str | None = None, top_k: int | None = None,
+               limit: int | None = None, k: int | None = None, filters: dict[str, Any] | None = None,
+               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
+        """The ``top_k`` (or ``limit``, ``k``; default 10) memories closest to ``query``, best first: those
+        current at ``as_of`` (default: now, the latest of each), said between ``since`` and ``until`` when
+        given, whose metadata meets ``filters`` (:mod:`promem_fast.store.filters`; a ``user_id`` there
+        names the user)."""
+        user, conditions = _user_and_filters(user_id, filters)
+        given = [n for n in (top_k, limit, k) if n is not None]
+        if len(given) > 1:
+            raise InputError("give one of top_k, limit and k", field="top_k")
+        hits = self.store.search(user, query, given[0] if given else shapes.DEFAULT_K, tenant=self.tenant,
+                                 as_of=as_of, since=since, until=until, filters=conditions)
+        return self._out([hit.memory() for hit in hits])
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
                until: str | None = None) -> dict[str, Any]:
@@ -132,31 +180,91 @@ class Memory:
                                      since=since, until=until)
         return shapes.answer(reply)  # the shape every surface gives
 
-    def get_all(self, *, user_id: str, history: bool = False) -> list[dict[str, Any]]:
-        """Every current memory of the user, oldest first (replaced and merged ones too with ``history``)."""
-        return [hit.memory() for hit in self.store.hits(user_id, tenant=self.tenant, history=history)]
+    def get(self, memory_id: int) -> dict[str, Any] | None:
+        """One memory by id (``None`` when there is none)."""
+        from promem_fast.store.editing import one
+
+        hit = one(self.store, memory_id, self.tenant)
+        return None if hit is None else hit.memory()
+
+    def get_all(self, *, user_id: str | None = None, filters: dict[str, Any] | None = None,
+                history: bool = False) -> Any:
+        """Every current memory of the user, oldest first (replaced and merged ones too with ``history``),
+        those whose metadata meets ``filters``."""
+        from promem_fast.store.filters import matches
+
+        user, conditions = _user_and_filters(user_id, filters)
+        hits = self.store.hits(user, tenant=self.tenant, history=history)
+        return self._out([hit.memory() for hit in hits if matches(hit.metadata, conditions)])
+
+    def update(self, memory_id: int, data: str) -> dict[str, Any]:
+        """Give a memory new text (``data``), by hand: same id, links and history, re-embedded."""
+        from promem_fast.store.editing import rewrite
+
+        hit = rewrite(self.store, memory_id, data, self.tenant)
+        if hit is None:
+            raise InputError(f"there is no memory {memory_id}", field="memory_id")
+        return hit.memory()
 
     def history(self, memory_id: int) -> dict[str, Any]:
         """The replacement graph through ``memory_id`` (see the module's shapes)."""
         return self.store.history_graph(memory_id, tenant=self.tenant)
 
-    def delete(self, memory_id: int | None = None, *, user_id: str, session_id: str | None = None
-               ) -> dict[str, int]:
-        """Remove one memory, one session, or (neither given) the whole user."""
+    def delete(self, memory_id: int | None = None, *, user_id: str | None = None,
+               session_id: str | None = None) -> dict[str, int]:
+        """Remove one memory (its user need not be named), one session, or (neither) the whole user."""
         if memory_id is not None and session_id is not None:
             raise InputError("give memory_id or session_id, not both", field="memory_id")
+        if user_id is None:
+            found = self.get(memory_id) if memory_id is not None else None
+            if found is None:
+                raise InputError("give user_id (or the id of an existing memory)", field="user_id")
+            user_id = str(found["user_id"])
         narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
         engine = self.engine if narrow and self.store.update_judge != "off" else None
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 
+    def delete_all(self, *, user_id: str) -> dict[str, int]:
+        """Remove all memory of the user (gone from disk)."""
+        return self.delete(user_id=user_id)
 
-def _session(messages: Any, user_id: str, date: str | None, session_id: str | None) -> Session:
+    def reset(self) -> dict[str, int]:
+        """Remove all memory of every user of this tenant (other tenants of the store keep theirs)."""
+        from promem_fast.store.editing import reset
+
+        return {"deleted": reset(self.store, self.tenant)}
+
+    def _out(self, memories: list[dict[str, Any]]) -> Any:
+        return memories if self.output_format == "list" else {"results": memories}
+
+
+def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
+    metadata conditions left."""
+    conditions = dict(filters or {})
+    named = conditions.pop("user_id", None)
+    if user_id is not None and named is not None and named != user_id:
+        raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
+    user = user_id if user_id is not None else named
+    if not isinstance(user, str) or not user:
+        raise InputError("give user_id (or filters={'user_id': ...})", field="user_id")
+    return user, conditions
+
+
+def _session(messages: Any, user_id: str, date: str | None, session_id: str | None,
+             metadata: dict[str, Any] | None) -> Session:
     """The session ``add`` was given, as a validated :class:`Session` of ``user_id``."""
     from promem_fast.io import session_from_dict
     from promem_fast.types import Session
 
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InputError("must be a JSON object", field="metadata")
     if isinstance(messages, Session):
+        if metadata:
+            messages = dataclasses.replace(messages, metadata={**messages.metadata, **metadata})
         if messages.user != user_id:
             raise InputError(f"the session belongs to {messages.user!r}, not {user_id!r}", field="user")
         return messages
@@ -167,6 +275,8 @@ def _session(messages: Any, user_id: str, date: str | None, session_id: str | No
         record = {"messages": list(messages), "user": user_id}
     if date is not None:
         record["timestamp"] = date
+    if metadata:
+        record["metadata"] = {**(record.get("metadata") or {}), **metadata}
     if session_id is not None:
         record["session_id"] = session_id
     record.setdefault("session_id", uuid.uuid4().hex[:12])

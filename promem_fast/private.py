@@ -135,3 +135,22 @@ def shred(path: str | Path) -> None:
         Path(path).unlink(missing_ok=True)
     except OSError as exc:  # e.g. a read-only medium: the caller's data is gone from the store regardless
         log.warning("%s could not be removed: %s", path, exc)
+
+
+def data_home() -> Path:
+    """Where promem keeps a user's data when no path is given: ``$XDG_DATA_HOME/promem`` when set, else the
+    platform's per-user data folder (``~/.local/share/promem``, ``~/Library/Application Support/promem``,
+    ``%LOCALAPPDATA%\\promem``); created 0700."""
+    import sys
+
+    base = os.environ.get("XDG_DATA_HOME")
+    if not base:
+        if sys.platform == "win32":
+            base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        elif sys.platform == "darwin":
+            base = str(Path.home() / "Library" / "Application Support")
+        else:
+            base = str(Path.home() / ".local" / "share")
+    folder = private_dirs(base) / "promem"
+    private_dir(folder)
+    return folder

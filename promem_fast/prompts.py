@@ -15,6 +15,8 @@ never run away.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -237,6 +239,18 @@ def render(role: str, block: str, **fields: Any) -> tuple[Message, ...]:
 def example_of(role: str) -> str:
     """The example in ``role``'s task ("" when it has none)."""
     return TEMPLATES[role].task.partition("\nExample:")[2]
+
+
+_WEEKDAYS_MONTHS = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday january february march april may june july august "
+    "september october november december".split())
+
+
+def example_names() -> frozenset[str]:
+    """The names the prompts' examples use ("tom", "lea", "porto"), lower-cased: in a model's reply they come
+    from an example (a small model rewords it as a memory), unless the dialogue or the owner has them."""
+    found = {word.lower() for role in TEMPLATES for word in re.findall(r"\b[A-Z][a-z]{2,}\b", example_of(role))}
+    return frozenset(found - _WEEKDAYS_MONTHS)
 
 
 def shown_part(label: str, text: str) -> str:

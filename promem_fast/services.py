@@ -18,6 +18,9 @@ from promem_fast.errors import PromemError
 
 log = logging.getLogger(__name__)
 
+ANSWER_ROLES = frozenset({"qa", "judge"})
+"""Roles of answering and evaluation only: their models are loaded when first asked, not before extraction."""
+
 
 class Services:
     """The model services of one engine, created lazily from the config (or injected, for tests).
@@ -93,6 +96,24 @@ class Services:
         if self._compressor is None:
             self._compressor = self._load("compressor", "llmlingua2", self.config.compression)
         return self._compressor
+
+    def preload(self) -> None:
+        """Build every backend extraction uses now (the chat model of each extraction role, the embedder, the
+        NLI model), so a missing library or model stops the run before its first session with the pip command
+        that fixes it, instead of failing every session one by one."""
+        from promem_fast.config import ROLES
+        from promem_fast.errors import BackendUnavailable
+
+        parts: list[tuple[str, Any]] = [(f"{self.config.llm_for(role).backend} chat model", lambda r=role: self.llm(r))
+                                        for role in ROLES if role not in ANSWER_ROLES]
+        parts.append((f"{self.config.embedder.backend} embedder", lambda: self.embedder))
+        if self.config.nli.backend != "llm":
+            parts.append((f"{self.config.nli.backend} NLI model", lambda: self.nli))
+        for what, build in parts:
+            try:
+                build()
+            except Exception as exc:  # any failure to build is the same news: this backend cannot run here
+                raise BackendUnavailable(f"the {what} cannot start: {exc}") from exc
 
     # -------------------------------------------------------------------------------- token budget
     def context_length(self, role: str) -> int:

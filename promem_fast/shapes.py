@@ -32,10 +32,11 @@ def iso_instant(value: float | str | None) -> str | None:
 
 
 def answer(row: dict[str, Any]) -> dict[str, Any]:
-    """A store answer as ``{"question", "answer", "as_of", "error", "memories": [{"id", "memory", "session_id",
-    "day", "score"}]}`` (the memories in the order the answerer was shown them); no evaluation fields."""
-    return {"question": row["question"], "answer": row["prediction"], "as_of": row["as_of"], "error": row["error"],
-            "memories": list(row["memories"])}
+    """A store answer as ``{"question", "answer", "abstained", "as_of", "error", "memories": [{"id", "memory",
+    "session_id", "day", "score"}]}`` (the memories in the order the answerer was shown them); no evaluation
+    fields. ``answer`` is null and ``abstained`` says why when memory holds nothing on the question."""
+    return {"question": row["question"], "answer": row["prediction"], "abstained": row.get("abstained"),
+            "as_of": row["as_of"], "error": row["error"], "memories": list(row["memories"])}
 
 
 def job(row: dict[str, Any]) -> dict[str, Any]:

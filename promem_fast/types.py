@@ -240,6 +240,8 @@ class MemoryGraph:
     stats: RunStats
     timestamp: str | None = None
     mode: str = "promem"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The session's metadata as given (``add(..., metadata=...)``): stored with it, filterable, exported."""
 
     # ------------------------------------------------------------------------------------ JSON
     def to_dict(self, timings: bool = True) -> dict[str, Any]:
@@ -254,6 +256,7 @@ class MemoryGraph:
             "details": [asdict(d) for d in self.details],
             "events": [asdict(e) for e in self.events],
             "stats": self.stats.to_dict(timings),
+            **({"metadata": dict(self.metadata)} if self.metadata else {}),  # outputs without it stay as they were
         }
 
     def to_json(self, timings: bool = True) -> str:
@@ -274,6 +277,7 @@ class MemoryGraph:
             details=[Detail(**d) for d in data["details"]],
             events=[Event(**e) for e in data.get("events", [])],
             stats=RunStats.from_dict(data.get("stats", {})),
+            metadata=dict(data.get("metadata") or {}),
         )
 
     @classmethod

@@ -361,6 +361,7 @@ def test_the_locomo_answer_prompt_names_the_speaker_the_question_is_about(tmp_pa
     from locomo_fixture import write_locomo
 
     config = scripted_config()
+    config.ranking.relevance_floor = -1.0  # every question reaches the prompt (none abstains)
     judge = RecordingJudge(config.llm)
     run_eval("locomo", write_locomo(tmp_path), config, out_dir=tmp_path, llm=judge)
     about = {fields["question"]: fields["user"] for fields in judge.prompts["qa_memory"]}

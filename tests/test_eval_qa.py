@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Recording, make_session, scripted_config
+from promem_fast.config_ranking import RankingConfig
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.testing.embed_hashing import HashingEmbedder
 from promem_fast.testing.llm_scripted import ScriptedLLM
@@ -69,9 +70,11 @@ class EvalLLM:
         return out
 
 
-def engine_with(llm: EvalLLM, top_k_: int = 20) -> Engine:
+def engine_with(llm: EvalLLM, top_k_: int = 20, *, dense_only: bool = False) -> Engine:
     config = scripted_config()
     config.qa_top_k = top_k_
+    if dense_only:  # cosine alone, the ranking before the hybrid one
+        config.ranking = RankingConfig(lexical=False, names=False, speaker=False, dedup=False, when=False)
     return Engine(config, llm=llm, embedder=HashingEmbedder(config.embedder))
 
 
@@ -129,7 +132,7 @@ def test_retrieval_returns_the_top_k_units_by_hashed_cosine_shown_in_conversatio
     texts_b = ["Maya started learning the piano.", "Biscuit the beagle chewed Maya's piano bench."]
     graphs = [graph("a", texts_a, timestamp="2025-01-01"), graph("b", texts_b, timestamp="2025-01-08")]
     llm = EvalLLM({"qa_memory": echo_first_line})
-    engine = engine_with(llm, top_k_=3)
+    engine = engine_with(llm, top_k_=3, dense_only=True)
     index = build_index(engine, {g.session_id: memory_units(g) for g in graphs})
     q = question("q1", "What is the name of Maya's beagle?", ["a", "b"], ["Jan 01", "Jan 08"])
     (answer,), stats = answer_questions(engine, [(q, "Maya")], index)

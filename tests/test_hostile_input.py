@@ -82,7 +82,7 @@ def test_the_python_client_refuses_a_name_the_service_could_not_address(served: 
         assert caught.value.field == "user_id"
         with pytest.raises(InputError):
             client.delete(user_id="Maya", session_id=name)
-        assert [m["memory"] for m in client.get_all(user_id="Maya")]  # nothing was deleted
+        assert [m["memory"] for m in client.get_all(user_id="Maya")["results"]]  # nothing was deleted
 
 
 @pytest.mark.parametrize("name", ["Maya ", "Maya\u00a0Chen", "Maya\u202eahc", "Ma\u200bya"])

@@ -115,6 +115,9 @@ def test_a_thousand_memories_filter_search_and_read_in_full(page_server: tuple[S
     page.fill("#query", "beagle Biscuit Lisbon animal shelter")
     page.click("#search button[type=submit]")
     page.wait_for_function("Number(document.body.dataset.results) > 0")
+    assert page.text_content("#cutoff-value") == "0.30"  # the default floor: a search does not list 100 hits
+    page.fill("#cutoff", "0")
+    page.wait_for_function("Number(document.body.dataset.listed) === 100")
     everything = listed(page)
     page.fill("#cutoff", "0.5")
     page.wait_for_function(f"Number(document.body.dataset.listed) < {everything}")
@@ -136,6 +139,7 @@ def test_a_thousand_memories_filter_search_and_read_in_full(page_server: tuple[S
     page.locator("#results li").first.click()
     assert page.locator("#selected .text").inner_text() == BEAGLE
     assert page.locator("#selected details").evaluate("d => d.open") is True
+    assert page.locator("#selected .source").inner_text() == "said in turn 6 of session s-23"
     assert "data-error" not in page.evaluate("Object.keys(document.body.dataset).join(' ')")
     page.close()
 
@@ -147,9 +151,9 @@ def test_every_surface_returns_10_hits_unless_told(page_server: tuple[Server, st
 
     server, key = page_server
     with Client(server.url, key) as client:
-        assert len(client.search("pottery class", user_id=USER)) == 10
+        assert len(client.search("pottery class", user_id=USER)["results"]) == 10
     with server.client(key) as http:
-        assert len(http.post(f"/v1/users/{USER}/search", json={"query": "pottery class"}).json()["hits"]) == 10
+        assert len(http.post(f"/v1/users/{USER}/search", json={"query": "pottery class"}).json()["results"]) == 10
     capsys.readouterr()
     assert main(["search", "pottery class", "--db", str(server.path), "--user-id", USER, "--profile", "scripted",
                  "--json"]) == 0

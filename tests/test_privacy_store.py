@@ -181,7 +181,7 @@ def test_extract_refuses_a_user_name_the_service_could_not_address(user: str, tm
     session = make_session("s1", user, [("I like tea.", "Noted.")])
     source = write_jsonl(tmp_path / "in.jsonl", [session])
     out, db = tmp_path / "g.jsonl", tmp_path / "m.db"
-    assert main(["extract", str(source), "-o", str(out), "--db", str(db), *SCRIPTED]) == 0
+    assert main(["extract", str(source), "-o", str(out), "--db", str(db), *SCRIPTED]) == 1  # its only session failed
     rejects = [json.loads(line) for line in out.with_name("g.rejects.jsonl").read_text().splitlines()]
     assert [(r["line"], r["field"]) for r in rejects] == [(1, "user")]
     with MemoryStore(db, read_only=True) as store:

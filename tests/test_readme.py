@@ -29,6 +29,7 @@ NOT_RUN = {
     "make demo": "builds the environment the suite runs in (minutes of compiling llama.cpp)",
     "python -m build": "builds and installs the wheel: `make wheel-check` (run by CI) does exactly this in a fresh venv",
     "--profile gpu": "needs a GPU with vLLM",
+    "llama-server -m": "needs an OpenAI-compatible server with a model (llama.cpp's llama-server or vllm serve)",
     "promem eval halumem     --data": "needs the benchmarks' data files",
     "--profile paper": "needs a GPU box, the paper's models and an OpenAI-compatible endpoint",
     "PROMEM_DB_URL=postgresql": "needs a PostgreSQL server at that address (tests/test_store_postgres.py runs a real one)",
@@ -91,7 +92,8 @@ def test_every_readme_example_runs(workdir: tuple[Path, dict[str, str], list[sub
                                                     env=env, stdout=log, stderr=log))
                     continue
                 kept.append(line)
-            script = "set -euo pipefail\n" + "\n".join(kept) + '\nprintf "\\n__KEY__=%s\\n" "${KEY:-}"\n'
+            # only an exported KEY reaches the next block, as only an exported one reaches a program run later
+            script = "set -euo pipefail\n" + "\n".join(kept) + '\nprintf "\\n__KEY__=%s\\n" "$(printenv KEY || true)"\n'
             done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
                                   timeout=300)
             found = re.search(r"^__KEY__=(.*)$", done.stdout, re.M)

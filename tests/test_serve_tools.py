@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,14 +105,24 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
     async def converse() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-            assert {"add", "search", "answer", "list", "history", "delete"} <= names
-            added = tool_result(await client.call_tool("add", {"user_id": user, "messages": [session.to_dict()]}))
+            assert names == {"add", "search", "get", "update", "answer", "list", "history", "delete"}
+            added = tool_result(await client.call_tool("add", {"user_id": user, "messages": [session.to_dict()],
+                                                               "metadata": {"source": "chat"}}))
             assert (added["state"], added["done"]) == ("finished", 1)
-            hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "k": 3}))
+            hits = tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion", "top_k": 3,
+                                                                 "filters": {"source": "chat"}}))["results"]
             assert 0 < len(hits) <= 3 and all(h["user_id"] == user for h in hits)
+            assert hits[0]["metadata"] == {"source": "chat"}
+            assert not tool_result(await client.call_tool("search", {"user_id": user, "query": "promotion",
+                                                                     "filters": {"source": "mail"}}))["results"]
+            one = tool_result(await client.call_tool("get", {"user_id": user, "memory_id": hits[-1]["id"]}))
+            assert one["memory"] == hits[-1]["memory"]
+            edited = tool_result(await client.call_tool("update", {"user_id": user, "memory_id": hits[-1]["id"],
+                                                                   "data": "Tomas plays the oboe."}))
+            assert (edited["id"], edited["memory"]) == (hits[-1]["id"], "Tomas plays the oboe.")
             assert set(hits[0]) == MEMORY_FIELDS  # the HTTP API's shape: one id, the text once
             answer = tool_result(await client.call_tool("answer", {"user_id": user, "question": "What changed?"}))
-            assert set(answer) == {"question", "answer", "as_of", "error", "memories"}  # no gold, no budget counts
+            assert set(answer) == {"question", "answer", "abstained", "as_of", "error", "memories"}  # no gold
             listed = tool_result(await client.call_tool("list", {"user_id": user}))
             assert {h["id"] for h in hits} <= {m["id"] for m in listed}
             chain = tool_result(await client.call_tool("history", {"user_id": user, "memory_id": hits[0]["id"]}))
@@ -145,3 +156,13 @@ def test_serve_names_a_store_it_cannot_open_in_one_line(tmp_path: Path, capsys: 
     assert main(["serve", "--db", str(tmp_path / "missing" / "memory.db"), *SCRIPTED]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "missing" in err and "does not exist" in err
+
+
+def test_mcp_help_names_every_tool_the_server_offers() -> None:
+    from promem_fast.serve.mcp_tools import TOOLS
+
+    done = subprocess.run([sys.executable, "-m", "promem_fast.cli", "mcp", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    text = " ".join(done.stdout.split())
+    assert "add, search, get, update, answer, list, history, delete" in text
+    assert set(TOOLS) == {"add", "search", "get", "update", "answer", "list", "history", "delete"}

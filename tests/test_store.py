@@ -300,10 +300,11 @@ def test_a_large_users_index_is_saved_reused_and_refilled_when_stale(tmp_path: P
     with open_store(db) as store:
         assert store.search("Maya", "Lisbon", k=1)[0].session_id == "m1"
         store.delete(user="Maya", session="m2")  # a new generation: the saved index is stale
-    with open_store(db) as store:
+    dense = scripted_config().with_overrides(["ranking.lexical=false", "ranking.names=false"])  # vectors alone
+    with MemoryStore(db, dense) as store:
         assert store.search("Maya", "Lisbon", k=3) == []  # refilled from SQLite, where no vector is left
     db.unlink()
-    with open_store(db) as store:  # another store at the same path never reads the old file
+    with MemoryStore(db, dense) as store:  # another store at the same path never reads the old file
         store.add([graph("n1", "Maya", ["Maya sings in a choir.", "Maya grows tomatoes.", "Maya swims laps."])])
         hits = store.search("Maya", "Maya choir in Lisbon", k=3)
         query = store.embedder.embed(["Maya choir in Lisbon"])[0]

@@ -71,10 +71,14 @@ def test_a_large_users_pool_preselected_by_the_index_gives_the_same_answers(tmp_
         whole = store.answer("Maya", questions, engine=engine)
         monkeypatch.setattr(answering, "PRESELECT_ABOVE", 10)
         picked = store.answer("Maya", questions, engine=engine)
-    assert [a["candidates"] for a in whole] == [300] * 3 and all(a["candidates"] <= 60 for a in picked)
+    # the pool: each question's 4 x 5 best on each side (dense and BM25), three questions: at most 120 of 300
+    assert [a["candidates"] for a in whole] == [300] * 3 and all(a["candidates"] <= 120 for a in picked)
+    # the same answer from nearly the same memories: BM25 over the smaller pool weighs a word a little
+    # differently (its share of the pool's memories is not the user's), which may let one neighbour in
     for a, b in zip(whole, picked, strict=True):
-        assert (a["prediction"], a["retrieved"], a["missing_sessions"]) == (
-            b["prediction"], b["retrieved"], b["missing_sessions"])
+        assert (a["prediction"], a["missing_sessions"]) == (b["prediction"], b["missing_sessions"])
+        shown = [{(r["session_id"], r["text"]) for r in x["retrieved"]} for x in (a, b)]
+        assert len(shown[0] & shown[1]) >= len(shown[0]) - 1, shown
 
 
 class JobNLI:

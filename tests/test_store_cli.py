@@ -14,7 +14,7 @@ from promem_fast.store import MemoryStore
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
 MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
-                 "reason", "score", "details", "links"}
+                 "reason", "score", "details", "metadata", "links"}
 
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(
@@ -38,7 +38,8 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
 
     assert main(["ask", f"What about {probe.text}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)
-    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "as_of", "error", "memories"}
+    assert reply["answer"] and reply["memories"] and set(reply) == {"question", "answer", "abstained", "as_of",
+                                                                    "error", "memories"}
 
     assert main(["search", "work", "--db", str(db), "--user-id", user, "--json", *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -117,3 +118,41 @@ def test_list_history_and_delete_from_the_command_line(tmp_path: Path, capsys: p
     assert json.loads(capsys.readouterr().out) == {"deleted": 1}
     assert main(["list", "--db", str(db), "--user-id", "Bo"]) == 1
     assert "no memory for user 'Bo'" in capsys.readouterr().err
+
+
+def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """get, update, list/search --filter, delete of a session without memories, reset, and the tenant hint."""
+    from promem_fast import Memory
+
+    db = tmp_path / "m.db"
+    with Memory(db, profile="scripted", tenant="acme") as memory:
+        memory.add("I keep bees in Porto.", user_id="Sharon Brown", metadata={"topic": "hobby"})
+        memory.add("I work as a nurse.", user_id="Sharon Brown", metadata={"topic": "work"})
+        memory.add("hello", user_id="Sharon Brown", session_id="s2")
+        assert memory.store.sessions("Sharon Brown", tenant="acme")[-1] == "s2"
+        assert all("s2" not in m["session_ids"] for m in memory.get_all(user_id="Sharon Brown")["results"])
+    where = ["--db", str(db), "--tenant", "acme"]
+    user = ["--user-id", "Sharon Brown"]
+    # the user exists under another tenant: the error says which
+    assert main(["list", "--db", str(db), *user]) == 1
+    assert capsys.readouterr().err.strip() == (f"promem: no memory for user 'Sharon Brown' in {db} (tenant default); "
+                                               "'Sharon Brown' has memory under --tenant acme")
+    assert main(["list", *where, *user, "--json", "--filter", "topic=work"]) == 0
+    (work,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (work["memory"], work["metadata"]) == ("Sharon Brown work as a nurse.", {"topic": "work"})
+    assert main(["search", "job", *where, *user, "--json", "--top-k", "5", "--filter", "topic=hobby", *SCRIPTED]) == 0
+    assert [json.loads(line)["memory"] for line in capsys.readouterr().out.splitlines()] == [
+        "Sharon Brown keep bees in Porto."]
+    assert main(["update", str(work["id"]), "Sharon Brown works as a midwife.", *where, *SCRIPTED]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == "Sharon Brown works as a midwife."
+    assert main(["get", str(work["id"]), *where]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == "Sharon Brown works as a midwife."
+    assert main(["get", "999", *where]) == 1
+    assert capsys.readouterr().err.strip() == f"promem: no memory #999 in {db} (tenant acme)"
+    # a listed session without memories is deleted, not reported missing
+    assert main(["delete", "--session-id", "s2", *where, *user, *SCRIPTED]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 0}
+    with MemoryStore(db, read_only=True) as store:
+        assert "s2" not in store.sessions("Sharon Brown", tenant="acme")
+    assert main(["reset", *where, "--yes"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 2}

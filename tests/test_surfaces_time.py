@@ -41,10 +41,10 @@ def texts(hits: list[dict]) -> list[str]:
 def test_http_search_and_answer_take_the_questions_time(tom: tuple[Server, str]) -> None:
     server, key = tom
     with server.client(key) as http:
-        now = http.post("/v1/users/Tom/search", json={"query": QUESTION}).json()["hits"]
-        then = http.post("/v1/users/Tom/search", json={"query": QUESTION, "as_of": "2024-02-01"}).json()["hits"]
+        now = http.post("/v1/users/Tom/search", json={"query": QUESTION}).json()["results"]
+        then = http.post("/v1/users/Tom/search", json={"query": QUESTION, "as_of": "2024-02-01"}).json()["results"]
         january = http.post("/v1/users/Tom/search", json={"query": "Tom", "since": "2024-01-01",
-                                                            "until": "2024-01-31"}).json()["hits"]
+                                                            "until": "2024-01-31"}).json()["results"]
         past = http.post("/v1/users/Tom/answer", json={"question": QUESTION, "as_of": "2024-02-01"}).json()
     assert DENVER in texts(now) and BOSTON not in texts(now)
     assert texts(then)[0] == BOSTON and DENVER not in texts(then)
@@ -61,8 +61,8 @@ def test_the_client_and_the_cli_take_the_questions_time(tom: tuple[Server, str],
 
     server, key = tom
     with Client(server.url, key) as client:
-        assert texts(client.search(QUESTION, user_id="Tom", as_of="2024-02-01"))[0] == BOSTON
-        assert DENVER not in texts(client.search("Tom", user_id="Tom", since="2024-01-01", until="2024-01-31"))
+        assert texts(client.search(QUESTION, user_id="Tom", as_of="2024-02-01")["results"])[0] == BOSTON
+        assert DENVER not in texts(client.search("Tom", user_id="Tom", since="2024-01-01", until="2024-01-31")["results"])
         assert client.answer(QUESTION, user_id="Tom", as_of="2024-02-01")["as_of"] == "2024-02-01T23:59:59"
     capsys.readouterr()
     assert main(["search", QUESTION, "--db", str(server.path), "--user-id", "Tom", "--as-of", "2024-02-01",
@@ -83,8 +83,8 @@ def test_mcp_tools_take_the_same_time_arguments() -> None:
     server = build_server(service=None, tenant="default")  # type: ignore[arg-type]  # listing runs no tool
     tools = {tool.name: tool.input_schema["properties"] for tool in asyncio.run(server.list_tools())}
     assert {"as_of", "since", "until"} <= set(tools["search"]) and {"as_of", "since", "until"} <= set(tools["answer"])
-    assert tools["search"]["k"]["default"] == 10
-    assert set(tools["add"]) == {"user_id", "messages", "date"}
+    assert tools["search"]["top_k"]["default"] == 10  # the HTTP body's and mem0's name
+    assert set(tools["add"]) == {"user_id", "messages", "date", "metadata"}
     assert set(tools["delete"]) == {"user_id", "memory_id", "session_id"}
 
 

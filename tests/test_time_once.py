@@ -164,7 +164,7 @@ def test_since_and_until_keep_what_was_said_within_the_window(served: tuple[Serv
     server, key = served
     with server.client(key) as http:
         def said(**window: str) -> set[str]:
-            hits = http.post("/v1/users/Maya/search", json={"query": "Maya", **window}).json()["hits"]
+            hits = http.post("/v1/users/Maya/search", json={"query": "Maya", **window}).json()["results"]
             return {h["session_ids"][0] for h in hits}
 
         assert said() == {"m1", "m2"}

@@ -217,6 +217,25 @@ def test_items_copied_from_the_prompts_example_are_dropped_but_the_same_words_fr
     assert graph.stats.counts["repaired_replies"] >= 2
 
 
+def test_rewordings_of_an_example_are_dropped_from_every_list_unless_the_dialogue_names_them() -> None:
+    """A 135M model rewords the example ("Tom will begin working at a bakery") rather than copying it: the
+    example's names, absent from the dialogue and not the owner's, mark it (most of its words are not the
+    example's, so the word-share rule alone keeps it)."""
+    reworded = {"event": lambda f: {"events": ["Tom will begin working at a pastry shop soon, he said happily."]},
+                "draft": lambda f: {"facts": ["Maya Chen is flying to Oslo for a conference.",
+                                              "Lea phoned the user and they chatted about dinner plans."]}}
+    config = scripted_config(mode="promem", hallucination_verification=False)  # a weak judge lets all through
+    graph = Engine(config, llm=ScriptedLLM(rules=reworded)).extract([session()])[0]
+    texts = [n.text for n in graph.nodes] + [e.text for e in graph.events]
+    assert not any(name in text for text in texts for name in ("Tom", "Lea", "Porto"))
+    assert "Maya Chen is flying to Oslo for a conference." in texts
+    # a user called Tom keeps his memories
+    tom = Session(session_id="t", user="Tom", timestamp=DAY, turns=(Turn(0, "user", "I moved to Porto.", DAY),))
+    kept = Engine(scripted_config(mode="one-off"), llm=ScriptedLLM(
+        rules={"draft": lambda f: {"facts": ["Tom moved to Porto."]}})).extract([tom])[0]
+    assert [n.text for n in kept.nodes] == ["Tom moved to Porto."]
+
+
 def test_a_list_cut_at_the_cap_is_continued_even_when_its_check_dropped_an_item() -> None:
     def draft(fields: dict[str, str]) -> dict[str, list[str]]:
         if "Ann visited Oslo" not in fields["more"]:

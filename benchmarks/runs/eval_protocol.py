@@ -105,8 +105,13 @@ def retrieval(out: Path) -> Path:
     result = run_retrieval("halumem", DEV, config, out_dir=out, time_aware=True)
     result["note"] = "scripted extraction (stand-in memories), all-MiniLM-L6-v2 retrieval: a retrieval-stack figure"
     path = RESULTS / "retrieval-halumem-dev.json"
-    path.write_text(json.dumps({k: v for k, v in result.items() if k != "provenance"} |
+    commit, dirty = figures.current_commit()
+    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
+             "dirty": dirty, "command": "python -m benchmarks.runs.eval_protocol --retrieval",
+             "machine": machine_info()}
+    path.write_text(json.dumps(stamp | {k: v for k, v in result.items() if k != "provenance"} |
                                {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
+    figures.adopt(path, stamp["command"])  # its numeric fields become the figures the README quotes
     path.with_suffix(".md").write_text(render(result) + f"\n{result['note']}.\n", encoding="utf-8")
     return path
 

@@ -13,8 +13,8 @@ import logging
 import os
 import sys
 
-COMMANDS: tuple[str, ...] = ("extract", "export", "models", "config", "eval", "store_io", "search", "memories",
-                            "serve", "migrate", "calibrate")
+COMMANDS: tuple[str, ...] = ("demo", "extract", "export", "models", "config", "eval", "store_io", "search",
+                            "memories", "serve", "migrate", "calibrate")
 """Modules of :mod:`promem_fast.cli`, in the order their subcommands appear in ``promem --help``."""
 
 

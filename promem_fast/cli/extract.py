@@ -90,7 +90,11 @@ def cmd_extract(args: argparse.Namespace) -> int:
         print(f"promem: stopped at bad input (--on-error stop): {stopped[0]}; the {len(writer.done)} sessions "
               f"before it are written to {out}", file=sys.stderr)
         status = 2
-    engine.summary.rejected += counts["input_rejects"]
+    failed = engine.summary.rejected + counts["input_rejects"]
+    if status == 0 and failed and not engine.summary.sessions and not counts["skipped"]:  # none made it, none before
+        print(f"promem: every session failed ({failed}); the reasons are in {rejects.path}", file=sys.stderr)
+        status = 1
+    engine.summary.rejected = failed
     print(engine.summary.table())
     if args.resume:
         print(f"resumed: {counts['skipped']} sessions before the resume point were skipped")
@@ -135,6 +139,7 @@ def _open_engine(args: argparse.Namespace, config: EngineConfig, files: Any, wri
     engine: Engine | None = None
     try:
         engine = Engine(config)
+        engine.services.preload()  # a missing library or model stops here, with the pip command, not per session
         engine.on_session_error = rejects.session_error
         return engine, extract_store(args, config, files.out, engine)
     except BaseException:

@@ -1,5 +1,5 @@
-"""``promem list``, ``promem history`` and ``promem delete``: the rest of the memory verbs on the command line,
-with the arguments and (with ``--json``) the result shapes of the HTTP API, the client and MCP."""
+"""``promem list``, ``get``, ``update``, ``history``, ``delete`` and ``reset``: the rest of the memory verbs on the
+command line, with the arguments and (with ``--json``) the result shapes of the HTTP API, the client and MCP."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import sys
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
-from promem_fast.cli.search import unknown_user, user_arg
+from promem_fast.cli.search import filter_arg, unknown_user, user_arg
 from promem_fast.cli.store_io import store_args
 from promem_fast.persistence.api import shown
+from promem_fast.store.filters import matches
 
 
 def register(sub: Any) -> None:
@@ -20,7 +21,18 @@ def register(sub: Any) -> None:
     user_arg(p)
     p.add_argument("--history", action="store_true", help="also the memories newer ones replaced")
     p.add_argument("--json", action="store_true", help="one JSON object per memory (the HTTP API's shape)")
+    filter_arg(p)
     p.set_defaults(func=cmd_list)
+    p = sub.add_parser("get", help="one memory by id, as JSON")
+    p.add_argument("memory_id", type=int)
+    store_args(p)
+    p.set_defaults(func=cmd_get)
+    p = sub.add_parser("update", help="give a memory new text (same id and history, re-embedded)")
+    p.add_argument("memory_id", type=int)
+    p.add_argument("text")
+    store_args(p)
+    config_args(p)
+    p.set_defaults(func=cmd_update)
     p = sub.add_parser("history", help="what a memory replaced and what replaced it")
     p.add_argument("memory_id", type=int)
     store_args(p)
@@ -33,19 +45,25 @@ def register(sub: Any) -> None:
     which.add_argument("--session-id", help="the session whose memory to delete")
     config_args(p)  # a store that judges updates judges again what the deleted memory had replaced
     p.set_defaults(func=cmd_delete)
+    p = sub.add_parser("reset", help="delete all memory of every user of the tenant")
+    store_args(p)
+    p.add_argument("--yes", action="store_true", required=True, help="confirm: this cannot be undone")
+    p.set_defaults(func=cmd_reset)
 
 
 def _open(args: argparse.Namespace, *, write: bool = False) -> Any:
     from promem_fast.store import MemoryStore
 
-    return MemoryStore(args.db, build_config(args) if write else None, read_only=not write, key_file=args.key_file)
+    return MemoryStore(args.db, build_config(args) if write and hasattr(args, "overrides") else None,
+                       read_only=not write, key_file=args.key_file)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with _open(args) as store:
         if unknown_user(store, args):
             return 1
-        hits = store.hits(args.user, tenant=args.tenant, history=args.history)
+        hits = [hit for hit in store.hits(args.user, tenant=args.tenant, history=args.history)
+                if matches(hit.metadata, dict(args.filters or []))]
     for hit in hits:
         item = hit.memory()
         if args.json:
@@ -56,12 +74,45 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_get(args: argparse.Namespace) -> int:
+    from promem_fast.store.editing import one
+
+    with _open(args) as store:
+        return _print_memory(args, one(store, args.memory_id, args.tenant))
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from promem_fast.store.editing import rewrite
+
+    with _open(args, write=True) as store:
+        return _print_memory(args, rewrite(store, args.memory_id, args.text, args.tenant))
+
+
+def _print_memory(args: argparse.Namespace, hit: Any) -> int:
+    if hit is None:
+        return _no_memory(args)
+    print(json.dumps(hit.memory(), ensure_ascii=False))
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from promem_fast.store.editing import reset
+
+    with _open(args, write=True) as store:
+        print(json.dumps({"deleted": reset(store, args.tenant)}))
+    return 0
+
+
+def _no_memory(args: argparse.Namespace) -> int:
+    print(f"promem: no memory #{args.memory_id} in {shown(args.db)} (tenant {args.tenant})", file=sys.stderr)
+    return 1
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     with _open(args) as store:
         graph = store.history_graph(args.memory_id, tenant=args.tenant)
     if not graph["nodes"]:
-        print(f"promem: no memory #{args.memory_id} in {shown(args.db)} (tenant {args.tenant})", file=sys.stderr)
-        return 1
+        return _no_memory(args)
     print(json.dumps(graph, ensure_ascii=False))
     return 0
 
@@ -70,8 +121,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
     with _open(args, write=True) as store:
         if unknown_user(store, args):
             return 1
+        had_session = args.session_id in store.sessions(args.user, tenant=args.tenant)  # maybe without memories
         deleted = store.delete(tenant=args.tenant, user=args.user, session=args.session_id, node=args.memory_id)
-    if not deleted and (args.memory_id is not None or args.session_id is not None):
+    if not deleted and (args.memory_id is not None or args.session_id is not None and not had_session):
         what = f"memory #{args.memory_id}" if args.memory_id is not None else f"session {args.session_id!r}"
         print(f"promem: {args.user!r} has no {what} in {shown(args.db)}", file=sys.stderr)
         return 1

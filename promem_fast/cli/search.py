@@ -16,9 +16,11 @@ def register(sub: Any) -> None:
     p.add_argument("query")
     store_args(p)
     user_arg(p)
-    p.add_argument("-k", type=int, default=DEFAULT_K, help=f"entries to return (default {DEFAULT_K})")
+    p.add_argument("-k", "--top-k", "--limit", dest="k", type=int, default=DEFAULT_K,
+                   help=f"entries to return (default {DEFAULT_K})")
     p.add_argument("--history", action="store_true", help="include entries that newer ones superseded")
     time_args(p)
+    filter_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per entry (the HTTP API's shape)")
     config_args(p)
     p.set_defaults(func=cmd_search)
@@ -34,6 +36,25 @@ def register(sub: Any) -> None:
 
 def user_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user-id", "--user", dest="user", required=True, help="the user whose memory is meant")
+
+
+def filter_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--filter", dest="filters", action="append", type=metadata_condition, metavar="KEY=VALUE",
+                        help="only memories whose session's metadata has KEY equal to VALUE (a JSON value, else "
+                             "text); repeat for several")
+
+
+def metadata_condition(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as a filter condition: VALUE read as JSON (``2024``, ``true``) when it is, else as text."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"give KEY=VALUE, not {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
 
 
 def time_args(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +78,9 @@ def unknown_user(store: Any, args: argparse.Namespace) -> bool:
 
     if args.user in store.users(tenant=args.tenant):
         return False
-    print(f"promem: no memory for user {args.user!r} in {shown(args.db)} (tenant {args.tenant})", file=sys.stderr)
+    elsewhere = [t for t in store.tenants() if t != args.tenant and args.user in store.users(tenant=t)]
+    hint = f"; {args.user!r} has memory under --tenant {', '.join(elsewhere)}" if elsewhere else ""
+    print(f"promem: no memory for user {args.user!r} in {shown(args.db)} (tenant {args.tenant}){hint}", file=sys.stderr)
     return True
 
 
@@ -70,7 +93,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if unknown_user(store, args):
             return 1
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
-                            **given_time(args))
+                            filters=dict(args.filters or []), **given_time(args))
     for hit in hits:
         if args.json:
             print(json.dumps(hit.memory(), ensure_ascii=False))
@@ -100,6 +123,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     reply = shapes.answer(row)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))
+    elif reply["abstained"] is not None:  # a reply, not a failure: memory holds nothing on the question
+        print(f"(no answer) {reply['abstained']}")
     elif reply["answer"] is None:
         print(f"promem: no answer: {reply['error']}", file=sys.stderr)
         return 1

@@ -14,6 +14,9 @@ from promem_fast.cli.store_io import db_arg, key_arg
 from promem_fast.persistence.api import shown
 from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, parse_priority
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S
+from promem_fast.serve.mcp_tools import TOOLS
+
+MCP_TOOLS = ", ".join(TOOLS)
 
 
 def engine_priority(text: str) -> EnginePriority:
@@ -43,8 +46,8 @@ def register(sub: Any) -> None:
                    help="how the engine process gives way to requests on busy cores: N lowers its CPU priority by "
                         "N (nice 0-19; 0: the server's own), 'idle' runs it only on cores nothing else wants "
                         "(Linux SCHED_IDLE: a request preempts it at once, but extraction all but stops while other "
-                        f"programs keep the cores busy). Default {ENGINE_PRIORITY}: extraction keeps a share of "
-                        "a machine shared with other work")
+                        f"programs keep the cores busy). Default {ENGINE_PRIORITY}: accepted work keeps its share "
+                        "of a machine shared with other programs; a lower priority can starve it there")
     lease_arg(p)
     key_arg(p)
     judge_arg(p)
@@ -73,7 +76,9 @@ def register(sub: Any) -> None:
         key_arg(q)
     k.set_defaults(func=cmd_keys)
 
-    m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with add, search and answer tools")
+    m = sub.add_parser("mcp", help="Model Context Protocol server (stdio) with the tools " + MCP_TOOLS,
+                       description="Model Context Protocol server over stdio for one local agent, with the tools "
+                                   + MCP_TOOLS + " on the memory of --tenant in --db.")
     db_arg(m, "the store")
     m.add_argument("--tenant", default="default", help="the tenant the tools read and write")
     key_arg(m)
@@ -103,9 +108,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve")
     config = build_config(args)
     config.progress = False
+    port_in_use(args.host, args.port)  # before the models load: a taken port is known at once
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file,
                       job_lease_s=args.job_lease,
                       job_retention_s=args.job_retention, engine_priority=args.engine_priority)
+    started(service)
     app = create_app(service, rate=args.rate, burst=args.burst, max_body=args.max_body)
     url = f"http://{args.host}:{args.port}"
     print(f"promem serve: store {shown(args.db)}, listening on {url}/ (page), {url}/docs (API), {url}/metrics",
@@ -147,6 +154,32 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def started(service: Any) -> None:
+    """Start the service's engine; when its models cannot load, close it and raise the reason (one line,
+    with the pip command that fixes it) before anything is served."""
+    try:
+        service.start()
+    except BaseException:
+        service.close()
+        raise
+
+
+def port_in_use(host: str, port: int) -> None:
+    """UsageError when ``host:port`` cannot be bound (taken by another server, or not ours to take)."""
+    import socket
+
+    from promem_fast.errors import UsageError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror}); another server may have it: "
+                             "stop it or choose another --port") from None
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from promem_fast.serve import db
     from promem_fast.serve.keys import KeyRing
@@ -177,7 +210,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     config = build_config(args)
     config.progress = False
     service = Service(args.db, config, update_judge=args.update_judge, key_file=args.key_file)
-    service.start()
+    started(service)
     try:
         build_server(service, args.tenant).run("stdio")
     finally:

@@ -33,6 +33,7 @@ import numpy as np
 from promem_fast.context import RunContext
 from promem_fast.requests import Embed, Failure, Generate, Program, Request
 from promem_fast.store.qa import Answer
+from promem_fast.store.qa_prompts import QA_NOT_FOUND
 from promem_fast.types import MemoryGraph, Session
 
 from . import metrics
@@ -259,6 +260,10 @@ def halumem_qa_judge(question: Question, answer: Answer, ctx: RunContext,
                      prompts: JudgePrompts = OWN) -> Program[dict[str, Any]]:
     """``result_type`` Correct / Hallucination / Omission (``None`` when no answer or no parsable grade)."""
     label = _qa_base(question, answer)
+    if answer.abstained is not None:  # HaluMem's rule: a refusal omits an answerable question's answer and
+        # is right about a question on what was never said (Memory Boundary)
+        return {**label, "result_type": "Correct" if question.abstention else "Omission", "judge_reply": None,
+                "error": None, "abstained": answer.abstained}
     if answer.prediction is None:
         return {**label, "result_type": None, "judge_reply": None, "error": answer.error}
     evidence = [e.get("memory_content", str(e)) if isinstance(e, dict) else str(e) for e in question.evidence]
@@ -271,11 +276,11 @@ def halumem_qa_judge(question: Question, answer: Answer, ctx: RunContext,
 
 def locomo_qa_judge(question: Question, answer: Answer, ctx: RunContext) -> Program[dict[str, Any]]:
     """``llm_correct`` (the LLM judge) and ``f1`` (LoCoMo's own token F1 by category) for one question."""
-    prediction = answer.prediction or ""
+    prediction = QA_NOT_FOUND if answer.abstained is not None else answer.prediction or ""
     category = question.category if question.category is not None else 4
     label = {**_qa_base(question, answer), "category": category, "prediction": prediction,
              "f1": metrics.locomo_score(prediction, question.answer, category)}
-    if answer.prediction is None:
+    if answer.prediction is None and answer.abstained is None:
         return {**label, "llm_correct": None, "judge_reply": None, "error": answer.error}
     reference = question.answer if question.answer is not None else (
         "Not mentioned: the question assumes something the conversation never says.")
@@ -297,9 +302,10 @@ def longmemeval_qa_judge(question: Question, answer: Answer, ctx: RunContext) ->
     as LongMemEval's own scoring counts any reply without "yes"."""
     name = longmemeval_template(question)
     label = {**_qa_base(question, answer), "template": name}
-    if answer.prediction is None:
+    if answer.prediction is None and answer.abstained is None:
         return {**label, "label": False, "judge_reply": None, "error": answer.error}
-    fields = {"question": question.question, "reference": question.answer or "", "answer": answer.prediction}
+    said = QA_NOT_FOUND if answer.abstained is not None else answer.prediction
+    fields = {"question": question.question, "reference": question.answer or "", "answer": said}
     (result,) = yield [_request(ctx, name, fields, item=f"qa {question.question_id}")]
     reply, record = _outcome(ctx, result, name)
     return {**label, "label": False if reply is None else reply["verdict"] == "yes", **record}

@@ -1,18 +1,17 @@
 """Retrieval-only evaluation: does the memory a question needs reach the top k, before any model answers?
 
-``promem eval locomo --retrieval`` extracts (or reuses) the graphs, puts them in the store as ``promem eval``
+``promem eval KIND --retrieval`` extracts (or reuses) the graphs, puts them in the store as ``promem eval``
 does, then for every question with evidence ranks the memories of its history exactly as the answer step
-ranks them (query embedding against the stored vectors, LoCoMo's two per-speaker copies of a memory counted
-once) and records the rank of the first memory its evidence grounds. Evidence recall@k is the share of
-questions with such a memory among the top k, per question category and overall.
+ranks them (the hybrid ranking of :mod:`promem_fast.store.ranking`, LoCoMo's two per-speaker copies of a
+memory counted once) and records the rank of the first memory grounded in its evidence. Evidence recall@k
+is the share of questions with such a memory among the top k, per question category and overall.
 
-What "grounded in the evidence" means depends on what the benchmark annotates:
-
-- LoCoMo (``turn`` level): a memory counts when one of the dialogue turns it is grounded in (its
-  ``turn_ids``, the ``dia_id`` of the turn) is one of the question's evidence turns;
-- HaluMem and LongMemEval (``session`` level): the evidence is gold memory points or answer sessions, not
-  turns, so a memory counts when it comes from a session that holds the evidence. That is a coarser figure
-  (any memory of the right session), stated as such.
+The headline is at turn level: a memory counts when one of the turns it is anchored to is an evidence
+turn (:mod:`.evidence` says how each benchmark's evidence becomes turns; HaluMem's is text, placed on the
+turn saying most of it). Beside it: the session-level figure (any memory of a session holding evidence,
+the coarser figure earlier versions reported), the figure a random order of the same pool reaches
+(expected value, exact), and the turn-level figure under each ranking variant, so each part's gain is
+seen alone (:func:`ranking_variants`).
 
 It measures the retrieval stack (extraction, embedder, store, ranking), not answers. ``--time-aware``
 adds the same table with each question seeing only the memories that held at its time (the store's
@@ -23,14 +22,15 @@ the two differ only where a question's time precedes memories of its history.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from promem_fast.config import EngineConfig
+from promem_fast.config_ranking import RankingConfig
 from promem_fast.context import RunContext
 from promem_fast.engine import Engine
 from promem_fast.errors import ConfigError
@@ -41,19 +41,17 @@ from promem_fast.eval.store_index import evaluation_index
 from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
 
+from promem_fast.store.qa import RetrievalIndex, Unit, gather, prepared_query, rank, unit_key, with_stats
+
 from .datasets import load_benchmark
+from .evidence import TurnRef, all_evidence_turns, grounded_in
 from .provenance import provenance
-from promem_fast.store.qa import RetrievalIndex, Unit, top_k, unit_key, with_stats
 from .benchmark import Benchmark, Question
 from .split import apply_tau, select_users
 from .variants import KINDS, PathLike
 
 RECALL_KS: tuple[int, ...] = (1, 5, 10, 20)
 """The k of recall@k reported by default (20 is the paper's QA top-k)."""
-
-
-def evidence_level(kind: str) -> str:
-    return "turn" if kind == "locomo" else "session"
 
 
 def unit_turns(graphs: Sequence[MemoryGraph]) -> dict[tuple[str, str], set[str]]:
@@ -67,66 +65,83 @@ def unit_turns(graphs: Sequence[MemoryGraph]) -> dict[tuple[str, str], set[str]]
     return turns
 
 
-def grounded(unit: Unit, question: Question, level: str, turns: dict[tuple[str, str], set[str]]) -> bool:
-    """Whether ``unit`` is grounded in ``question``'s evidence (see the module docstring)."""
-    if level == "session":
-        return unit.session_id in question.evidence_session_ids
-    return bool(turns.get((unit.session_id, unit.key), set()) & {str(e) for e in question.evidence})
+def grounded(unit: Unit, evidence: set[TurnRef], turns: dict[tuple[str, str], set[str]]) -> bool:
+    """Whether ``unit`` is anchored to one of the evidence turns (see :mod:`.evidence`)."""
+    return grounded_in(turns.get((unit.session_id, unit.key), set()), unit.session_id, evidence)
 
 
-def ranked(question: Question, index: RetrievalIndex, query: np.ndarray, depth: int) -> list[Unit]:
-    """The ``depth`` best units of ``question``'s history for ``query``, best first, a unit shown twice in
-    one dated session (LoCoMo's per-speaker copies) kept once, as the answer step ranks them."""
-    n = len(question.session_ids)
-    dates = list(question.session_dates[:n]) + [None] * (n - len(question.session_dates))
-    pool: list[tuple[Unit, str | None]] = []
-    blocks = []
-    for sid, date in zip(question.session_ids, dates, strict=True):
-        vectors = index.vectors.get(sid)
-        if vectors is not None and sid not in index.failed and vectors.shape[0]:
-            blocks.append(vectors)
-            pool.extend((unit, date) for unit in index.units[sid])
-    if not pool:
-        return []
-    order, _ = top_k(query, np.concatenate(blocks), len(pool))
-    out: list[Unit] = []
-    seen: set[tuple[str | None, str]] = set()
-    for i in order.tolist():
-        unit, date = pool[i]
-        if (date, unit.body) in seen:
-            continue
-        seen.add((date, unit.body))
-        out.append(unit)
-        if len(out) == depth:
-            break
+PARTS: tuple[str, ...] = ("lexical", "names", "speaker", "dedup", "when")
+"""The ranking parts measured one by one (each a switch of :class:`RankingConfig`); ``dense`` is the base."""
+
+
+def ranking_variants(config: RankingConfig) -> dict[str, RankingConfig]:
+    """The rankings a retrieval run compares, by name: ``dense`` alone (the ranking before the hybrid one),
+    ``lexical`` (BM25) alone, ``dense+PART`` (dense with one part), ``all`` (the configured ranking: every part
+    the config turns on) and ``all-PART`` (all but one part)."""
+    none = {part: False for part in PARTS}
+    variants = {"dense": replace(config, **none), "lexical": replace(config, **(none | {"lexical": True}),
+                                                                     dense=False)}
+    variants |= {f"dense+{part}": replace(config, **(none | {part: True})) for part in PARTS}
+    variants["all"] = config
+    variants |= {f"all-{part}": replace(config, **{part: False}) for part in PARTS if getattr(config, part)}
+    return variants
+
+
+def random_recall(pool: int, hits: int, k: int) -> float:
+    """The chance that a random order of ``pool`` distinct memories, ``hits`` of them grounded, puts one of
+    the grounded ones among the first ``k``: 1 - C(pool - hits, k) / C(pool, k)."""
+    if hits <= 0 or pool <= 0:
+        return 0.0
+    return 1.0 - (math.comb(pool - hits, k) / math.comb(pool, k) if k <= pool - hits else 0.0)
+
+
+def first_hit_program(question: Question, user: str, index: RetrievalIndex, evidence: set[TurnRef],
+                      turns: dict[tuple[str, str], set[str]], variants: dict[str, RankingConfig],
+                      depth: int) -> Program[dict[str, Any]]:
+    """For each ranking variant, the 1-based rank of the first memory grounded in ``question``'s evidence
+    turns and in its evidence sessions within ``depth`` (None when none is); with the pool's size and how many
+    of its distinct memories are grounded (what a random order's figure is computed from)."""
+    pool = gather(question, index)
+    queries = {name: prepared_query(question, user, index, config) for name, config in variants.items()}
+    texts = list(dict.fromkeys(q.text for q in queries.values()))
+    (vectors,) = yield [Embed(stage="qa", texts=tuple(texts), query=True)]
+    if isinstance(vectors, Failure):
+        raise RuntimeError(f"query embedding failed: {vectors.error}")
+    out: dict[str, Any] = {"ranks": {}}
+    for name, config in variants.items():
+        ranked = rank(question, index, pool, queries[name], vectors[texts.index(queries[name].text)], config, depth)
+        units = [pool.entries[i][0] for i, _ in ranked.order]
+        out["ranks"][name] = {
+            "turn": next((r for r, u in enumerate(units, 1) if grounded(u, evidence, turns)), None),
+            "session": next((r for r, u in enumerate(units, 1) if u.session_id in question.evidence_session_ids),
+                            None)}
+    distinct = {(date, unit.body): unit for unit, date, _ in pool.entries}.values()
+    out |= {"pool": len(distinct), "grounded": sum(grounded(u, evidence, turns) for u in distinct),
+            "grounded_sessions": sum(u.session_id in question.evidence_session_ids for u in distinct)}
     return out
 
 
-def first_hit_program(question: Question, index: RetrievalIndex, level: str,
-                      turns: dict[tuple[str, str], set[str]], depth: int) -> Program[int | None]:
-    """The 1-based rank of the first memory grounded in ``question``'s evidence within ``depth``, or None."""
-    (query,) = yield [Embed(stage="qa", texts=(question.question,), query=True)]
-    if isinstance(query, Failure):
-        raise RuntimeError(f"query embedding failed: {query.error}")
-    for rank, unit in enumerate(ranked(question, index, query[0], depth), 1):
-        if grounded(unit, question, level, turns):
-            return rank
-    return None
+def _first_hit_job(question: Question, user: str, index: RetrievalIndex, evidence: set[TurnRef],
+                   turns: dict[tuple[str, str], set[str]], variants: dict[str, RankingConfig], depth: int,
+                   ctx: RunContext) -> Program[tuple[dict[str, Any], Any]]:
+    return with_stats(ctx, first_hit_program(question, user, index, evidence, turns, variants, depth))
 
 
-def _first_hit_job(question: Question, index: RetrievalIndex, level: str, turns: dict[tuple[str, str], set[str]],
-                   depth: int, ctx: RunContext) -> Program[tuple[int | None, Any]]:
-    return with_stats(ctx, first_hit_program(question, index, level, turns, depth))
-
-
-def _has_evidence(question: Question, level: str) -> bool:
-    return bool(question.evidence if level == "turn" else question.evidence_session_ids)
-
-
-def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    """Recall@k overall and per category from per-question rows (``category``, ``rank``: 1-based or None)."""
+def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int], rank: str = "rank") -> dict[str, Any]:
+    """Recall@k overall and per category from per-question rows (``category`` and ``rank``: 1-based or None)."""
     def recall(part: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return {"n": len(part), **{f"recall@{k}": (sum(r["rank"] is not None and r["rank"] <= k for r in part)
+        return {"n": len(part), **{f"recall@{k}": (sum(r[rank] is not None and r[rank] <= k for r in part)
+                                                   / len(part) if part else None) for k in ks}}
+
+    categories = sorted({r["category"] for r in rows})
+    return {"overall": recall(rows), "by_category": {c: recall([r for r in rows if r["category"] == c])
+                                                     for c in categories}}
+
+
+def random_table(rows: Sequence[dict[str, Any]], ks: Sequence[int], grounded_key: str) -> dict[str, Any]:
+    """What a random order of each question's pool reaches, overall and per category (expected recall@k)."""
+    def recall(part: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return {"n": len(part), **{f"recall@{k}": (sum(random_recall(r["pool"], r[grounded_key], k) for r in part)
                                                    / len(part) if part else None) for k in ks}}
 
     categories = sorted({r["category"] for r in rows})
@@ -136,29 +151,40 @@ def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str,
 
 def evidence_recall(engine: Engine, bench: Benchmark, graphs: Sequence[MemoryGraph],
                     index: RetrievalIndex | Callable[[Question], RetrievalIndex], *, kind: str,
-                    ks: Sequence[int] = RECALL_KS) -> dict[str, Any]:
-    """Per-question first-hit ranks and recall@k tables for every question of ``bench`` with evidence;
-    ``index`` is the store's memory, or a function giving the memory each question sees (time-aware)."""
-    level = evidence_level(kind)
+                    ks: Sequence[int] = RECALL_KS, ranking: RankingConfig | None = None) -> dict[str, Any]:
+    """Evidence recall@k of every question of ``bench`` with evidence turns, at turn level (the headline,
+    ranked by ``ranking``, default the engine's), at session level, for a random order, and for every
+    ranking variant (:func:`ranking_variants`); ``index`` is the store's memory, or a function giving the
+    memory each question sees (time-aware)."""
     turns = unit_turns(graphs)
-    asked = [q for q in bench.questions if _has_evidence(q, level)]
+    evidence = all_evidence_turns(kind, bench)
+    owner = {q.question_id: u.name for u in bench.users for q in u.questions}
+    asked = [q for q in bench.questions if evidence[q.question_id]]
     depth = max(ks)
+    variants = ranking_variants(ranking or engine.config.ranking)
 
     def programs() -> Iterator[tuple[Question, Callable[[RunContext], Program[Any]]]]:
         for q in asked:
             seen = index(q) if callable(index) else index
-            yield q, partial(_first_hit_job, q, seen, level, turns, depth)
+            about = q.metadata.get("about") or owner.get(q.question_id, "")
+            yield q, partial(_first_hit_job, q, about, seen, evidence[q.question_id], turns, variants, depth)
 
     rows = []
     for q, outcome in engine.run(programs()):
         if isinstance(outcome, BaseException):
             raise outcome
-        rank, _ = outcome
+        found, _ = outcome
         rows.append({"question_id": q.question_id, "category": q.question_type, "question": q.question,
-                     "evidence": [str(e) for e in q.evidence] if level == "turn" else list(q.evidence_session_ids),
-                     "rank": rank})
-    return {"level": level, "ks": list(ks), "questions_without_evidence": len(bench.questions) - len(asked),
-            **recall_table(rows, ks), "questions": rows}
+                     "evidence": sorted(f"{sid}#{t}" if sid else t for sid, t in evidence[q.question_id]),
+                     "rank": found["ranks"]["all"]["turn"], "session_rank": found["ranks"]["all"]["session"],
+                     **{k: found[k] for k in ("pool", "grounded", "grounded_sessions")},
+                     "variants": {name: r["turn"] for name, r in found["ranks"].items()}})
+    parts = {name: recall_table([{**r, "rank": r["variants"][name]} for r in rows], ks)["overall"]
+             for name in variants}
+    return {"level": "turn", "ks": list(ks), "questions_without_evidence": len(bench.questions) - len(asked),
+            **recall_table(rows, ks), "session_level": recall_table(rows, ks, "session_rank"),
+            "random": random_table(rows, ks, "grounded"), "random_session": random_table(rows, ks, "grounded_sessions"),
+            "variants": parts, "questions": rows}
 
 
 def _as_of(store: MemoryStore, graphs: dict[str, MemoryGraph]) -> Callable[[Question], RetrievalIndex]:
@@ -218,31 +244,59 @@ def run_retrieval(kind: str, data_path: PathLike, config: EngineConfig, *, out_d
 
 
 def render(result: dict[str, Any]) -> str:
-    """The markdown table of a retrieval result: recall@k per category, without time-aware ranking."""
+    """The markdown tables of a retrieval result: turn-level recall@k per category, the session-level and
+    random-order figures beside it, each ranking variant, and the time-aware table when measured."""
     plain = result["without_time"]
-    what = ("one of its evidence turns grounds one of the top-k memories" if plain["level"] == "turn" else
-            "one of the top-k memories comes from a session holding its evidence (HaluMem and LongMemEval "
-            "annotate evidence per point or session, not per turn: a coarser, session-level figure)")
     lines = [f"# Evidence recall@k: {result['benchmark']}", "",
-             f"A retrieval-stack figure (extraction, embedder, store, ranking; no answer is generated): the share "
-             f"of questions for which {what}. Data `{result['data']}`; "
-             f"{plain['questions_without_evidence']} questions without evidence left out.", "",
-             *_recall_rows(plain)]
+             "A retrieval-stack figure (extraction, embedder, store, ranking; no answer is generated): the share "
+             "of questions for which one of the top-k memories is anchored to one of its evidence turns (HaluMem "
+             "gives evidence as text: each point is placed on the turn of its session that says most of it). "
+             f"Data `{result['data']}`; {plain['questions_without_evidence']} questions without evidence turns "
+             "left out.", "", *_recall_rows(plain, plain["ks"]), "",
+             "Beside it, per category: turn level / session level (any memory of a session holding evidence) / a "
+             "random order of the same memories (expected value).", "", *_beside_rows(plain), "",
+             "Each ranking variant, all questions (turn level): `dense` alone is the ranking before the hybrid one, "
+             "`dense+X` adds one part, `all-X` leaves one out.",
+             "", *_variant_rows(plain)]
     timed = result.get("with_time")
     if timed is None:
         return "\n".join(lines + ["", "Time-aware retrieval: not asked for (`--time-aware`).", ""])
     lines += ["", "Time-aware: only the memories holding at each question's time (the store's `as_of`: said "
                   "by then and not yet replaced), ranked the same way.", "",
-              *_recall_rows(timed)]
+              *_recall_rows(timed, timed["ks"])]
     return "\n".join(lines + [""])
 
 
-def _recall_rows(table: dict[str, Any]) -> list[str]:
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _recall_rows(table: dict[str, Any], ks: Sequence[int]) -> list[str]:
     """A recall table as markdown rows: one per category, then all questions."""
-    ks = table["ks"]
     lines = ["| Category | n | " + " | ".join(f"recall@{k}" for k in ks) + " |",
              "| --- | --- | " + " | ".join("---" for _ in ks) + " |"]
     for name, row in [*table["by_category"].items(), ("all", table["overall"])]:
-        cells = ["-" if row[f"recall@{k}"] is None else f"{100 * row[f'recall@{k}']:.2f}" for k in ks]
-        lines.append(f"| {name} | {row['n']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {row['n']} | " + " | ".join(_pct(row[f"recall@{k}"]) for k in ks) + " |")
+    return lines
+
+
+def _beside_rows(table: dict[str, Any]) -> list[str]:
+    ks = table["ks"]
+    lines = ["| Category | n | " + " | ".join(f"@{k} turn / session / random" for k in ks) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in ks) + " |"]
+    for name in [*table["by_category"], "all"]:
+        rows = [t["overall"] if name == "all" else t["by_category"][name]
+                for t in (table, table["session_level"], table["random"])]
+        cells = [" / ".join(_pct(r[f"recall@{k}"]) for r in rows) for k in ks]
+        lines.append(f"| {name} | {rows[0]['n']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _variant_rows(table: dict[str, Any]) -> list[str]:
+    ks = table["ks"]
+    lines = ["| Ranking | " + " | ".join(f"recall@{k}" for k in ks) + " |",
+             "| --- | " + " | ".join("---" for _ in ks) + " |"]
+    for name, row in table["variants"].items():
+        lines.append(f"| {name} | " + " | ".join(_pct(row[f"recall@{k}"]) for k in ks) + " |")
+    lines.append("| random order | " + " | ".join(_pct(table["random"]["overall"][f"recall@{k}"]) for k in ks) + " |")
     return lines

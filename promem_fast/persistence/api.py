@@ -112,9 +112,10 @@ class Persistence(Database, Protocol):
         """How many vectors the user has (what :meth:`nearest` can return at most)."""
         ...
 
-    def lexical(self, user_pk: int, query: str, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nodes of the user whose text best matches the words of ``query`` (the backend's own
-        full-text ranking, higher is better), best first; nodes sharing no word are not returned."""
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The ``k`` nodes of the user (of every state) whose words best match any of ``terms`` (a question's
+        content words, :func:`~.lexical.terms`), best first, as ``(node id, score)``, higher is better: SQLite's
+        BM25 over text and details, PostgreSQL's ``ts_rank`` over the text; nodes sharing no word are left out."""
         ...
 
     def dim_recorded(self, dim: int) -> None:

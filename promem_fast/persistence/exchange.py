@@ -4,7 +4,8 @@ Line 1 is a header, ``{"format": "promem-store", "version": 1, "dim": 384}``. Th
 in the order they were stored::
 
     {"kind": "session", "tenant": "default", "user": "Maya",
-     "session": {"session_id", "timestamp", "mode", "nodes", "edges", "details", "events", "stats"},
+     "session": {"session_id", "timestamp", "mode", "nodes", "edges", "details", "events", "stats",
+                 "metadata" (only when the session has any)},
      "vectors": "<base64 of the nodes' float32 vectors, node order>" | null}
 
 (``session`` is the graph as ``promem extract`` writes it, nodes with all their fields), and last one line
@@ -89,9 +90,10 @@ def _write_export(db: Database, out: IO[str], dim: int | None, scope: str, param
 
 def _session_lines(db: Database, scope: str, params: tuple[Any, ...], dim: int | None) -> Iterator[str]:
     sessions = db.execute(
-        "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats FROM sessions s "
+        "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats, s.metadata "
+        "FROM sessions s "
         f"JOIN users u ON u.id = s.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY s.id", params)
-    for spk, t_name, u_name, sid, timestamp, mode, events, stats in sessions.fetchall():
+    for spk, t_name, u_name, sid, timestamp, mode, events, stats, metadata in sessions.fetchall():
         nodes = db.execute(f"SELECT data, {db.vector_sql('vector')} FROM nodes WHERE session_pk = ? ORDER BY id",
                            (spk,)).fetchall()
         edges = db.execute("SELECT data FROM edges WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
@@ -102,7 +104,7 @@ def _session_lines(db: Database, scope: str, params: tuple[Any, ...], dim: int |
         record = {"session_id": sid, "timestamp": timestamp, "mode": mode,
                   "nodes": [json.loads(d) for d, _ in nodes], "edges": [json.loads(d) for (d,) in edges],
                   "details": [json.loads(d) for (d,) in details], "events": json.loads(events),
-                  "stats": json.loads(stats)}
+                  "stats": json.loads(stats), **({"metadata": json.loads(metadata)} if metadata != "{}" else {})}
         yield rows.dumps({"kind": "session", "tenant": t_name, "user": u_name, "session": record,
                           "vectors": vectors})
 

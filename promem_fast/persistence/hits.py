@@ -51,6 +51,8 @@ class Hit:
     """Every session that said it: its own first, then those whose saying of it was merged into it."""
     merged_into: int | None = None
     """For a later saying of an already known fact: the memory that stands for both."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Its session's metadata (what ``add`` was given with it)."""
 
     def body(self) -> str:
         """What an answerer is shown (:func:`unit_body`): text, details and links."""
@@ -69,7 +71,7 @@ class Hit:
             "valid_from": self.valid_from, "valid_until": self.valid_until, "recorded_at": self.recorded_at,
             "superseded_by": self.superseded_by, "reason": self.reason,
             "score": None if self.score is None else round(float(self.score), 6),
-            "details": list(self.details),
+            "details": list(self.details), "metadata": dict(self.metadata),
             "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
                        "memory": e["text"]} for e in self.edges],
         }

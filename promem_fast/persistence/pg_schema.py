@@ -19,7 +19,7 @@ from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version this code writes; a database with a lower version is migrated on open (by a writer)."""
 
 MIGRATION_LOCK = 0x70726F6D
@@ -154,7 +154,18 @@ def _script(script: str) -> Callable[[Any], None]:
     return step
 
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2)}
+_V3 = """
+ALTER TABLE sessions ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';  -- JSON object: what add() was given with it
+DROP INDEX nodes_words;
+ALTER TABLE nodes DROP COLUMN words;
+ALTER TABLE nodes ADD COLUMN words tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED;
+CREATE INDEX nodes_words ON nodes USING gin (words);
+"""
+"""A session's metadata (as SQLite's version 3), and the full text stemmed with stop words left out
+(``english``), as SQLite's Porter tokenizer stems, so a question's "lives" finds a memory's "live"."""
+
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3)}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 

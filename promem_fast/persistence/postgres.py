@@ -232,14 +232,14 @@ class PostgresPersistence:
                 self.dim_recorded(dim)
 
     # ------------------------------------------------------------------------------------ words
-    def lexical(self, user_pk: int, query: str, k: int) -> list[tuple[int, float]]:
-        from .fulltext import ts_query
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        from .lexical import ts_query
 
-        text = ts_query(query)
+        text = ts_query(terms)
         if text is None or k <= 0:
             return []
         found = self.execute(
-            "SELECT n.id, ts_rank(n.words, q) AS score FROM nodes n, to_tsquery('simple', ?) q "
+            "SELECT n.id, ts_rank(n.words, q) AS score FROM nodes n, to_tsquery('english', ?) q "
             "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
         return [(int(i), float(s)) for i, s in found]
 

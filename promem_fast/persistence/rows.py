@@ -25,7 +25,7 @@ from .timeline import now_iso
 log = logging.getLogger(__name__)
 
 _NODE_COLUMNS = ("n.id, u.name, s.session_id, n.text, n.date, n.turn_id, n.superseded_by, n.data, n.session_pk, "
-                 "n.valid_from, n.valid_until, s.recorded_at, l.reason, n.merged_into")
+                 "n.valid_from, n.valid_until, s.recorded_at, l.reason, n.merged_into, s.metadata")
 
 
 def dumps(value: Any) -> str:
@@ -58,11 +58,14 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
     if problem is not None:
         raise InputError(problem, session_id=None, field="session_id")
     said_at = iso_time(record.get("timestamp"))
+    if not isinstance(record.get("metadata") or {}, dict):
+        raise InputError("must be a JSON object", session_id=record["session_id"], field="metadata")
     cur = db.execute(
-        "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged, "
+        "metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
-         dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged)))
+         dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged),
+         dumps(record.get("metadata") or {})))
     session_pk = int(cur.fetchall()[0][0])
     db.executemany(
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
@@ -93,7 +96,7 @@ def graph_record(graph: MemoryGraph) -> dict[str, Any]:
     return {"session_id": graph.session_id, "timestamp": graph.timestamp, "mode": graph.mode,
             "nodes": [_fields(n) for n in graph.nodes], "edges": [_fields(e) for e in graph.edges],
             "details": [_fields(d) for d in graph.details], "events": [_fields(e) for e in graph.events],
-            "stats": graph.stats.to_dict()}
+            "stats": graph.stats.to_dict(), "metadata": dict(graph.metadata)}
 
 
 def _fields(record: Any) -> dict[str, Any]:
@@ -154,7 +157,7 @@ def read_hits(db: Database, where: str, params: tuple[Any, ...],
         also.setdefault(kept, []).append(sid)
     hits = []
     for (node_id, user, session_id, text, date, turn, superseded_by, _, spk, valid_from, valid_until,
-         recorded_at, reason, merged_into) in rows:
+         recorded_at, reason, merged_into, metadata) in rows:
         node = nodes[node_id]
         hits.append(Hit(
             node_id=node_id, user=user, session_id=session_id, text=text, date=date,
@@ -163,7 +166,7 @@ def read_hits(db: Database, where: str, params: tuple[Any, ...],
             details=[details[(spk, i)] for i in node.get("details", []) if (spk, i) in details],
             edges=edges.get(node_id, []), superseded_by=superseded_by, node=node, valid_from=valid_from,
             valid_until=valid_until, recorded_at=recorded_at, reason=reason,
-            sessions=[session_id, *also.get(node_id, [])], merged_into=merged_into))
+            sessions=[session_id, *also.get(node_id, [])], merged_into=merged_into, metadata=json.loads(metadata)))
     return hits
 
 

@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -129,33 +129,26 @@ def _run_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return step
 
 
-_V3 = (
-    "CREATE VIRTUAL TABLE nodes_fts USING fts5(text, content='nodes', content_rowid='id')",
-    "INSERT INTO nodes_fts (rowid, text) SELECT id, text FROM nodes",
-    "CREATE TRIGGER nodes_fts_insert AFTER INSERT ON nodes BEGIN "
-    "INSERT INTO nodes_fts (rowid, text) VALUES (new.id, new.text); END",
-    "CREATE TRIGGER nodes_fts_delete AFTER DELETE ON nodes BEGIN "
-    "INSERT INTO nodes_fts (nodes_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
-)
-"""Full text over the nodes, for lexical search: an external-content FTS5 table kept by triggers (a node's
-text never changes). A delete leaves the old terms in FTS5 segments until they are merged, which
-:func:`purge_fulltext` does after every delete."""
+_V3 = """
+ALTER TABLE sessions ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';  -- JSON object: what add() was given with it
+"""
 
 
-def _v3(db: sqlite3.Connection) -> None:
-    for statement in _V3:
+def _v4(db: sqlite3.Connection) -> None:
+    """The full-text table of the lexical ranking (:mod:`.lexical`), its triggers, and the rows of the nodes
+    already stored."""
+    from .lexical import FILL_FTS, FTS_SCHEMA
+
+    for statement in FTS_SCHEMA:
         db.execute(statement)
-
-
-def purge_fulltext(db: sqlite3.Connection) -> None:
-    """Merge the FTS5 segments into one, which drops every deleted node's terms from the file."""
-    db.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('optimize')")
+    db.execute(FILL_FTS)
 
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
-    3: _v3,
+    3: _run_script(_V3),
+    4: _v4,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

@@ -3,7 +3,7 @@
 What it keeps: WAL, secure delete, 0600 files, SQLCipher with a key file (:mod:`.connection`), the schema
 and its migrations (:mod:`.schema`), and each user's vector index in process (:mod:`.vectors`: exact, or a
 grouped HNSW graph for a large user), filled from the file and saved beside it for the next process.
-Lexical search is SQLite's FTS5 over the nodes' text.
+Lexical search is SQLite's FTS5 over the nodes' text and details (:mod:`.lexical`'s ``memory_fts``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import numpy as np
 from promem_fast.private import shred
 
 from .connection import StoreError, checkpoint, transaction
-from .schema import connect, purge_fulltext
+from .lexical import purge_deleted, search_store
+from .schema import connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind, to_blob
 
 log = logging.getLogger(__name__)
@@ -135,24 +136,16 @@ class SqlitePersistence:
         shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ words
-    def lexical(self, user_pk: int, query: str, k: int) -> list[tuple[int, float]]:
-        from .fulltext import fts_query
-
-        match = fts_query(query)
-        if match is None or k <= 0:
-            return []
-        found = self._db.execute(
-            "SELECT f.rowid, -bm25(nodes_fts) AS score FROM nodes_fts f JOIN nodes n ON n.id = f.rowid "
-            "WHERE nodes_fts MATCH ? AND n.user_id = ? ORDER BY score DESC, f.rowid LIMIT ?",
-            (match, user_pk, k)).fetchall()
-        return [(int(i), float(s)) for i, s in found]
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        with self._lock:  # FTS5 aborts a query that a write on the same connection overlaps
+            return search_store(self._db, user_pk, terms, k)
 
     # ------------------------------------------------------------------------------------ lifecycle
     def compact(self) -> None:
         if self.read_only:
             return
-        with transaction(self._db, self._lock):  # deleted nodes' terms leave the full-text segments
-            purge_fulltext(self._db)
+        with transaction(self._db, self._lock):  # deleted nodes' words leave the full-text index's pages
+            purge_deleted(self._db)
         with self._lock:  # the pages a delete replaced leave the -wal file too
             checkpoint(self._db, self.path)
 

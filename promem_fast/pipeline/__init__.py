@@ -101,7 +101,8 @@ def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], detail
     # form (one no form reads is kept as given)
     stamp = iso_time(session.timestamp) or session.timestamp
     return MemoryGraph(session_id=session.session_id, user=session.user, timestamp=stamp,
-                       nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode)
+                       nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode,
+                       metadata=dict(session.metadata))
 
 
 __all__ = ["session_program"]

@@ -13,7 +13,7 @@ from promem_fast.backends.base import NLIResult
 from promem_fast.parsing import dominant_script
 from promem_fast.context import RunContext
 from promem_fast.pipeline.views import DialogueView, TurnGroup
-from promem_fast.prompts import PREAMBLE, example_of, more_text, render, schema_for, session_block
+from promem_fast.prompts import PREAMBLE, example_names, example_of, more_text, render, schema_for, session_block
 from promem_fast.requests import Cut, Entail, Failure, Generate, Program, ReplyError, Request
 
 log = logging.getLogger(__name__)
@@ -289,27 +289,33 @@ _LIST_MARK = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")
 """A list number or bullet a model wrote inside a list item ("1. Maya moved ..."): formatting, not content."""
 
 
-def copied_from_example(role: str | None, source: str) -> Callable[[str], bool]:
-    """Whether an item repeats the prompt's example rather than the dialogue: at least half of its content
-    words are the example's and not the source's (small models copy "40 euros a month" from the example)."""
+def copied_from_example(role: str | None, source: str, owner: str = "") -> Callable[[str], bool]:
+    """Whether an item repeats a prompt's example rather than the dialogue: at least half of its content
+    words are ``role``'s example's and not the source's (small models copy "40 euros a month" from the
+    example), or it names someone or somewhere only an example names (a reworded "Tom starts a new job at
+    the bakery"), that is neither in the source nor the memory's ``owner``."""
     example = content_set(example_of(role)) if role else frozenset()
     have = content_set(source)
+    said = f"{source}\n{owner}".lower()
+    foreign = [name for name in example_names() if not re.search(rf"\b{name}\b", said)]
 
     def copied(item: str) -> bool:
         words = content_words(item)
+        if any(re.search(rf"\b{name}\b", item.lower()) for name in foreign):
+            return True
         return bool(words) and 2 * sum(w in example and w not in have for w in words) >= len(words)
 
     return copied
 
 
-def statements(key: str, source: str, min_words: int = 3, role: str | None = None
+def statements(key: str, source: str, min_words: int = 3, role: str | None = None, owner: str = ""
                ) -> Callable[[Any], tuple[Any, list[str]]]:
     """A reply check for lists of memory statements: items shorter than ``min_words`` words, copied from
-    the format's placeholder or from ``role``'s example are dropped (a strict repair: nothing is added),
-    then the language check runs. A reply left with no statement at all is retried when it had items to
-    begin with."""
+    the format's placeholder or from an example (:func:`copied_from_example`) are dropped (a strict
+    repair: nothing is added), then the language check runs. A reply left with no statement at all is
+    retried when it had items to begin with. Every list a model returns as memory goes through it."""
     language = same_language(source)
-    copied = copied_from_example(role, source)
+    copied = copied_from_example(role, source, owner)
 
     def check(value: Any) -> tuple[Any, list[str]]:
         items = value[key]

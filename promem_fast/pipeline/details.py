@@ -140,7 +140,8 @@ def _check(view: DialogueView, groups: list[TurnGroup], mode: str, a: _Ask, repl
             evidence = a.text or "\n".join(m.text for m in view.said(groups[i], mode))
             replied[i] = replied.get(i, 0) + len(entry["details"])
             try:
-                kept, more = statements("details", evidence, min_words=1, role="detail")({"details": entry["details"]})
+                kept, more = statements("details", evidence, min_words=1, role="detail", owner=view.owner)(
+                    {"details": entry["details"]})
             except ReplyError as exc:
                 raise ReplyError(f"turn {entry['turn']}: {exc}") from exc
             out.setdefault(i, []).extend(kept["details"])

@@ -61,7 +61,7 @@ def draft_memory(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, s
         return lambda more: Generate(
             stage=stage, role="draft", schema=schema, max_tokens=cp.max_tokens["draft"], item=label,
             messages=render("draft", view.block, user=view.owner, text=shown, more=more),
-            check=statements("facts", chunk, role="draft"))
+            check=statements("facts", chunk, role="draft", owner=view.owner))
 
     facts: list[str] = []
     while chunks:

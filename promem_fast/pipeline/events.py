@@ -71,7 +71,7 @@ def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.nda
         return lambda more: Generate(
             stage="cc", role="event", schema=schema, max_tokens=cp.max_tokens["event"], item=f"segment {number}",
             messages=render("event", view.block, user=view.owner, turns=turns, text=shown, more=more),
-            check=statements("events", piece, role="event"))
+            check=statements("events", piece, role="event", owner=view.owner))
 
     for number, members in enumerate(segments):
         text = "\n".join(view.turn(groups[i]) for i in members)

@@ -88,7 +88,8 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
     decomposed = yield from ask_whole(ctx, [
         Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
                  messages=render("decompose", view.block, user=view.owner, entry=entries[i].text),
-                 item=entries[i].text, check=statements("facts", entries[i].text, min_words=2))
+                 item=entries[i].text, check=statements("facts", entries[i].text, min_words=2, role="decompose",
+                                                                owner=view.owner))
         for i in suspect])
     facts: list[tuple[int, str]] = []
     flagged: list[tuple[int, str]] = []

@@ -21,6 +21,7 @@ from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.metrics import CountResponses
 from promem_fast.serve.service import NotFound, Service
+from promem_fast.shapes import as_sessions
 
 require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -33,6 +34,8 @@ from fastapi.staticfiles import StaticFiles
 
 STATIC = Path(__file__).resolve().parent / "static"
 UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
+KEY_HELP = ("invalid or missing API key: send 'Authorization: Bearer pmk_…' or 'X-API-Key: pmk_…' "
+            "(the operator makes keys with: promem keys create --db STORE --tenant NAME)")
 
 
 
@@ -51,7 +54,7 @@ async def caller(request: Request,
     key = bearer.credentials if bearer is not None else request.headers.get("x-api-key", "")
     found = request.app.state.service.keys.check(key)
     if found is None:
-        _refuse(request, "invalid or missing API key")
+        _refuse(request, KEY_HELP)
     limiter: RateLimiter = request.app.state.limiter
     wait = limiter.acquire(found.key_id)
     if wait > 0:
@@ -118,10 +121,14 @@ def _job_routes(v1: APIRouter, service: Service) -> None:
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
-        job, rejected = service.submit(who.tenant, user_id, body.sessions)
+        sessions = body.sessions if body.sessions is not None else as_sessions(body.messages, body.date)
+        if body.metadata:
+            sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **body.metadata}}
+                        if isinstance(s, dict) else s for s in sessions]
+        job, rejected = service.submit(who.tenant, user_id, sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)
-        return {"job_id": job, "accepted": len(body.sessions) - len(rejected), "rejected": rejected}
+        return {"job_id": job, "accepted": len(sessions) - len(rejected), "rejected": rejected}
 
     @v1.get("/jobs/{job_id}", response_model=api.Job, summary="Progress of a job")
     def job(job_id: Annotated[str, PathParam(max_length=64)], who: Who) -> Any:
@@ -149,6 +156,10 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def history(node_id: NodeId, user_id: User, who: Who) -> Any:
         return service.history(who.tenant, user_id, node_id)
 
+    @v1.patch("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="Give a memory new text")
+    def update(body: api.Update, node_id: NodeId, user_id: User, who: Who) -> Any:
+        return service.update(who.tenant, user_id, node_id, body.data)
+
     @v1.delete("/users/{user_id}/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory")
     def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id, node=node_id)}
@@ -166,6 +177,10 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def delete_user(user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id)}
 
+    @v1.post("/reset", response_model=api.Deleted, summary="Delete all memory of every user of the key's tenant")
+    def reset(who: Who) -> Any:
+        return {"deleted": service.reset(who.tenant)}
+
 
 def _query_routes(v1: APIRouter, service: Service) -> None:
     """Search, answers, the graph and the export of a user's (or tenant's) memory."""
@@ -174,8 +189,8 @@ def _query_routes(v1: APIRouter, service: Service) -> None:
     async def search(body: api.SearchQuery, user_id: User, who: Who) -> Any:
         # one hop to the thread pool for the search itself (a real embedder may take milliseconds), none for
         # the key check before it or the reply's validation after it
-        return {"hits": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.k,
-                                                **scope(body))}
+        return {"results": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.count(),
+                                                   filters=body.filters, **scope(body))}
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:

@@ -32,22 +32,23 @@ log = logging.getLogger(__name__)
 EnginePriority = int | Literal["idle"]
 """How the engine process yields the CPU to the server's requests: a nice increment (0-19), or ``"idle"``."""
 
-ENGINE_PRIORITY: EnginePriority = 10
-"""Default of ``promem serve --engine-priority``. The trade-off, when the cores are contended:
+ENGINE_PRIORITY: EnginePriority = 0
+"""Default of ``promem serve --engine-priority``: the server's own priority. The trade-off, when the cores are
+contended:
 
-* ``N`` (a nice increment, default 10): the engine process runs at a lower weight, so the kernel runs a
-  request's few milliseconds of work first and extraction, throughput work, takes the rest. On cores it has to
-  itself (or shares only with the server) it loses nothing; among other busy programs it gets about a tenth of
-  the share one of them gets at nice 0 (sessions/s about halved on 2 heavily loaded cores, measured in
-  ``benchmarks/results/serve_search_engine_process.json``).
+* ``0`` (default): the engine competes for the cores with the same weight as any other program, so accepted
+  work always gets its share and jobs finish; a search may wait for a scheduler slice (milliseconds) while
+  the engine extracts. On a shared host a lower priority starves the queue: at nice 10 among busy programs
+  on 2 cores the engine got about 4% of the CPU and a 54-session job sat at 53 running for minutes
+  (``tests/test_serve_priority.py`` loads the cores and bounds a job's time).
+* ``N`` (a nice increment 1-19): the kernel runs a request's few milliseconds first and extraction takes the
+  rest; among other busy programs the engine gets about 1/1.25^N of the share one of them gets, so this is
+  for a machine given to the service, where nothing else competes.
 * ``idle`` (Linux ``SCHED_IDLE``): the engine runs only on a core that nothing else wants, and a request
-  preempts it at once. But among other busy programs extraction all but stops, and while the engine waits
-  for a core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
-  Right for a machine given to the service alone.
-
-The default stays a nice increment: extraction keeps going on a shared machine, which ``idle`` cannot
-promise, and ``idle`` showed no steady gain in search latency over it on this machine's 2 shared cores, only
-slower extraction (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
+  preempts it at once. Among other busy programs extraction all but stops, and while the engine waits for a
+  core it may hold the store's write lock, so writes from the server (queueing sessions) wait with it.
+  It showed no steady gain in search latency over nice 10 on this machine's 2 shared cores
+  (``benchmarks/bench_serve_search.py``, the ``after_idle`` side)."""
 
 IDLE_FALLBACK_NICE = 19
 """Used where ``SCHED_IDLE`` is not available (not Linux) or not permitted: the weakest nice."""
@@ -70,6 +71,7 @@ class EngineProcess:
         self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._ready = threading.Event()
         self._gone = threading.Event()
+        self._fatal: str | None = None
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -78,6 +80,15 @@ class EngineProcess:
         self._proc.start()
         child.close()
         threading.Thread(target=self._receive, name="promem-engine-replies", daemon=True).start()
+
+    def wait_ready(self) -> None:
+        """Block until the engine's backends are loaded; PromemError with the child's reason (the pip command
+        for a missing library or model) when it could not start."""
+        while not self._ready.wait(0.2):
+            if self._gone.is_set() or (self._proc is not None and not self._proc.is_alive()):
+                break
+        if self._fatal is not None or not self._ready.is_set():
+            raise PromemError(self._fatal or "the engine process stopped before it was ready")
 
     @property
     def alive(self) -> bool:
@@ -143,7 +154,8 @@ class EngineProcess:
                 ident, status, value = self._conn.recv()
             except (EOFError, OSError):
                 break
-            if status == "ready":
+            if status in ("ready", "fatal"):
+                self._fatal = value
                 self._ready.set()
                 continue
             waiting = self._waiting.get(ident)
@@ -231,9 +243,15 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     from promem_fast.serve.job_worker import EngineGate, Worker
     from promem_fast.services import Services
     from promem_fast.store import MemoryStore
+    from promem_fast.store.editing import rewrite
 
     embedder = SerializedEmbedder(Services(config).embedder)
     engine = Engine(config, embedder=embedder)
+    try:
+        engine.services.preload()  # a missing library or model: the server refuses to start, naming the fix
+    except PromemError as exc:
+        conn.send((0, "fatal", str(exc)))
+        return
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
     writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
     reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
@@ -261,6 +279,10 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
                 tenant, user, session, node = args
                 value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,
                                           engine=gate))  # type: ignore[arg-type]
+            elif method == "update":
+                tenant, node, text = args
+                hit = rewrite(reader, node, text, tenant)
+                value = None if hit is None else hit.memory()
             elif method == "metrics":
                 value = metrics.state()
             else:

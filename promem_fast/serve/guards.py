@@ -43,9 +43,14 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 async def text_body(request: Request) -> None:
-    """422 for a JSON body holding a lone surrogate anywhere, naming its field. Only a ``\\udXXX`` escape can
+    """415 for a body not sent as JSON (pydantic's reply to a form would not say why); 422 for a JSON body
+    holding a lone surrogate anywhere, naming its field. Only a ``\\udXXX`` escape can
     make one (raw UTF-8 cannot), so bodies without that escape are not parsed a second time."""
     body = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if body and kind != "application/json" and not kind.endswith("+json"):
+        raise HTTPException(415, f"the body must be JSON, sent with the header 'Content-Type: application/json' "
+                                 f"(this request says {kind or 'no Content-Type'!r}; curl -d sends a form unless told)")
     if not _SURROGATE_ESCAPE.search(body):
         return
     try:

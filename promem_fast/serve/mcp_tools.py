@@ -1,5 +1,5 @@
 """``promem mcp``: the memory verbs as Model Context Protocol tools (the official ``mcp`` SDK): add, search,
-answer, list, history and delete, with the arguments and result shapes of the HTTP API (:mod:`promem_fast.shapes`).
+get, update, answer, list, history and delete (:data:`TOOLS`), with the arguments and result shapes of the HTTP API (:mod:`promem_fast.shapes`).
 
 The server runs over stdio for one local agent, so the tenant is the operator's choice on the command line;
 it shares :class:`~promem_fast.serve.service.Service` with the HTTP API (same queue, same worker, same
@@ -15,6 +15,9 @@ from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.serve.service import NotFound, Service
 from promem_fast.shapes import DEFAULT_K, as_sessions
+
+TOOLS = ("add", "search", "get", "update", "answer", "list", "history", "delete")
+"""Every tool the server offers (``promem mcp --help`` names them)."""
 
 ADD_TIMEOUT_S = 600.0
 """How long the add tool waits for its sessions to be extracted before it reports the job as still running."""
@@ -34,20 +37,40 @@ def build_server(service: Service, tenant: str) -> Any:
     guarded = calls.guarded
 
     @server.tool()
-    async def add(user_id: str, messages: list[dict[str, Any]], date: str | None = None) -> dict[str, Any]:
-        """Extract and store the memory of a user's dialogue: one conversation as messages [{"role": "user" |
-        "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list of sessions (each with
-        session_id, optional timestamp and turns: [{"role", "text"}])."""
-        return await anyio.to_thread.run_sync(calls.add_and_wait, user_id, as_sessions(messages, date))
+    async def add(user_id: str, messages: list[dict[str, Any]] | str, date: str | None = None,
+                  metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Extract and store the memory of a user's dialogue: what the user said (a string), one conversation
+        as messages [{"role": "user" | "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list
+        of sessions (each with session_id, optional timestamp and turns: [{"role", "text"}]). metadata (an
+        object) is stored with it and can filter searches."""
+        chat = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
+        sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **metadata}} if metadata else s
+                    for s in as_sessions(chat, date)]
+        return await anyio.to_thread.run_sync(calls.add_and_wait, user_id, sessions)
 
     @server.tool()
-    async def search(user_id: str, query: str, k: int = DEFAULT_K, as_of: str | None = None,
-                     since: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
-        """The memories of a user nearest to a query, best first, with their details, links and dates.
+    async def search(user_id: str, query: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
+                     as_of: str | None = None, since: str | None = None,
+                     until: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The memories of a user nearest to a query, best first, with their details, links and dates, as
+        {"results": [...]}. filters: metadata conditions ({"key": value}, {"key": {"in": [..]}});
         as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
         since/until: only memories said on or after / said on or before these times (a bare day is all of it)."""
         when = _given(as_of=as_of, since=since, until=until)
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.search(tenant, u, query, k, **when), user_id)
+        found = await anyio.to_thread.run_sync(
+            guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, **when), user_id)
+        return {"results": found}
+
+    @server.tool()
+    async def get(user_id: str, memory_id: int) -> dict[str, Any]:
+        """One memory of a user by id."""
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.memory(tenant, u, memory_id), user_id)
+
+    @server.tool()
+    async def update(user_id: str, memory_id: int, data: str) -> dict[str, Any]:
+        """Give a memory new text (same id and history; searched by its new words at once)."""
+        return await anyio.to_thread.run_sync(guarded, lambda u: service.update(tenant, u, memory_id, data),
+                                              user_id)
 
     @server.tool()
     async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,

@@ -8,16 +8,27 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from promem_fast.shapes import DEFAULT_K
 
 
 # ---------------------------------------------------------------------------------------------- requests
 class AddSessions(BaseModel):
-    """Sessions of one user, in the input format of ``promem extract`` (``user`` may be left out)."""
+    """Sessions of one user, in the input format of ``promem extract`` (``user`` may be left out), or one
+    conversation as ``messages`` (mem0's form); ``metadata`` is stored with every session given."""
 
-    sessions: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    sessions: list[dict[str, Any]] | None = Field(default=None, min_length=1, max_length=1000)
+    messages: list[dict[str, Any]] | str | None = Field(
+        default=None, description="one conversation: [{role, content}] or what the user said")
+    date: str | None = Field(default=None, max_length=64, description="when the messages were said (ISO 8601)")
+    metadata: dict[str, Any] | None = Field(default=None, description="stored with the sessions; filters search")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AddSessions:
+        if (self.sessions is None) == (self.messages is None):
+            raise ValueError("give either sessions or messages")
+        return self
 
 
 class TimeScope(BaseModel):
@@ -36,6 +47,25 @@ class TimeScope(BaseModel):
 class SearchQuery(TimeScope):
     query: str = Field(min_length=1, max_length=4000)
     k: int = Field(default=DEFAULT_K, ge=1, le=200, description=f"memories to return (default {DEFAULT_K})")
+    top_k: int | None = Field(default=None, ge=1, le=200, description="the same as k (mem0's name)")
+    limit: int | None = Field(default=None, ge=1, le=200, description="the same as k (mem0's older name)")
+    filters: dict[str, Any] | None = Field(
+        default=None, description='metadata conditions, all to hold: {"key": value}, {"key": {"in": [..]}}, '
+                                  '{"key": {"ne": value}}')
+
+    @model_validator(mode="after")
+    def _one_count(self) -> SearchQuery:
+        if len(self.model_fields_set & {"k", "top_k", "limit"}) > 1:
+            raise ValueError("give one of k, top_k and limit")
+        return self
+
+    def count(self) -> int:
+        """The number of memories asked for, by whichever name."""
+        return self.top_k or self.limit or self.k
+
+
+class Update(BaseModel):
+    data: str = Field(min_length=1, max_length=4000, description="the memory's new text")
 
 
 class Question(TimeScope):
@@ -64,11 +94,12 @@ class Memory(BaseModel):
     reason: str | None = Field(description="why it was replaced (the update judge's words)")
     score: float | None = Field(description="cosine with the query (search only)")
     details: list[str]
+    metadata: dict[str, Any] = Field(default_factory=dict, description="what its session was added with")
     links: list[Link]
 
 
 class Hits(BaseModel):
-    hits: list[Memory]
+    results: list[Memory]
 
 
 class Memories(BaseModel):
@@ -98,7 +129,10 @@ class Shown(BaseModel):
 
 class Answer(BaseModel):
     question: str
-    answer: str | None = Field(description="null when answering failed (see error)")
+    answer: str | None = Field(description="null when memory holds nothing on the question (see abstained) or "
+                                           "answering failed (see error)")
+    abstained: str | None = Field(None, description="why there is no answer: no stored memory bears on the "
+                                                    "question (never a guess)")
     as_of: str | None = Field(description="the time the memories were taken at")
     error: str | None
     memories: list[Shown] = Field(description="the memories the answerer was shown, in that order")

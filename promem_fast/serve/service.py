@@ -71,13 +71,20 @@ class Service:
                                     job_lease_s=job_lease_s)
         """The engine, its worker and writer, in a process of their own (:mod:`.engine_process`)."""
         self.metrics = Metrics(self.queue.depth, lambda: (0, {}), remote=lambda: self.worker.call("metrics"))
+        self._started = False
 
     # ------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Start the engine process and wait until its models are loaded (PromemError naming the fix when
+        they cannot be); a second call does nothing."""
+        if self._started:
+            return
+        self._started = True
         if isinstance(self.path, Path):
             for stale in self.path.parent.glob(f".{self.path.name}.export-*"):  # left by a killed process
                 shred(stale)
         self.worker.start()
+        self.worker.wait_ready()
 
     def close(self) -> None:
         self.worker.stop()
@@ -169,11 +176,24 @@ class Service:
         return int(self.worker.call("delete", tenant, user, session, None)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
-               **when: str) -> list[dict[str, Any]]:
-        """``when``: the question's time (``as_of``) and date window (refused by field before any work)."""
+               filters: dict[str, Any] | None = None, **when: str) -> list[dict[str, Any]]:
+        """``when``: the question's time (``as_of``) and date window (refused by field before any work);
+        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`)."""
         when = _window(when)  # first: a bad time is the caller's error whoever the user
-        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, **when)
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters, **when)
         return [hit.memory() for hit in hits]
+
+    def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:
+        """Give the user's memory ``node_id`` new text (re-embedded in the engine process, the one writer)."""
+        self.memory(tenant, user, node_id)
+        found = self.worker.call("update", tenant, node_id, text)
+        if found is None:
+            raise NotFound("memory")
+        return dict(found)
+
+    def reset(self, tenant: str) -> int:
+        """Remove every user of the tenant (queued work included); returns the memories removed."""
+        return sum(self.delete(tenant, user) for user in self.users(tenant))
 
     def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
         when = _window(when)  # here, so a bad time is the caller's error, not the engine process's

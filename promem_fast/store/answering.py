@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 
 PRESELECT_ABOVE = 20_000
-"""A user with more current nodes than this is not read whole to answer: each question's nearest nodes (by
-the user's vector index) make the pool, :data:`PRESELECT_FACTOR` times ``qa_top_k`` of them, which holds
-the question's top-k exactly (nothing outside a question's nearest can outrank them)."""
+"""A user with more current nodes than this is not read whole to answer: each question's best nodes on each
+side of the hybrid ranking (vector index and full-text table), :data:`PRESELECT_FACTOR` times ``qa_top_k``
+of each, make the pool; the fused top-k of the whole user is in it unless BM25 over the pool orders it
+differently than over all of the user's memories."""
 PRESELECT_FACTOR = 4
 
 
@@ -67,6 +68,7 @@ def _index(store: StoreView, db: Database, chunks: list[tuple[str, tuple[Any, ..
     keys: dict[str, list[int]] = {sid: [] for sid in sessions}
     blobs: dict[int, Any] = {}
     behind: dict[tuple[str, str], Hit] = {}
+    owners: dict[str, str] = {}
     for where, params in chunks:
         blobs.update(db.execute(f"SELECT n.id, {db.vector_sql('n.vector')} FROM nodes n WHERE {where}",
                                 params).fetchall())
@@ -74,6 +76,7 @@ def _index(store: StoreView, db: Database, chunks: list[tuple[str, tuple[Any, ..
             units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body()))
             behind.setdefault((hit.session_id, hit.body()), hit)
             keys.setdefault(hit.session_id, []).append(hit.node_id)
+            owners[hit.session_id] = hit.user
     dim = store.dim()
     vectors = {}
     for sid, ids in keys.items():
@@ -86,16 +89,19 @@ def _index(store: StoreView, db: Database, chunks: list[tuple[str, tuple[Any, ..
         if missing:  # imported without vectors: embedded now, for this index only
             block[missing] = store.embedder.embed([units[sid][i].key for i in missing])
         vectors[sid] = block
-    return RetrievalIndex(units=units, vectors=vectors), behind
+    return RetrievalIndex(units=units, vectors=vectors, owners=owners), behind
 
 
-def _preselected(store: StoreView, user_pk: int, questions: Sequence[str], top_k: int, sessions: Sequence[str],
-                 scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex, dict[tuple[str, str], Hit]]:
-    """The pool of a large user: every question's nearest nodes in scope, found through the vector index."""
+def _preselected(store: StoreView, user_pk: int, user: str, questions: Sequence[str], top_k: int,
+                 sessions: Sequence[str], scope: tuple[str, tuple[Any, ...]]) -> tuple[RetrievalIndex,
+                                                                                 dict[tuple[str, str], Hit]]:
+    """The pool of a large user: every question's best nodes in scope on each side of the hybrid ranking."""
+    from .hybrid import proposals
+
     wanted: set[int] = set()
-    for query in store.embed_queries(list(questions)):
-        wanted.update(h.node_id for h in store.search_vector(user_pk, np.asarray(query, np.float32),
-                                                             PRESELECT_FACTOR * top_k, scope=scope))
+    for query in questions:
+        _, dense, lexical = proposals(store, user_pk, user, query, PRESELECT_FACTOR * top_k, scope)
+        wanted.update(dense + lexical)
     ids = sorted(wanted)
     chunks = [(f"n.id IN ({rows.placeholders(len(ids[lo:lo + 500]))})", tuple(ids[lo:lo + 500]))
               for lo in range(0, len(ids), 500)]
@@ -122,8 +128,8 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
     current = 0 if user_pk is None else store.db.execute(
         "SELECT COUNT(*) FROM nodes WHERE user_id = ? AND superseded_by IS NULL", (user_pk,)).fetchone()[0]
     if user_pk is not None and current > PRESELECT_ABOVE:
-        index, behind = _preselected(store, user_pk, questions, engine.config.qa_top_k, [sid for sid, *_ in dated],
-                                     scope)
+        index, behind = _preselected(store, user_pk, user, questions, engine.config.qa_top_k,
+                                     [sid for sid, *_ in dated], scope)
     else:
         index, behind = _retrieval(store, store.db, [sid for sid, *_ in dated], tenant, scope)
     asked_at = day_label(when) if when else question_time

@@ -14,6 +14,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
+    from promem_fast.config import EngineConfig
     from promem_fast.engine import Engine
     from promem_fast.persistence.api import Database, Persistence
     from promem_fast.persistence.hits import Hit
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 class StoreView(Protocol):
     db: Persistence
+    config: EngineConfig
     update_judge: str
     update_neighbours: int
     update_min_cosine: float
@@ -48,5 +50,7 @@ class StoreView(Protocol):
     def user_id(self, tenant: str, user: str) -> int | None: ...
 
     def dim(self) -> int: ...
+
+    def check_dim(self, dim: int | None) -> None: ...
 
     def embed_queries(self, texts: list[str]) -> np.ndarray: ...

@@ -30,9 +30,13 @@ from promem_fast.engine import Engine
 from promem_fast.requests import Embed, Failure, Generate, Program
 from promem_fast.types import MemoryGraph, RunStats, Session
 
+from promem_fast.config_ranking import RankingConfig
 from promem_fast.persistence.hits import unit_body, unit_key
+from promem_fast.persistence.lexical import PoolLexicon, terms
 
-from .qa_prompts import qa_schema, render_qa
+from .pooled import Ranked, rank_pool
+from .qa_prompts import QA_NOT_FOUND, qa_schema, render_qa
+from .ranking import Query, prepare
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +132,67 @@ class RetrievalIndex:
     """What embedding the units cost (stage ``qa``)."""
     failed: dict[str, str] = field(default_factory=dict)
     """Sessions whose units could not be embedded, and why (their units are then not retrievable)."""
+    owners: dict[str, str] = field(default_factory=dict)
+    """Each session's memory owner, where known (the ranking leaves owners' names out of a question)."""
+    _lexicon: tuple[PoolLexicon, list[tuple[str, int]]] | None = field(default=None, repr=False, compare=False)
+
+    def lexical(self, question_terms: Sequence[str]) -> list[tuple[str, int]]:
+        """Every unit sharing a word with the terms, by BM25 best first, as ``(session, position)``; the FTS5
+        table over all units is built at the first question."""
+        if self._lexicon is None:
+            where = [(sid, j) for sid, items in self.units.items() for j in range(len(items))]
+            self._lexicon = PoolLexicon([self.units[sid][j].key for sid, j in where]), where
+        lexicon, where = self._lexicon
+        return [where[i] for i, _ in lexicon.search(question_terms)]
+
+
+@dataclass
+class Pool:
+    """The units a question may be answered from: its history's, in history order, with their vectors."""
+
+    entries: list[tuple[Unit, str | None, int]] = field(default_factory=list)
+    """(unit, its session's date, the session's position in the history)."""
+    keys: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    start: dict[str, int] = field(default_factory=dict)
+    """Each session's first entry."""
+    missing: list[str] = field(default_factory=list)
+    """History sessions with no memory (not extracted, or their units not embedded)."""
+
+
+def gather(question: Asked, index: RetrievalIndex) -> Pool:
+    """``question``'s pool: every unit of every session of its history that ``index`` holds."""
+    pool = Pool()
+    n = len(question.session_ids)
+    dates = list(question.session_dates[:n]) + [None] * (n - len(question.session_dates))
+    blocks: list[np.ndarray] = []
+    for position, (sid, date) in enumerate(zip(question.session_ids, dates, strict=True)):
+        vectors = index.vectors.get(sid)
+        if vectors is None or sid in index.failed:
+            pool.missing.append(sid)
+            continue
+        if vectors.shape[0] and sid not in pool.start:
+            pool.start[sid] = len(pool.entries)
+            blocks.append(vectors)
+            pool.entries.extend((unit, date, position) for unit in index.units[sid])
+    if blocks:
+        pool.keys = np.concatenate(blocks)
+    return pool
+
+
+def prepared_query(question: Asked, user: str, index: RetrievalIndex, config: RankingConfig) -> Query:
+    """The question as the ranking sees it; the owners are its history's (and ``user``, the one it is about)."""
+    owners = [index.owners[sid] for sid in question.session_ids if sid in index.owners]
+    return prepare(question.question, [*owners, *user.split(" and ")], config)
+
+
+def rank(question: Asked, index: RetrievalIndex, pool: Pool, query: Query, vector: np.ndarray,
+         config: RankingConfig, depth: int) -> Ranked:
+    """``pool`` ranked for ``question`` by the hybrid rule (:mod:`.pooled`); ``vector`` embeds ``query.text``."""
+    lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(question.question, query.dropped))
+               if sid in pool.start]
+    entries = [(unit.session_id, unit.body, date) for unit, date, _ in pool.entries]
+    return rank_pool(question.question, question.question_time, query, vector, entries, pool.keys, lexical, config,
+                     depth, owner_of=index.owners.get)
 
 
 def with_stats(ctx: RunContext, program: Program[Any]) -> Program[tuple[Any, RunStats]]:
@@ -204,7 +269,7 @@ class Answer:
     question_type: str
     gold: str | None
     prediction: str | None
-    """``None`` when the answering step failed (see ``error``)."""
+    """``None`` when the answering step failed (see ``error``) or the answer abstained (``abstained``)."""
     source: Source
     retrieved: list[Retrieved] = field(default_factory=list)
     """The context as shown to the answerer (chronological)."""
@@ -215,11 +280,15 @@ class Answer:
     missing_sessions: list[str] = field(default_factory=list)
     """History sessions with no memory (extraction failed or was not run for them)."""
     error: str | None = None
+    abstained: str | None = None
+    """Why there is no answer when memory holds nothing on the question (``prediction`` is then None): no
+    memory relevant enough to answer from, or the answerer found nothing in those it was shown."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "question_id": self.question_id, "question": self.question, "question_type": self.question_type,
             "gold": self.gold, "prediction": self.prediction, "source": self.source, "error": self.error,
+            "abstained": self.abstained,
             "candidates": self.candidates, "dropped_for_budget": self.dropped_for_budget,
             "missing_sessions": list(self.missing_sessions),
             "retrieved": [{"session_id": r.session_id, "date": r.date, "rank": r.rank,
@@ -231,40 +300,25 @@ def answer_program(question: Asked, user: str, index: RetrievalIndex, ctx: RunCo
                    source: Source = "memory") -> Program[Answer]:
     """Retrieve the top-k units of ``question``'s history and answer from them (one embed, one generate)."""
     answer = Answer(question.question_id, question.question, question.question_type, question.answer, None, source)
-    n = len(question.session_ids)
-    dates = list(question.session_dates[:n]) + [None] * (n - len(question.session_dates))
-    pool: list[tuple[Unit, str | None, int]] = []
-    blocks: list[np.ndarray] = []
-    for position, (sid, date) in enumerate(zip(question.session_ids, dates, strict=True)):
-        vectors = index.vectors.get(sid)
-        if vectors is None or sid in index.failed:
-            answer.missing_sessions.append(sid)
-            continue
-        if vectors.shape[0]:
-            blocks.append(vectors)
-            pool.extend((unit, date, position) for unit in index.units[sid])
-    if answer.missing_sessions:
-        log.debug("question %s: no memory for sessions %s", question.question_id, answer.missing_sessions)
-
-    (query,) = yield [Embed(stage="qa", texts=(question.question,), query=True)]
-    if isinstance(query, Failure):
-        ctx.fail(query)
-        answer.error = f"query embedding failed: {query.error}"
+    pool = gather(question, index)
+    answer.missing_sessions = pool.missing
+    if pool.missing:
+        log.debug("question %s: no memory for sessions %s", question.question_id, pool.missing)
+    config = ctx.config.ranking
+    query = prepared_query(question, user, index, config)
+    (vectors,) = yield [Embed(stage="qa", texts=(query.text,), query=True)]
+    if isinstance(vectors, Failure):
+        ctx.fail(vectors)
+        answer.error = f"query embedding failed: {vectors.error}"
         return answer
-
-    picked: list[tuple[int, float]] = []
-    if pool:
-        keys = np.concatenate(blocks)
-        order, scores = top_k(query[0], keys, keys.shape[0])
-        seen: set[tuple[str | None, str]] = set()
-        for i, score in zip(order.tolist(), scores.tolist(), strict=True):
-            unit, date, _ = pool[i]
-            if (date, unit.body) in seen:  # LoCoMo: both speakers' copies of one turn
-                continue
-            seen.add((date, unit.body))
-            if len(picked) < ctx.config.qa_top_k:
-                picked.append((i, score))
-        answer.candidates = len(seen)
+    ranked = rank(question, index, pool, query, vectors[0], config, ctx.config.qa_top_k)
+    answer.candidates = ranked.candidates
+    if not ranked.relevant(config.relevance_floor):
+        answer.abstained = (f"memory holds nothing on this: no memory reaches the relevance floor "
+                            f"({config.relevance_floor:g} cosine) or shares a word with the question"
+                            if pool.entries else "memory holds nothing on this: no memory is stored for it")
+        return answer
+    picked = ranked.order
 
     template = _TEMPLATE_OF[source]
     fields = {"user": user, "question": question.question,
@@ -272,9 +326,9 @@ def answer_program(question: Asked, user: str, index: RetrievalIndex, ctx: RunCo
     budget = ctx.prompt_budget("qa", render_qa(template, **fields))
     used = 0
     kept: list[tuple[int, int, Retrieved]] = []
-    for rank, (i, score) in enumerate(picked):
-        unit, date, position = pool[i]
-        item = Retrieved(unit.session_id, date, unit.body, float(score), rank)
+    for place, (i, _) in enumerate(picked):
+        unit, date, position = pool.entries[i]
+        item = Retrieved(unit.session_id, date, unit.body, ranked.cosine[i], place)
         size = ctx.text_tokens("qa", item.line()) + 1
         if used + size > budget:
             answer.dropped_for_budget += 1
@@ -294,7 +348,11 @@ def answer_program(question: Asked, user: str, index: RetrievalIndex, ctx: RunCo
         ctx.fail(reply)
         answer.error = f"answer failed: {reply.error}"
         return answer
-    answer.prediction = reply["answer"].strip()
+    text = reply["answer"].strip()
+    if text.rstrip(".").lower() == QA_NOT_FOUND.lower():
+        answer.abstained = "memory holds nothing on this: the memories shown do not answer it"
+    else:
+        answer.prediction = text
     return answer
 
 

@@ -15,13 +15,14 @@ from promem_fast.prompts import Template
 QA_NOT_FOUND = "Not mentioned"
 """What the answerer is told to say when its context lacks the answer. It contains LoCoMo's abstention phrase
 ("not mentioned"), so adversarial LoCoMo questions score by LoCoMo's own rule, and the QA judges read it as
-a refusal (HaluMem omission, LongMemEval abstention)."""
+a refusal (HaluMem omission, LongMemEval abstention). The answer program turns it into an abstention
+(``answer`` null, ``abstained`` saying why), as it does when no memory reaches the relevance floor."""
 
 _ANSWER_RULES = (
     "Dates in brackets tell when each conversation took place: use them to place events in time relative to "
     "when the question is asked, and when facts changed over time, the most recent one holds. A question in "
     "the first person is asked by {user}. Answer in a few words, not a sentence. If the text does not contain "
-    f"the answer, answer exactly: {QA_NOT_FOUND}."
+    f"the answer, do not guess from what people usually do: answer exactly: {QA_NOT_FOUND}."
 )
 
 _QA_REPLY = 'Reply with a JSON object whose "answer" holds your answer in a few words.'

@@ -28,6 +28,8 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.opening import open_persistence
 from promem_fast.persistence.vectors import IndexKind
 
+from .filters import metadata_scope
+
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
@@ -209,6 +211,10 @@ class MemoryStore:
         return engine.summary
 
     # ------------------------------------------------------------------------------------ reading
+    def tenants(self) -> list[str]:
+        """Every tenant of the store (the CLI names those that have a user another tenant was asked for)."""
+        return [name for (name,) in self.db.execute("SELECT name FROM tenants ORDER BY id")]
+
     def users(self, *, tenant: str = "default") -> list[str]:
         return [name for (name,) in self.db.execute(
             "SELECT u.name FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.name = ? ORDER BY u.id",
@@ -229,21 +235,22 @@ class MemoryStore:
         return rows.read_hits(self.db, where, (user_pk,))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> list[Hit]:
-        """The ``k`` memories of ``user`` closest to ``query`` (cosine), best first.
+               as_of: str | None = None, since: str | None = None, until: str | None = None,
+               filters: dict[str, Any] | None = None) -> list[Hit]:
+        """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
-        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it)."""
+        those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it).
+        ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`)."""
         from promem_fast.persistence.timeline import time_window, validity
 
-        scope = validity(*time_window(as_of, since, until), history=history)
+        from .hybrid import search
+
+        window = time_window(as_of, since, until)
+        scope = metadata_scope(filters, validity(*window, history=history), dialect=self.db.dialect)
         user_pk = self.user_id(tenant, user)
-        if user_pk is None or k <= 0:
-            return []
-        vector = np.asarray(self.embed_queries([query]), np.float32)[0]
-        self.check_dim(int(vector.shape[0]))
-        return self.search_vector(user_pk, vector, k, scope=scope)
+        return [] if user_pk is None or k <= 0 else search(self, user_pk, user, query, k, scope, window[0])
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         """Query vectors (an embedder's query prompt, when it has one)."""

@@ -33,6 +33,7 @@
       id: String(n.id !== undefined ? n.id : n.node_id), text: n.text || n.memory || "",
       date: n.date || n.valid_from || n.timestamp || raw.timestamp || "",
       session: n.session_id || raw.session_id || "", superseded: n.superseded_by != null || n.merged_into != null,
+      turn: n.turn_id !== undefined ? n.turn_id : (n.turn_ids || [])[0],
       details: (n.details || []).map((d) => (typeof d === "string" ? d : d.text)).filter((d) => typeof d === "string"),
       links: [],
     }));
@@ -74,11 +75,22 @@
     return true;
   }
 
+  // A session id as a label: ids of 40 characters (uuids, "user:index") would overlap in the graph, so a long
+  // one keeps its end (where ids differ), the full id stays in the session list's tooltip and the card.
+  function short(id) { return id.length <= 14 ? id : "…" + id.slice(-10); }
+
   function fillSessions(sessions) {
     const select = $("session");
     select.replaceChildren(new Option("all sessions (" + sessions.length + ")", ""),
-      ...sessions.map((s) => new Option(s.id + (s.day ? " · " + s.day : "") + " (" + s.count + ")", s.id)));
+      ...sessions.map((s, i) => {
+        const o = new Option("#" + (i + 1) + " " + short(s.id) + (s.day ? " · " + s.day : "") + " (" + s.count + ")", s.id);
+        o.title = s.id;
+        return o;
+      }));
   }
+
+  // The memories the page counts everywhere (header, list): current ones, and the replaced ones when shown.
+  function counted(nodes) { return $("old").checked ? nodes.length : nodes.filter((n) => !n.superseded).length; }
 
   // ------------------------------------------------------------------------------------------- the list
   // What the list shows: the search hits above the cut-off (in score order), else every memory that passes
@@ -142,7 +154,7 @@
       return li;
     }));
     $("more").hidden = all.length <= state.shown;
-    const total = state.data.nodes.length;
+    const total = counted(state.data.nodes);
     $("count").textContent = (state.hits ? all.length + " of " + state.hits.length + " hits" : all.length + " of " + total + " memories")
       + (all.length > state.shown ? " (first " + state.shown + " listed)" : "");
     document.body.dataset.results = String(state.hits ? Math.min(all.length, state.shown) : -1);
@@ -164,7 +176,9 @@
     const sessions = new Set(nodes.map((n) => n.session));
     if (!small) {
       for (const s of state.data.sessions.filter((x) => sessions.has(x.id))) {
-        elements.push({ data: { id: "s" + s.id, label: s.id + (s.day ? " · " + s.day : ""), kind: "session" } });
+        const number = state.data.sessions.indexOf(s) + 1;
+        elements.push({ data: { id: "s" + s.id, label: "#" + number + " " + short(s.id) + (s.day ? " · " + s.day : ""),
+                                kind: "session" } });
       }
     }
     for (const n of nodes) {
@@ -207,6 +221,7 @@
                                                       "target-arrow-shape": "none" } },
         { selector: ".faded", style: { "opacity": 0.15, "text-opacity": 0 } },
         { selector: ".hit", style: { "border-width": 4, "border-color": "#d43b3b", "min-zoomed-font-size": 0,
+                                     "background-color": "#d43b3b", "width": 34, "height": 34,
                                      "z-index": 10, "text-background-color": "#fff", "text-background-opacity": 0.85,
                                      "text-background-padding": 2 } },
         { selector: ".chosen", style: { "border-width": 5, "border-color": "#111", "min-zoomed-font-size": 0, "z-index": 11 } },
@@ -214,8 +229,10 @@
     });
     cy.on("mouseover", "node[kind = 'memory'], node[kind = 'old']", (ev) => tip(ev.target, ev.renderedPosition));
     cy.on("mouseout", "node", () => { $("tip").hidden = true; });
-    if (!small) {  // session names stay about 14 px on screen at any zoom
-      const sessionsStyle = () => cy.style().selector("node[kind = 'session']").style("font-size", 14 / cy.zoom()).update();
+    if (!small) {  // session names stay about 14 px on screen at any zoom, and show only where a box is wide
+      // enough on screen for its name (zoomed out over hundreds of sessions they would overlap into a band)
+      const sessionsStyle = () => cy.style().selector("node[kind = 'session']").style({
+        "font-size": 14 / cy.zoom(), "text-opacity": state.blockWidth * cy.zoom() >= 200 ? 1 : 0 }).update();
       cy.on("zoom", sessionsStyle);
       sessionsStyle();
     }
@@ -237,6 +254,7 @@
     const panel = $("graph").getBoundingClientRect();  // as many blocks a row as fill the panel's shape
     const aspect = panel.height > 0 ? panel.width / panel.height : 1.5;
     const perRow = Math.max(1, Math.round(Math.sqrt(order.length * aspect * block.h / block.w)));
+    state.blockWidth = block.w;
     const at = new Map();
     order.forEach((s, i) => {
       const x0 = (i % perRow) * block.w, y0 = Math.floor(i / perRow) * block.h;
@@ -288,13 +306,39 @@
                         links: n.links, superseded: n.superseded }, "div");
     const more = item.querySelector("details");
     if (more) { more.open = true; }
+    const source = document.createElement("div");
+    source.className = "source";
+    source.textContent = "said in turn " + (n.turn != null ? n.turn : "?") + " of session " + n.session;
+    item.append(source);
     box.replaceChildren(item);
     box.hidden = false;
+    if (!offline) { showHistory(n.id, item).catch(fail); }
     if (cy) {
       cy.nodes().removeClass("chosen");
       const node = cy.$id("n" + n.id).addClass("chosen");
       if (fromList && node.length) { cy.animate({ center: { eles: node }, zoom: Math.max(cy.zoom(), 1.2) }, { duration: 200 }); }
     }
+  }
+
+  // The opened memory's replacement history: what it replaced and what replaced it, oldest first, with reasons.
+  async function showHistory(id, item) {
+    const graph = await api("v1/users/" + encodeURIComponent($("user").value) + "/memories/" + id + "/history");
+    if (state.selected !== String(id) || graph.nodes.length < 2) { return; }
+    const reasons = new Map(graph.edges.map((e) => [String(e.old), e]));
+    const list = document.createElement("ol");
+    list.className = "history";
+    for (const m of graph.nodes) {
+      const li = document.createElement("li");
+      const edge = reasons.get(String(m.id));
+      li.textContent = day(m.valid_from) + " · " + m.memory + (String(m.id) === String(id) ? " (this one)" : "")
+        + (edge ? " → " + (edge.kind === "duplicate" ? "merged" : "replaced") + (edge.reason ? ": " + edge.reason : "") : "");
+      list.append(li);
+    }
+    const title = document.createElement("div");
+    title.className = "meta";
+    title.textContent = "history (" + graph.nodes.length + " versions)";
+    item.append(title, list);
+    document.body.dataset.history = String(graph.nodes.length);
   }
 
   // ------------------------------------------------------------------------------------------- actions
@@ -311,13 +355,15 @@
       if (!user) { status("pick a user first"); return; }
       const reply = await api("v1/users/" + encodeURIComponent(user) + "/search",
                               { method: "POST", body: JSON.stringify({ query, k: SEARCH_K }) });
-      state.hits = reply.hits.map(hitRow);
+      state.hits = reply.results.map(hitRow);
     }
     render();
   }
 
   function statusLine() {
-    return (offline ? "session " + (window.PROMEM_GRAPH.session_id || "") : $("user").value) + ": " + state.data.nodes.length + " memories";
+    const replaced = state.data.nodes.length - state.data.nodes.filter((n) => !n.superseded).length;
+    return (offline ? "session " + (window.PROMEM_GRAPH.session_id || "") : $("user").value) + ": "
+      + counted(state.data.nodes) + " memories" + (replaced && !$("old").checked ? " (" + replaced + " replaced, hidden)" : "");
   }
 
   function show(raw) {
@@ -344,11 +390,12 @@
 
   function fail(error) { status("error: " + error.message); document.body.dataset.error = error.message; }
 
-  function refilter() { if (state.data) { state.shown = PAGE; draw(); render(); } }
+  function refilter() { if (state.data) { state.shown = PAGE; draw(); render(); if (!state.hits) { status(statusLine()); } } }
 
   $("connect").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem("promem-key", $("key").value.trim());
+    $("hint").hidden = true;
     connect().catch(fail);
   });
   $("user").addEventListener("change", () => { if ($("user").value) { loadUser($("user").value).catch(fail); } });
@@ -367,7 +414,11 @@
       show(window.PROMEM_GRAPH);
     } else {
       if (params.get("key")) { sessionStorage.setItem("promem-key", params.get("key")); history.replaceState(null, "", location.pathname); }
-      if (sessionStorage.getItem("promem-key")) { await connect(); }
+      if (sessionStorage.getItem("promem-key")) { await connect(); } else { $("hint").hidden = false; }
+    }
+    if (params.get("min")) {  // the score floor, as a link may give it (#…&min=0.5)
+      $("cutoff").value = params.get("min");
+      $("cutoff-value").textContent = Number($("cutoff").value).toFixed(2);
     }
     if (params.get("q")) { $("query").value = params.get("q"); await search(params.get("q")); }
   }

@@ -1,0 +1,87 @@
+"""Metadata filters (``search(..., filters={"category": "movies"})``) as SQL over a memory's session.
+
+A memory carries the metadata its session was added with. A filter is a JSON object of conditions that must
+all hold: ``{"key": value}`` (equal), ``{"key": {"in": [a, b]}}`` (one of), ``{"key": {"ne": value}}`` (not
+equal, or the key absent). Keys are plain names (letters, digits, ``_``, ``-``, ``.`` for a nested field), so
+a key never reaches SQL as text: it is bound as a JSON path parameter. SQLite reads the field with
+``json_extract``; PostgreSQL compares ``jsonb`` values (the field at the key's path against the condition's
+value as JSON), so ``True`` matches a stored ``true`` there and also a stored ``1`` in SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from promem_fast.errors import InputError
+
+_KEY = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
+_SCALAR = (str, int, float, bool)
+
+
+def metadata_scope(filters: Mapping[str, Any] | None, scope: tuple[str, tuple[Any, ...]],
+                   alias: str = "n", *, dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:
+    """``scope`` (SQL over ``nodes {alias}`` and its parameters) narrowed to memories whose session's
+    metadata meets every condition of ``filters``; ``dialect``: the store's (``sqlite`` or ``postgresql``)."""
+    where, params = scope
+    if not filters:
+        return scope
+    clauses, values = [where], list(params)
+    for key, condition in filters.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise InputError(f"filter key {key!r} is not a plain name (letters, digits, _ - .)", field="filters")
+        if dialect == "postgresql":
+            path: Any = key.split(".")
+            field = f"(SELECT s.metadata::jsonb #> ?::text[] FROM sessions s WHERE s.id = {alias}.session_pk)"
+            value, mark = json.dumps, "?::jsonb"
+        else:
+            path = "$." + ".".join(f'"{part}"' for part in key.split("."))
+            field = f"(SELECT json_extract(s.metadata, ?) FROM sessions s WHERE s.id = {alias}.session_pk)"
+            value, mark = _sql, "?"
+        op, operand = _condition(key, condition)
+        if op == "in":
+            clauses.append(f"{field} IN ({','.join([mark] * len(operand))})")
+            values += [path, *(value(v) for v in operand)]
+        elif op == "ne":
+            clauses.append(f"({field} IS NULL OR {field} != {mark})")
+            values += [path, path, value(operand)]
+        else:
+            clauses.append(f"{field} = {mark}")
+            values += [path, value(operand)]
+    return " AND ".join(clauses), tuple(values)
+
+
+def matches(metadata: Mapping[str, Any], filters: Mapping[str, Any] | None) -> bool:
+    """Whether ``metadata`` meets every condition of ``filters`` (the same rule as :func:`metadata_scope`,
+    for memories already read)."""
+    for key, condition in (filters or {}).items():
+        value: Any = metadata
+        for part in str(key).split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        op, operand = _condition(key, condition)
+        if op == "in" and value not in operand or op == "ne" and value == operand or op == "eq" and value != operand:
+            return False
+    return True
+
+
+def _condition(key: str, condition: Any) -> tuple[str, Any]:
+    if isinstance(condition, Mapping):
+        if len(condition) != 1 or next(iter(condition)) not in ("eq", "ne", "in"):
+            raise InputError(f"filter {key!r}: give a value, {{'eq': v}}, {{'ne': v}} or {{'in': [..]}}",
+                             field="filters")
+        ((op, operand),) = condition.items()
+        if op == "in" and not (isinstance(operand, list) and operand and all(isinstance(v, _SCALAR) for v in operand)):
+            raise InputError(f"filter {key!r}: 'in' takes a non-empty list of values", field="filters")
+        if op != "in" and not isinstance(operand, _SCALAR):
+            raise InputError(f"filter {key!r}: compare with a string, number or boolean", field="filters")
+        return op, operand
+    if not isinstance(condition, _SCALAR):
+        raise InputError(f"filter {key!r}: compare with a string, number or boolean", field="filters")
+    return "eq", condition
+
+
+def _sql(value: Any) -> Any:
+    """A value as ``json_extract`` returns it (JSON true/false come back as 1/0)."""
+    return int(value) if isinstance(value, bool) else value

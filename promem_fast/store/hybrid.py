@@ -1,0 +1,103 @@
+"""The store's search by the hybrid rule: the persistence's nearest vectors and its full-text search give the
+two rankings (:meth:`~promem_fast.persistence.api.Persistence.nearest` and ``lexical``, on either backend).
+
+Each side proposes its best candidates of the user (:data:`CANDIDATES`, or more for a large ``k``), those
+outside the search's scope (time, history) are dropped, and :mod:`.ranking` fuses what is left. A memory
+only one side finds still ranks: a question's words may be in a memory whose embedding is far from it, and
+the reverse. The window a question's own words name ("last May") is read relative to ``as_of`` when given,
+else to now.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from promem_fast.persistence import rows
+from promem_fast.persistence.hits import Hit
+from promem_fast.persistence.lexical import terms
+
+from .ranking import collapse, fuse, prepare
+from .when import window, within
+
+if TYPE_CHECKING:
+    from .protocol import StoreView
+
+CANDIDATES = 100
+"""Candidates each side proposes (at least ``4 k``): deep enough that fusion rarely misses one side's good
+memory, shallow enough that the lexical side stays within a millisecond or two at a million memories."""
+
+
+def _dense(store: StoreView, user_pk: int, vector: np.ndarray, depth: int, where: str,
+           params: tuple[Any, ...]) -> list[int]:
+    """The user's ``depth`` nearest memories in scope, best first (widening the fetch past those out of scope)."""
+    total = store.db.vector_count(user_pk)
+    wanted = depth + 8
+    while True:
+        ids, _ = store.db.nearest(user_pk, vector, wanted)
+        kept = rows.in_scope(store.db, ids.tolist(), where, params) if len(ids) else []
+        if len(kept) >= depth or wanted >= total:
+            return kept[:depth]
+        wanted *= 4
+
+
+def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
+              scope: tuple[str, tuple[Any, ...]]) -> tuple[np.ndarray, list[int], list[int]]:
+    """The question's vector (as embedded, names left out) and each side's ``depth`` best memories in scope."""
+    config = store.config.ranking
+    where, params = scope
+    prepared = prepare(query, [user], config)
+    vector = np.asarray(store.embed_queries([prepared.text]), np.float32)[0]
+    store.check_dim(int(vector.shape[0]))
+    dense = _dense(store, user_pk, vector, depth, where, params) if config.dense else []
+    lexical: list[int] = []
+    if config.lexical:
+        found = [node for node, _ in store.db.lexical(user_pk, terms(query, prepared.dropped), depth)]
+        lexical = rows.in_scope(store.db, found, where, params)[:depth] if found else []
+    return vector, dense, lexical
+
+
+def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
+               scope: tuple[str, tuple[Any, ...]], when: str | None = None) -> list[tuple[int, float]]:
+    """The user's ``k`` best memories in ``scope`` for ``query`` by the hybrid rule, best first, each with its
+    cosine with the question (as embedded, names left out); ``when``: the ISO time the question's own times
+    are relative to (default now)."""
+    config = store.config.ranking
+    vector, dense, lexical = proposals(store, user_pk, user, query, max(CANDIDATES, 4 * k), scope)
+    pool = list(dict.fromkeys(dense + lexical))
+    if not pool:
+        return []
+    said: dict[int, str | None] = {}
+    text: dict[int, str] = {}
+    stored: list[tuple[int, Any]] = []
+    for lo in range(0, len(pool), 500):
+        part = pool[lo:lo + 500]
+        for node, words_of, valid_from, blob in store.db.execute(
+                f"SELECT id, text, valid_from, {store.db.vector_sql('vector')} FROM nodes "
+                f"WHERE id IN ({rows.placeholders(len(part))})", part):
+            said[node], text[node] = valid_from, words_of
+            if blob is not None:
+                stored.append((node, blob))
+    matrix = store.db.decode_vectors([blob for _, blob in stored], len(vector))
+    vectors = {node: matrix[i] for i, (node, _) in enumerate(stored)}
+    today = date.fromisoformat(when[:10]) if when else datetime.now(timezone.utc).date()
+    days = window(query, today) if config.when else None
+    timed = [] if days is None else [n for n in (dense or lexical) if within(said.get(n), days)]
+    best = collapse(fuse(dense, lexical, config, timed=timed), vectors, config, k, text_of=text.__getitem__)
+    return [(node, float(vectors[node] @ vector) if node in vectors else 0.0) for node, _ in best]
+
+
+def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope: tuple[str, tuple[Any, ...]],
+           when: str | None = None) -> list[Hit]:
+    """The ``k`` best memories as hits, best first (fused order), each scored by its cosine with the question."""
+    best = candidates(store, user_pk, user, query, k, scope, when)
+    if not best:
+        return []
+    score_of = dict(best)
+    where, params = scope
+    hits = rows.read_hits(store.db, f"n.id IN ({rows.placeholders(len(best))}) AND {where}",
+                          (*score_of, *params), score_of)
+    position = {node: i for i, (node, _) in enumerate(best)}
+    return sorted(hits, key=lambda h: position[h.node_id])

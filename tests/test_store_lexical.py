@@ -1,0 +1,153 @@
+"""The store's lexical side: its FTS5 table follows the nodes (add, delete, cascades), an older store gains it on
+open, a deleted memory's words leave the file, and search fuses it with the vectors by the documented rule.
+
+Memories are hand-written; :class:`TopicEmbedder` puts texts on the topics the tests choose, so which memory
+the dense side ranks first is known without running the code under test.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from conftest import scripted_config
+from store_helpers import TopicEmbedder, graph
+from promem_fast.config import EngineConfig
+from promem_fast.store import MemoryStore
+from promem_fast.persistence.schema import MIGRATIONS, SCHEMA_VERSION
+
+ANN_1 = graph("a1", "Ann", ["Ann works as a nurse in Leeds.", "Ann plays chess on Sundays."],
+              details=[["night shifts"], ["club in Headingley"]], timestamp="2025-03-10T09:00:00")
+ANN_2 = graph("a2", "Ann", ["Ann feeds a quokka at the zoo.", "Ann works on weekends too."],
+              timestamp="2025-05-20T09:00:00")
+BEN_1 = graph("b1", "Ben", ["Ben collects stamps from Peru."], timestamp="2025-03-11T09:00:00")
+
+
+def fts(db: Path) -> dict[str, list[tuple[str, str | None]]]:
+    """The full-text rows, read straight from the file: user → (text, details) of each of their nodes."""
+    raw = sqlite3.connect(db)
+    try:
+        rows: dict[str, list[tuple[str, str | None]]] = {}
+        for user, text, details in raw.execute(
+                "SELECT u.name, f.text, f.details FROM memory_fts f JOIN nodes n ON n.id = f.rowid "
+                "JOIN users u ON u.id = n.user_id ORDER BY f.rowid"):
+            rows.setdefault(user, []).append((text, details))
+        orphans = raw.execute("SELECT count(*) FROM memory_fts WHERE rowid NOT IN (SELECT id FROM nodes)").fetchone()
+        assert orphans == (0,), "full-text rows left behind by deleted nodes"
+        return rows
+    finally:
+        raw.close()
+
+
+def open_store(path: Path, config: EngineConfig | None = None) -> MemoryStore:
+    return MemoryStore(path, config or scripted_config(), embedder=TopicEmbedder(), update_judge="off")
+
+
+def test_the_full_text_table_follows_adds_and_every_kind_of_delete(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        store.add([ANN_1, ANN_2, BEN_1])
+        assert fts(db) == {
+            "Ann": [("Ann works as a nurse in Leeds.", "night shifts"),
+                        ("Ann plays chess on Sundays.", "club in Headingley"),
+                        ("Ann feeds a quokka at the zoo.", None), ("Ann works on weekends too.", None)],
+            "Ben": [("Ben collects stamps from Peru.", None)]}
+        chess = next(h.node_id for h in store.hits("Ann") if "chess" in h.text)
+        store.delete(user="Ann", node=chess)
+        assert [t for t, _ in fts(db)["Ann"]] == ["Ann works as a nurse in Leeds.",
+                                                     "Ann feeds a quokka at the zoo.", "Ann works on weekends too."]
+        store.delete(user="Ann", session="a2")  # the session's nodes go by cascade
+        assert [t for t, _ in fts(db)["Ann"]] == ["Ann works as a nurse in Leeds."]
+        store.delete(user="Ann")
+        assert fts(db) == {"Ben": [("Ben collects stamps from Peru.", None)]}
+
+
+def on_disk(db: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal")) if p.exists())
+
+
+def test_a_deleted_memorys_words_leave_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        store.add([ANN_1, ANN_2, BEN_1])
+    # the index keeps words lower-cased and stemmed ("quokka" is its own stem), apart from the text itself
+    assert on_disk(db).count(b"quokka") > on_disk(db).count(b"Ann feeds a quokka")
+    with open_store(db) as store:
+        store.delete(user="Ann", session="a2")
+        assert b"quokka" not in on_disk(db)
+    assert b"quokka" not in on_disk(db)
+
+
+def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
+    from promem_fast.persistence.connection import open_db
+    from promem_fast.persistence.rows import ensure_user, graph_record, insert_session
+    from promem_fast.persistence.sqlite import SqlitePersistence
+
+    class Raw:  # the row functions over the bare connection: no migration on open
+        dialect = "sqlite"
+        encode_vector = staticmethod(SqlitePersistence.encode_vector)
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.execute, self.executemany = conn.execute, conn.executemany
+
+    db = tmp_path / "old.db"
+    raw = open_db(db)
+    for step in range(1, SCHEMA_VERSION):  # the file as the version before wrote it
+        MIGRATIONS[step](raw)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    user = ensure_user(Raw(raw), "default", "Ann")  # type: ignore[arg-type]
+    insert_session(Raw(raw), user, graph_record(ANN_1),  # type: ignore[arg-type]
+                   TopicEmbedder().embed([n.text for n in ANN_1.nodes]))
+    raw.commit()
+    raw.close()
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
+    with open_store(db, lexical) as store:
+        hits = store.search("Ann", "Where is Headingley?", k=5)
+    assert [h.text for h in hits] == ["Ann plays chess on Sundays."]  # found by its detail's word
+    assert fts(db)["Ann"][0] == ("Ann works as a nurse in Leeds.", "night shifts")
+
+
+def test_search_fuses_the_word_a_question_shares_with_the_vectors(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    question = "Which job keeps her busy on weekends?"
+    with open_store(db) as store:
+        store.add([ANN_1, ANN_2])
+        hybrid = [h.text for h in store.search("Ann", question, k=2)]
+    with open_store(db, scripted_config().with_overrides(["ranking.lexical=false"])) as store:
+        alone = [h.text for h in store.search("Ann", question, k=2)]
+    # "job" puts the question on the job topic, where both job memories tie: the older one first, alone;
+    # "weekends" is a word of the newer one only, so BM25 ranks it first and the fusion (1/61 + 1/62 against
+    # the older one's 1/61) puts it on top
+    assert alone == ["Ann works as a nurse in Leeds.", "Ann works on weekends too."]
+    assert hybrid == ["Ann works on weekends too.", "Ann works as a nurse in Leeds."]
+
+
+def test_the_owners_name_is_not_a_search_word(tmp_path: Path) -> None:
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])
+    with open_store(tmp_path / "m.db", lexical) as store:
+        store.add([ANN_1, ANN_2])
+        assert store.search("Ann", "Ann", k=5) == []  # in every memory of hers: it tells them apart not at all
+        assert [h.text for h in store.search("Ann", "Ann's quokka", k=5)] == ["Ann feeds a quokka at the zoo."]
+
+
+def test_a_month_the_question_names_ranks_what_was_said_then_first(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.db") as store:
+        store.add([ANN_1, ANN_2])
+        # both job memories are equally near "work"; the one said in May 2025 comes first when May is asked
+        may = [h.text for h in store.search("Ann", "What about work in May 2025?", k=2)]
+        march = [h.text for h in store.search("Ann", "What about work in March 2025?", k=2)]
+    assert may[0] == "Ann works on weekends too." and march[0] == "Ann works as a nurse in Leeds."
+
+
+def test_a_memory_said_again_is_shown_once_and_a_fact_differing_by_a_number_is_not_a_repeat(tmp_path: Path) -> None:
+    again = graph("a3", "Ann", ["Ann feeds a quokka at the zoo.", "Ann feeds a quokka at 2 zoos."],
+                  timestamp="2025-06-01T09:00:00")
+    with open_store(tmp_path / "m.db") as store:
+        store.add([ANN_2, again])
+        found = [h.text for h in store.search("Ann", "quokka", k=3)]
+    with open_store(tmp_path / "m.db", scripted_config().with_overrides(["ranking.dedup=false"])) as store:
+        every = [h.text for h in store.search("Ann", "quokka", k=3)]
+    # the same sentence twice (cosine 1, the same words) is one memory to read; "2 zoos" says more
+    # (its slot goes to the next memory)
+    assert (found.count("Ann feeds a quokka at the zoo."), every.count("Ann feeds a quokka at the zoo.")) == (1, 2)
+    assert "Ann feeds a quokka at 2 zoos." in found and "Ann feeds a quokka at 2 zoos." in every
