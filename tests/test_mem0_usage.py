@@ -56,6 +56,21 @@ def test_mem0_quickstart_program_runs_with_only_the_import_changed(tmp_path: Pat
     # the default store lives under the user's data folder, private
     store = tmp_path / "data" / "promem" / "memory.db"
     assert store.is_file() and stat.S_IMODE(os.stat(store.parent).st_mode) == 0o700
+    check_mem0_program(out)
+
+
+def test_mem0_quickstart_program_runs_on_postgresql_named_by_the_environment(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("PROMEM_PROFILE", "scripted")
+    monkeypatch.setenv("PROMEM_DB_URL", pg_url)
+    out = mem0_program()
+    assert not (tmp_path / "data" / "promem" / "memory.db").exists()  # the database holds it all
+    check_mem0_program(out)
+
+
+def check_mem0_program(out: dict[str, object]) -> None:
+    """What the quickstart program must have seen, on either backend."""
     assert [e["event"] for e in out["added"]["results"]] == ["add"]  # type: ignore[index]
     texts = [r["memory"] for r in out["everything"]["results"]]  # type: ignore[index]
     assert texts == ["Alice love sci-fi movies.", "Alice dislike horror films.", "Alice play tennis every Sunday."]
@@ -75,10 +90,10 @@ def test_mem0_quickstart_program_runs_with_only_the_import_changed(tmp_path: Pat
     assert out["after_reset"] == {"results": []}
 
 
-def test_memory_switch_keeps_the_list_form_and_filters_check_their_input(tmp_path: Path) -> None:
+def test_memory_switch_keeps_the_list_form_and_filters_check_their_input(store_at: str) -> None:
     from promem_fast import Memory
 
-    with Memory(tmp_path / "m.db", profile="scripted", output_format="list") as memory:
+    with Memory(store_at, profile="scripted", output_format="list") as memory:
         memory.add("I keep bees in Porto.", user_id="ana", metadata={"topic": "hobby", "year": 2024})
         memory.add("I work as a nurse.", user_id="ana", metadata={"topic": "work"})
         assert [m["memory"] for m in memory.search("bees", user_id="ana", filters={"year": 2024})] == [

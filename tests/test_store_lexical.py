@@ -1,6 +1,10 @@
 """The store's lexical side: its FTS5 table follows the nodes (add, delete, cascades), an older store gains it on
 open, a deleted memory's words leave the file, and search fuses it with the vectors by the documented rule.
 
+The FTS5 table's own behaviour (rows per node with their details, the migration, the rewrite on delete) is
+SQLite's and read from the file; the ranking tests run on both backends (PostgreSQL ranks its ``tsvector`` with
+``ts_rank`` over the memory's text only, where SQLite's BM25 also reads the details at half weight).
+
 Memories are hand-written; :class:`TopicEmbedder` puts texts on the topics the tests choose, so which memory
 the dense side ranks first is known without running the code under test.
 """
@@ -39,7 +43,7 @@ def fts(db: Path) -> dict[str, list[tuple[str, str | None]]]:
         raw.close()
 
 
-def open_store(path: Path, config: EngineConfig | None = None) -> MemoryStore:
+def open_store(path: Path | str, config: EngineConfig | None = None) -> MemoryStore:
     return MemoryStore(path, config or scripted_config(), embedder=TopicEmbedder(), update_judge="off")
 
 
@@ -107,8 +111,8 @@ def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
     assert fts(db)["Ann"][0] == ("Ann works as a nurse in Leeds.", "night shifts")
 
 
-def test_search_fuses_the_word_a_question_shares_with_the_vectors(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+def test_search_fuses_the_word_a_question_shares_with_the_vectors(store_at: str) -> None:
+    db = store_at
     question = "Which job keeps her busy on weekends?"
     with open_store(db) as store:
         store.add([ANN_1, ANN_2])
@@ -122,16 +126,16 @@ def test_search_fuses_the_word_a_question_shares_with_the_vectors(tmp_path: Path
     assert hybrid == ["Ann works on weekends too.", "Ann works as a nurse in Leeds."]
 
 
-def test_the_owners_name_is_not_a_search_word(tmp_path: Path) -> None:
+def test_the_owners_name_is_not_a_search_word(store_at: str) -> None:
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
-    with open_store(tmp_path / "m.db", lexical) as store:
+    with open_store(store_at, lexical) as store:
         store.add([ANN_1, ANN_2])
         assert store.search("Ann", "Ann", k=5) == []  # in every memory of hers: it tells them apart not at all
         assert [h.text for h in store.search("Ann", "Ann's quokka", k=5)] == ["Ann feeds a quokka at the zoo."]
 
 
-def test_a_month_the_question_names_ranks_what_was_said_then_first(tmp_path: Path) -> None:
-    with open_store(tmp_path / "m.db") as store:
+def test_a_month_the_question_names_ranks_what_was_said_then_first(store_at: str) -> None:
+    with open_store(store_at) as store:
         store.add([ANN_1, ANN_2])
         # both job memories are equally near "work"; the one said in May 2025 comes first when May is asked
         may = [h.text for h in store.search("Ann", "What about work in May 2025?", k=2)]
