@@ -20,8 +20,9 @@ from promem_fast.persistence.schema import SCHEMA_VERSION
 from store_helpers import TopicEmbedder, graph
 
 
-def open_store(path: Path, **kwargs: object) -> MemoryStore:
-    return MemoryStore(path, scripted_config(), **kwargs)  # type: ignore[arg-type]
+def open_store(path: Path | str, *overrides: str, **kwargs: object) -> MemoryStore:
+    """A store with the scripted profile, ``overrides`` (``--set`` lines) applied."""
+    return MemoryStore(path, scripted_config().with_overrides(list(overrides)), **kwargs)  # type: ignore[arg-type]
 
 
 MAYA_1 = graph("m1", "Maya", ["Maya adopted a beagle named Biscuit.", "Maya moved to Lisbon for a job at Nordvik."],
@@ -233,7 +234,8 @@ def test_a_graph_that_cannot_be_stored_is_named_and_leaves_nothing_behind(store_
 
 def test_threads_sharing_one_store_never_index_a_node_twice(store_at: str) -> None:
     failures: list[BaseException] = []
-    with open_store(store_at, update_judge="off") as store:
+    # every memory is listed: the ranking's dedup would show near-repeats ("note 3 of batch 4") once
+    with open_store(store_at, "ranking.dedup=false", update_judge="off") as store:
         store.add([graph("t0", "Maya", [f"Maya note {j} about travel plans" for j in range(20)])])
 
         def read() -> None:
@@ -361,12 +363,13 @@ def test_an_older_file_is_migrated_step_by_step_and_a_failed_step_changes_nothin
 
 def test_memories_tied_within_the_tolerance_come_lowest_id_first(tmp_path: Path) -> None:
     """Texts on the same topics embed to one score up to the last float bits; the tie rule (the older, lower
-    id first) decides their order, not those bits."""
+    id first) decides the dense ranking's order, not those bits (dense alone: fusion reorders by words)."""
     words = ["cello", "chess", "stamps", "cat", "job", "watercolor", "orchestra", "dog", "works", "paints"]
     rng = np.random.default_rng(7)
     sessions = [graph(f"s{i}", "Ann", [" ".join(rng.choice(words, 3)) + f" note {i}-{j}" for j in range(20)])
                 for i in range(15)]
-    with open_store(tmp_path / "m.db", embedder=TopicEmbedder(), update_judge="off") as store:
+    with open_store(tmp_path / "m.db", "ranking.lexical=false", embedder=TopicEmbedder(),
+                    update_judge="off") as store:
         store.add(sessions)
         hits = store.search("Ann", "chess job", k=60)
         runs: dict[float, list[int]] = {}
