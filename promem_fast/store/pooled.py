@@ -2,8 +2,8 @@
 
 The pool is every unit of the question's history (one memory, or one turn for NativeRAG), each with its
 session and date; its vectors are the stored ones and its lexical ranking comes from the retrieval index's
-FTS5 table (:class:`~.lexical.PoolLexicon`). A unit shown twice on one date (LoCoMo's two per-speaker copies
-of a memory) is ranked once. The rule itself is :mod:`.ranking`'s.
+FTS5 table (:class:`~promem_fast.persistence.lexical.PoolLexicon`). A unit shown twice on one date (LoCoMo's
+two per-speaker copies of a memory) is ranked once. The rule itself is :mod:`.ranking`'s.
 """
 
 from __future__ import annotations
