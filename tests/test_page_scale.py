@@ -28,7 +28,8 @@ def session_id(i: int) -> str:
 
 @pytest.fixture(scope="module")
 def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    from promem_fast.store import MemoryStore, rows
+    from promem_fast.persistence import rows
+    from promem_fast.store import MemoryStore
 
     path = tmp_path_factory.mktemp("page10k") / "memory.db"
     with MemoryStore(path, scripted_config(), update_judge="off") as store:
@@ -39,7 +40,7 @@ def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
                    for i in range(SESSIONS)])
         ids = {h.text: h.node_id for h in store.hits(USER) if h.text in (OLD_BEAGLE, BEAGLE)}
         replaced = [h.node_id for h in store.hits(USER)[100:100 + REPLACED - 1]]
-        with store._write() as db:
+        with store.db.transaction() as db:
             rows.supersede(db, ids[OLD_BEAGLE], ids[BEAGLE], "Maya adopted the beagle she was thinking about")
             for old in replaced:
                 rows.supersede(db, old, old + 1, "said again later")
