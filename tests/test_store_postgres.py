@@ -175,3 +175,28 @@ def test_the_command_line_takes_the_database_from_promem_db_url(tmp_path: Path, 
     wrong = promem("search", "job", "--user", "Maya", "--db", "postgresql://me:pw@127.0.0.1:1/x")
     assert wrong.returncode == 2 and wrong.stderr.strip() == wrong.stderr.strip().splitlines()[0]
     assert wrong.stderr.startswith("promem: postgresql://me:***@127.0.0.1:1/x: cannot connect")
+
+
+def test_a_version_2_database_gains_session_metadata_and_stemmed_full_text(pg_url: str) -> None:
+    """The step to version 3 on PostgreSQL: sessions get an empty metadata object (filters then run), and the
+    full text of the nodes already there is stemmed, so "working" finds "works" ("simple" kept words whole)."""
+    import psycopg
+
+    from promem_fast.persistence.pg_schema import migrate
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        migrate(conn, "test", read_only=False, target=2)
+        conn.execute("INSERT INTO tenants (name) VALUES ('default')")
+        conn.execute("INSERT INTO users (tenant_id, name) VALUES (1, 'Maya')")
+        conn.execute("INSERT INTO sessions (user_id, session_id, mode, events, stats) "
+                     "VALUES (1, 'j1', 'promem', '[]', '{}')")
+        conn.execute("INSERT INTO nodes (session_pk, user_id, local_id, text, data) VALUES (1, 1, 0, %s, %s)",
+                     (JOBS[0][2], json.dumps({"text": JOBS[0][2]})))
+    with open_store(pg_url) as store:
+        assert [i for i, _ in store.db.lexical(1, terms("Who is working?"), 5)] == [1]
+        hits = store.db.execute("SELECT metadata FROM sessions").fetchall()
+        assert [tuple(h) for h in hits] == [("{}",)]
+        found = store.search("Maya", "nurse", k=5, filters={"topic": {"ne": "work"}})
+        assert [h.text for h in found] == [JOBS[0][2]]
+        assert store.search("Maya", "nurse", k=5, filters={"topic": "work"}) == []
