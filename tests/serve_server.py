@@ -114,15 +114,22 @@ def wait_job(http: httpx.Client, job: str, timeout: float = 120.0) -> dict[str, 
 
 
 @contextmanager
+def served(path: Path, tenant: str = "default", *extra: str) -> Iterator[tuple[Server, str]]:
+    """A server over the store at ``path`` with a new key of ``tenant``; stopped on leaving."""
+    key = new_key(path, tenant)
+    server = Server(path, *extra)
+    try:
+        yield server, key
+    finally:
+        server.stop()
+
+
+@contextmanager
 def serving(path: Path, tenant: str, user: str, sessions: list[dict[str, Any]]) -> Iterator[tuple[Server, str]]:
     """A server (no rate limit) over a new store at ``path`` holding ``sessions`` of ``user``; yields it with
     a key of ``tenant``."""
-    key = new_key(path, tenant)
-    server = Server(path, "--rate", "0")
-    try:
+    with served(path, tenant, "--rate", "0") as (server, key):
         with server.client(key) as http:
             job = http.post(f"/v1/users/{user}/sessions", json={"sessions": sessions}).json()["job_id"]
             assert wait_job(http, job)["done"] == len(sessions)
         yield server, key
-    finally:
-        server.stop()

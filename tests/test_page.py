@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, scripted_config
-from serve_server import Server, new_key
+from serve_server import Server, served
 from store_helpers import graph
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -53,12 +53,8 @@ def page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serv
                          details=[[f"detail {j} of s-{i:02d}"] if j % 3 == 0 else [] for j in range(PER_SESSION)],
                          edges=[(0, 1, "same_day")])
                    for i in range(SESSIONS)])
-    key = new_key(path, "default")
-    server = Server(path)
-    try:
-        yield server, key
-    finally:
-        server.stop()
+    with served(path) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import scripted_config
-from serve_server import Server, new_key
+from serve_server import Server, served
 from store_helpers import graph
 from test_page import BEAGLE, USER, browser, listed, shot_path, text  # noqa: F401 - browser is a fixture
 
@@ -44,12 +44,8 @@ def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
             rows.supersede(db, ids[OLD_BEAGLE], ids[BEAGLE], "Maya adopted the beagle she was thinking about")
             for old in replaced:
                 rows.supersede(db, old, old + 1, "said again later")
-    key = new_key(path, "default")
-    server = Server(path)
-    try:
-        yield server, key
-    finally:
-        server.stop()
+    with served(path) as running:
+        yield running
 
 
 def test_ten_thousand_memories_short_labels_one_count_hits_lit_and_the_history_in_the_card(
