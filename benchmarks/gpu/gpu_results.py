@@ -1,4 +1,4 @@
-"""The H200 result file, from what ``gpu_run.sh`` and ``gpu_generate_probe.py`` brought back from the device.
+"""The H200 result file, from what ``gpu_run.sh`` and ``generate_probe.py`` brought back from the device.
 
     python -m benchmarks.gpu.gpu_results            # benchmarks/results/gpu_run-h200/ -> results/gpu_run-h200.json
 
@@ -25,7 +25,7 @@ from benchmarks.tools.figures import _leaves, write_result
 
 RAW = RESULTS / "gpu_run-h200"
 RUN_COMMIT = "c44fe6f"
-"""The commit whose gpu_run.sh ran on the device (the probe ran on it with gpu_generate_probe.py added)."""
+"""The commit whose gpu_run.sh ran on the device (the generate probe ran on it as an uncommitted file)."""
 BATCH_LINE = re.compile(r"generate batch (\d+): (\d+) requests, (\d+) prompt \+ (\d+) completion tokens, "
                         r"([\d.]+) s model")
 
