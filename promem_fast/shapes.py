@@ -17,6 +17,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from promem_fast.errors import InputError
 from promem_fast.types import Session
 
 DEFAULT_K = 10
@@ -55,7 +56,13 @@ def as_sessions(data: Any, date: str | None = None) -> list[dict[str, Any]]:
         return [data.to_dict()]
     if isinstance(data, dict):
         return [dict(data)]
+    if isinstance(data, str):  # what the user said, as mem0's add takes it
+        data = [{"role": "user", "content": data}]
     items = [s.to_dict() if isinstance(s, Session) else s for s in data]
+    wrong = next((i for i, s in enumerate(items) if not isinstance(s, dict)), None)
+    if wrong is not None:
+        raise InputError(f"item {wrong} is not an object: give sessions, or messages with role and content",
+                         field="messages")
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
         digest = hashlib.sha256(json.dumps([items, date], sort_keys=True).encode("utf-8")).hexdigest()[:16]
         session = {"session_id": f"msg-{digest}", "messages": items}

@@ -89,15 +89,26 @@ class FakeServer:
                     failure = server.failures.pop(0) if server.failures else None
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                counted = True
+
+                def reply(*args: Any) -> None:
+                    # leave the count before answering: a client that has its answer may send the next
+                    # request at once, and must not find this one still counted
+                    nonlocal counted
+                    with server.lock:
+                        server.in_flight -= 1
+                    counted = False
+                    self._reply(*args)
+
                 try:
                     if server.delay_s:
                         time.sleep(server.delay_s)
                     if failure is not None:
-                        self._reply(failure[0], {"error": {"message": f"scripted {failure[0]}"}}, failure[1])
+                        reply(failure[0], {"error": {"message": f"scripted {failure[0]}"}}, failure[1])
                         return
                     last = body["messages"][-1]["content"]
                     if last == "BAD":
-                        self._reply(400, {"object": "error", "message": "the request is malformed", "code": 400})
+                        reply(400, {"object": "error", "message": "the request is malformed", "code": 400})
                         return
                     text = json.dumps({"echo": last})
                     payload: dict[str, Any] = {
@@ -108,10 +119,11 @@ class FakeServer:
                     if server.usage:
                         payload["usage"] = {"prompt_tokens": len(last), "completion_tokens": 5,
                                             "total_tokens": len(last) + 5}
-                    self._reply(200, payload)
+                    reply(200, payload)
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    if counted:
+                        with server.lock:
+                            server.in_flight -= 1
 
         return Handler
 

@@ -293,6 +293,17 @@ def test_validation_errors_name_the_field(a: httpx.Client) -> None:
     assert a.get(f"/v1/users/{TOMAS}/memories/notanumber").json()["detail"][0]["loc"] == ["path", "node_id"]
 
 
+def test_messages_may_be_what_the_user_said_and_anything_else_is_refused_by_field(a: httpx.Client) -> None:
+    """mem0's add takes a plain string; a list of things that are neither sessions nor messages is the caller's
+    fault (a 422 naming ``messages``), never a 500 (found by the schemathesis run)."""
+    said = a.post(f"/v1/users/{TOMAS}/sessions", json={"messages": "I started learning the cello."})
+    assert said.status_code == 202 and said.json()["accepted"] == 1
+    for wrong in (["a"], [1, 2], [{"role": "user", "content": "hi"}, "x"]):
+        reply = a.post(f"/v1/users/{TOMAS}/sessions", json={"messages": wrong})
+        assert reply.status_code == 422, wrong
+        assert reply.json()["detail"][0]["loc"][:2] == ["body", "messages"]
+
+
 def test_a_body_over_the_limit_gets_413(a: httpx.Client) -> None:
     big = {"sessions": [dict(maya_session(), turns=[{"role": "user", "text": "x" * 1_100_000}])]}
     assert a.post(f"/v1/users/{TOMAS}/sessions", json=big).status_code == 413
