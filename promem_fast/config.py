@@ -45,7 +45,7 @@ ROLES: tuple[str, ...] = get_args(Role)
 
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
     "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings",
-    "fsync", "progress", "prefix_reuse", "ranking",
+    "fsync", "progress", "prefix_reuse", "prefix_state_mib", "ranking",
     "qa_top_k", "search_approximate_min", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
 })
 """Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
@@ -100,6 +100,10 @@ class LLMConfig:
     """llamacpp: layers offloaded to a GPU build of llama.cpp."""
     prefix_reuse: bool = True
     """llamacpp: keep the KV cache of the prefix shared with the previous prompt (where checked bit-exact)."""
+    prefix_state_mib: int = 512
+    """llamacpp: memory for the KV state of each session's system turn, kept apart so a session's next prompt
+    skips its block even after other sessions' prompts ran in between (where a load-time check finds the
+    restore bit-exact); least recently used states go first; 0 keeps only the previous prompt's prefix."""
     batch_size: int = 16
     """transformers: prompts per forward pass (left padded)."""
     ignore_eos: bool = False
@@ -409,6 +413,8 @@ class EngineConfig:
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
             (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),
             (self.max_reorder >= 0, "max_reorder must be >= 0"),
+            *((llm.prefix_state_mib >= 0, f"{name}.prefix_state_mib must be >= 0 (0: no kept states)")
+              for name, llm in (("llm", self.llm), *((f"roles.{r}", c) for r, c in self.roles.items()))),
             (0.0 < self.compression.rate <= 1.0, "compression.rate must lie in (0, 1]"),
             (set(self.roles) <= set(ROLES), f"roles keys must be among {', '.join(ROLES)}"),
         ]

@@ -60,6 +60,8 @@ def test_range_checks() -> None:
         EngineConfig().with_overrides(["pipeline.tau_comp=1.5"]).validate()
     with pytest.raises(ConfigError, match="unknown profile"):
         EngineConfig.profile("tpu")
+    with pytest.raises(ConfigError, match=r"roles.judge.prefix_state_mib must be >= 0"):
+        EngineConfig().with_overrides(["roles.judge.prefix_state_mib=-1"]).validate()
 
 
 def test_resolve_applies_profile_file_overrides_then_flags_in_that_order(tmp_path: Path) -> None:

