@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from promem_fast.config_merge import merge, nondefault
+from promem_fast.config_merge import merge, nondefault, without_keys
 from promem_fast.config_ranking import RankingConfig
 from promem_fast.errors import ConfigError
 from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
@@ -379,7 +379,7 @@ class EngineConfig:
 
     def result_settings(self) -> dict[str, Any]:
         """Every field that can change what a run writes (all but :data:`RUN_ONLY_FIELDS`), as JSON values."""
-        return json.loads(json.dumps(_without_run_only(dataclasses.asdict(self))))
+        return json.loads(json.dumps(without_keys(dataclasses.asdict(self), RUN_ONLY_FIELDS)))
 
     def fingerprint(self) -> str:
         """A hash of what makes two runs write the same records: :meth:`result_settings`, ``record_timings``
@@ -445,12 +445,3 @@ def _paper(gpu: EngineConfig) -> EngineConfig:
         embedder=dataclasses.replace(gpu.embedder, model="Qwen/Qwen3-Embedding-8B", batch_size=64),
         pipeline=dataclasses.replace(gpu.pipeline, segmenter="lightmem", tau_comp=0.6),
     )
-
-
-def _without_run_only(value: Any) -> Any:
-    """``value`` (a config as nested dicts) without :data:`RUN_ONLY_FIELDS`, at any depth."""
-    if isinstance(value, dict):
-        return {k: _without_run_only(v) for k, v in value.items() if k not in RUN_ONLY_FIELDS}
-    if isinstance(value, (list, tuple)):
-        return [_without_run_only(v) for v in value]
-    return value

@@ -114,3 +114,12 @@ def nondefault(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, An
         elif defaults.get(key) != value:
             out[key] = value
     return out
+
+
+def without_keys(value: Any, keys: frozenset[str]) -> Any:
+    """``value`` (a config as nested dicts) without the fields named in ``keys``, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_keys(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, (list, tuple)):
+        return [without_keys(v, keys) for v in value]
+    return value

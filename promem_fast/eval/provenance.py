@@ -153,7 +153,7 @@ def _weights_path(kind: str, backend: str, model: str | None) -> Path | None:
     if kind == "llm" and backend == "llamacpp":
         if model is not None:
             return Path(model)
-        from promem_fast.backends.llm_llamacpp import default_model_path
+        from promem_fast.backends._llamacpp_load import default_model_path
         from promem_fast.errors import MissingDependency
 
         try:
