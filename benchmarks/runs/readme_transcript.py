@@ -64,9 +64,10 @@ async def talk():
             {"role": "assistant", "content": "Congratulations on Miso!"}]})
         found = await client.call_tool("search", {"user_id": "ana", "query": "What pet does Ana have?", "top_k": 3})
         hits = [] if found.is_error else (found.structured_content or {}).get("results", [])
-        print(json.dumps({"tools": tools, "add_error": added.is_error, "add": str(added.content)[:300],
-                          "search_error": found.is_error, "hits": len(hits),
-                          "memories": [h["memory"] for h in hits]}))
+        job = {} if added.is_error else (added.structured_content or {})
+        print(json.dumps({"tools": tools, "add_error": added.is_error, "add_state": job.get("state"),
+                          "add_done": job.get("done"), "search_error": found.is_error, "hits": len(hits),
+                          "found": [h["memory"] for h in hits]}))
 
 anyio.run(talk)
 """
@@ -283,6 +284,13 @@ def run_steps(run: Run, names: list[str], records: dict[str, dict[str, Any]]) ->
     run.stop_server()
 
 
+def installed_commit(run: Run) -> str | None:
+    """The commit the steps installed: the clone's HEAD (the checkout may have moved on since)."""
+    done = subprocess.run(["git", "-C", str(run.work / "checkout"), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
 def save(run: Run, records: dict[str, dict[str, Any]]) -> None:
     """The result file (figures: each step's exit status and seconds) and its Markdown table."""
     ordered = [records[name] for name in STEPS if name in records]
@@ -295,14 +303,14 @@ def save(run: Run, records: dict[str, dict[str, Any]]) -> None:
     figures["steps_ok"] = sum(r["rc"] == 0 for r in ordered)
     for key in ("memories", "search_hits", "hits"):
         for record in ordered:
-            if record.get(key) is not None:
+            if isinstance(record.get(key), int):
                 figures[f"{record['step']}.{key}"] = record[key]
     if "mcp" in records and records["mcp"].get("tools"):
         figures["mcp.tools"] = len(records["mcp"]["tools"])
     rows = [[r["step"], r["what"], r["rc"], r["wall_s"], r["loadavg_1m_start"]] for r in ordered]
     tables = {"steps": {"columns": ["step", "what", "exit", "seconds", "load 1m at start"], "rows": rows}}
     write_result(NAME, figures, "nice -n 10 python -m benchmarks.runs.readme_transcript", tables=tables,
-                 note=f"work folder {run.work}; each step's record: " + json.dumps(ordered, ensure_ascii=False))
+                 commit=installed_commit(run), dirty=False, note=f"work folder {run.work}; each step's record: " + json.dumps(ordered, ensure_ascii=False))
     lines = ["# The README followed from an empty folder", "",
              "`nice -n 10 python -m benchmarks.runs.readme_transcript` (figures in `readme_transcript.json`).", "",
              "| step | what | exit | seconds | load 1m at start |", "| --- | --- | --- | --- | --- |"]
