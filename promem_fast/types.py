@@ -104,6 +104,9 @@ class MemoryEntry:
     date: str | None = None
     """The day the entry was said on (ISO ``YYYY-MM-DD`` when the timestamp could be read): its grounding
     turn's date, else the session's. QA and the store use it to place the entry in time."""
+    source: str | None = None
+    """What the owner said in the entry's turn(s), as given: the words a reader checks the memory against.
+    Stored and exported with the entry and deleted with it; ``None`` for an entry grounded in no turn."""
 
 
 @dataclass(slots=True)

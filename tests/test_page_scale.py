@@ -87,7 +87,7 @@ def test_ten_thousand_memories_short_labels_one_count_hits_lit_and_the_history_i
     page.wait_for_function("document.body.dataset.history === '2'")
     assert page.locator("#selected .source").inner_text() == f"said in turn 6 of session {session_id(23)}"
     versions = page.locator("#selected ol.history li").all_inner_texts()
-    assert versions == [f"2020-01-11 · {OLD_BEAGLE} → replaced: Maya adopted the beagle she was thinking about",
-                        f"2020-01-24 · {BEAGLE} (this one)"]
+    assert versions == [f"valid 2020-01-11 – 2020-01-24 · {OLD_BEAGLE} → replaced: Maya adopted the beagle she was "
+                        "thinking about", f"valid since 2020-01-24 · {BEAGLE} (this one)"]
     assert "data-error" not in page.evaluate("Object.keys(document.body.dataset).join(' ')")
     page.close()

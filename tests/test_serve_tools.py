@@ -166,3 +166,10 @@ def test_mcp_help_names_every_tool_the_server_offers() -> None:
     text = " ".join(done.stdout.split())
     assert "add, search, get, update, answer, list, history, delete" in text
     assert set(TOOLS) == {"add", "search", "get", "update", "answer", "list", "history", "delete"}
+
+
+def test_the_readme_s_command_list_names_every_mcp_tool() -> None:
+    from promem_fast.serve.mcp_tools import TOOLS
+
+    (line,) = [x for x in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if x.startswith("promem mcp ")]
+    assert line.split("MCP server (stdio):", 1)[1].strip() == ", ".join(TOOLS)

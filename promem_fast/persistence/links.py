@@ -67,7 +67,9 @@ def session_events(db: Database, session_pk: int) -> list[dict[str, Any]]:
 def drawing(hits: list[Hit]) -> dict[str, Any]:
     """Nodes, relation and supersede edges, and details of these hits, as the web page draws them."""
     nodes = [{"id": h.node_id, "session_id": h.session_id, "text": h.text, "date": h.date,
-              "turn_id": h.turn_id, "superseded_by": h.superseded_by, "merged_into": h.merged_into} for h in hits]
+              "turn_id": h.turn_id, "source": h.node.get("source"), "valid_from": h.valid_from,
+              "valid_until": h.valid_until, "superseded_by": h.superseded_by, "merged_into": h.merged_into}
+             for h in hits]
     edges: list[dict[str, Any]] = []
     details: list[dict[str, Any]] = []
     for h in hits:

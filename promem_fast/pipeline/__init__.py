@@ -97,6 +97,12 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
 def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], details: list[Detail],
            events: list[Event], ctx: RunContext, mode: str) -> MemoryGraph:
     ctx.stats.bump("nodes", len(nodes))
+    said: dict[int | str, str] = {}
+    for tid, group in session.turn_groups():  # the owner's words (the whole turn if they said none)
+        owner = [m.text for m in group if m.role == session.owner_role]
+        said[tid] = "\n".join(owner or [m.text for m in group])
+    for node in nodes:  # the words a reader checks the memory against (the page's card shows them)
+        node.source = "\n".join(said[t] for t in node.turn_ids if t in said) or None
     # the one kept form, also for a Session built by hand or by a benchmark loader with the dataset's own
     # form (one no form reads is kept as given)
     stamp = iso_time(session.timestamp) or session.timestamp

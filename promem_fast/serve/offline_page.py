@@ -21,7 +21,8 @@ def graph_view(graph: MemoryGraph) -> dict[str, Any]:
     return {
         "session_id": graph.session_id, "user": graph.user, "timestamp": graph.timestamp,
         "nodes": [{"id": n.id, "text": n.text, "verification": n.verification, "origin": n.origin,
-                   "session_id": graph.session_id, "details": [graph.details[i].text for i in n.details]}
+                   "session_id": graph.session_id, "turn_ids": list(n.turn_ids), "source": n.source,
+                   "details": [graph.details[i].text for i in n.details]}
                   for n in graph.nodes],
         "edges": [{"source": e.source, "target": e.target, "relation": e.relation} for e in graph.edges],
     }

@@ -187,6 +187,10 @@ class GraphNode(BaseModel):
     text: str
     date: str | None
     turn_id: int | str | None
+    source: str | None = Field(default=None, description="what the user said in the memory's turn (none for a "
+                                                         "memory stored before sources were kept)")
+    valid_from: str | None = Field(default=None, description="when it was said (ISO 8601)")
+    valid_until: str | None = Field(default=None, description="when a newer memory replaced it (ISO 8601)")
     superseded_by: int | None
     merged_into: int | None = Field(default=None, description="a later saying of this memory: the one it joined")
 

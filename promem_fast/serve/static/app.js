@@ -33,7 +33,7 @@
       id: String(n.id !== undefined ? n.id : n.node_id), text: n.text || n.memory || "",
       date: n.date || n.valid_from || n.timestamp || raw.timestamp || "",
       session: n.session_id || raw.session_id || "", superseded: n.superseded_by != null || n.merged_into != null,
-      turn: n.turn_id !== undefined ? n.turn_id : (n.turn_ids || [])[0],
+      turn: n.turn_id !== undefined ? n.turn_id : (n.turn_ids || [])[0], said: n.source || "",
       details: (n.details || []).map((d) => (typeof d === "string" ? d : d.text)).filter((d) => typeof d === "string"),
       links: [],
     }));
@@ -310,6 +310,12 @@
     source.className = "source";
     source.textContent = "said in turn " + (n.turn != null ? n.turn : "?") + " of session " + n.session;
     item.append(source);
+    if (n.said) {  // the words the memory was drawn from, to check it against
+      const said = document.createElement("blockquote");
+      said.className = "said";
+      said.textContent = n.said;
+      item.append(said);
+    }
     box.replaceChildren(item);
     box.hidden = false;
     if (!offline) { showHistory(n.id, item).catch(fail); }
@@ -320,23 +326,30 @@
     }
   }
 
-  // The opened memory's replacement history: what it replaced and what replaced it, oldest first, with reasons.
+  // When a version held: from the day it was said to the day a newer one replaced it.
+  function held(m) {
+    if (!m.valid_from) { return m.valid_until ? "until " + day(m.valid_until) : "undated"; }
+    return m.valid_until ? "valid " + day(m.valid_from) + " – " + day(m.valid_until) : "valid since " + day(m.valid_from);
+  }
+
+  // The opened memory's replacement history: what it replaced and what replaced it, oldest first, with the days
+  // each version held and the reasons (a memory never replaced: the one line of its own validity).
   async function showHistory(id, item) {
     const graph = await api("v1/users/" + encodeURIComponent($("user").value) + "/memories/" + id + "/history");
-    if (state.selected !== String(id) || graph.nodes.length < 2) { return; }
+    if (state.selected !== String(id) || !graph.nodes.length) { return; }
     const reasons = new Map(graph.edges.map((e) => [String(e.old), e]));
     const list = document.createElement("ol");
     list.className = "history";
     for (const m of graph.nodes) {
       const li = document.createElement("li");
       const edge = reasons.get(String(m.id));
-      li.textContent = day(m.valid_from) + " · " + m.memory + (String(m.id) === String(id) ? " (this one)" : "")
+      li.textContent = held(m) + " · " + m.memory + (String(m.id) === String(id) ? " (this one)" : "")
         + (edge ? " → " + (edge.kind === "duplicate" ? "merged" : "replaced") + (edge.reason ? ": " + edge.reason : "") : "");
       list.append(li);
     }
     const title = document.createElement("div");
     title.className = "meta";
-    title.textContent = "history (" + graph.nodes.length + " versions)";
+    title.textContent = "history (" + graph.nodes.length + (graph.nodes.length > 1 ? " versions)" : " version)");
     item.append(title, list);
     document.body.dataset.history = String(graph.nodes.length);
   }
