@@ -173,10 +173,12 @@ class ApproximateIndex:
         """Every vector held, row ``i`` as added ``i``-th."""
         return self._vectors[:self._size]
 
-    def search(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows and inner products of (about) the ``fetch`` nearest vectors to one query, best first."""
+    def search(self, query: np.ndarray, fetch: int, *, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and inner products of (about) the ``fetch`` nearest vectors to one query, best first;
+        ``exact``: of exactly those, by a scan of every stored vector (the graph's groups and walk depend on
+        the order the vectors came in)."""
         q = np.ascontiguousarray(query, np.float32).reshape(self.dim)
-        if fetch > MAX_FETCH or fetch >= len(self):
+        if exact or fetch > MAX_FETCH or fetch >= len(self):
             rows = np.arange(len(self))
         else:
             faiss = faiss_module()
