@@ -11,6 +11,7 @@ the candidates a new memory is compared with.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from store_helpers import graph
 
 Named = tuple[str, str]
 """A memory named by its session id and text (node ids differ between stores)."""
+Memory = tuple[dict[str, set[tuple[Named, Named]]], dict[Named, bytes]]
+"""A store's links by kind (``update``: old → new, ``duplicate``: repeat → kept) and its vectors."""
 
 
 def extracted(sessions: list[Session]) -> list[MemoryGraph]:
@@ -34,14 +37,14 @@ def extracted(sessions: list[Session]) -> list[MemoryGraph]:
         return list(engine.extract_stream(sessions))
 
 
-def stored(path: Path, parts: list[list[MemoryGraph]], embedder: Any) -> tuple[dict[str, set[tuple[Named, Named]]],
-                                                                              dict[Named, bytes]]:
-    """The links (by kind) and the stored vectors of a store filled with ``parts``, one ``add`` call each."""
+def stored(path: Path, parts: list[list[MemoryGraph]], embedder: Any) -> Memory:
+    """The links (by kind) and the stored vectors of a store of one user, after ``parts`` (one ``add`` call
+    each) were added to it."""
     config = EngineConfig.profile("scripted")
     with MemoryStore(path, config, embedder=embedder) as store, Engine(config) as engine:
         for part in parts:
             store.add(part, engine=engine)
-        user = parts[0][0].user
+        (user,) = store.users()
         hits = store.hits(user, history=True)
         vectors = {(sid, text): blob for sid, text, blob in store.db.execute(
             "SELECT s.session_id, n.text, n.vector FROM nodes n JOIN sessions s ON s.id = n.session_pk")}
@@ -51,17 +54,23 @@ def stored(path: Path, parts: list[list[MemoryGraph]], embedder: Any) -> tuple[d
     return links, vectors
 
 
-def arrival_orders(graphs: list[MemoryGraph], tmp_path: Path, embedder: Any) -> dict[str, set[tuple[Named, Named]]]:
-    """In time order in one call, against the later half then the earlier, each reversed: the same links and
-    the same vectors, byte for byte (returns the links)."""
-    half = len(graphs) // 2
-    links, vectors = stored(tmp_path / "one.db", [graphs], embedder)
-    links_back, vectors_back = stored(tmp_path / "halves.db", [graphs[half:][::-1], graphs[:half][::-1]], embedder)
-    assert len(vectors) == len(vectors_back) == sum(len(g.nodes) for g in graphs)  # no two share a name
-    differ = sorted(key for key in vectors if vectors[key] != vectors_back[key])
+def assert_same(got: Memory, want: Memory) -> None:
+    """The same links and the same vectors, byte for byte, for the same memories."""
+    (links, vectors), (want_links, want_vectors) = got, want
+    assert set(vectors) == set(want_vectors)
+    differ = sorted(key for key in vectors if vectors[key] != want_vectors[key])
     assert differ == [], f"{len(differ)} of {len(vectors)} vectors differ, first {differ[:3]}"
-    assert links_back == links
-    return links
+    assert links == want_links
+
+
+def arrival_orders(graphs: list[MemoryGraph], tmp_path: Path, embedder: Any) -> dict[str, set[tuple[Named, Named]]]:
+    """In time order in one call, against the later half then the earlier, each reversed: the same memory
+    (returns its links)."""
+    half = len(graphs) // 2
+    one = stored(tmp_path / "one.db", [graphs], embedder)
+    assert len(one[1]) == sum(len(g.nodes) for g in graphs)  # no two memories share a name
+    assert_same(stored(tmp_path / "halves.db", [graphs[half:][::-1], graphs[:half][::-1]], embedder), one)
+    return one[0]
 
 
 def test_an_embedder_that_pads_its_batches_gives_the_same_memory_in_either_order(tmp_path: Path) -> None:
@@ -118,7 +127,6 @@ def test_a_large_users_candidates_do_not_depend_on_which_memory_arrived_first(tm
     assert replaced == [{(shifts, nurse), (nurse, surgeon)}] * 2
 
 
-@pytest.fixture(scope="module")
 def minilm() -> Any:
     from promem_fast.backends import create
 
@@ -126,11 +134,29 @@ def minilm() -> Any:
 
 
 @pytest.mark.slow
-def test_minilm_gives_the_same_memory_in_either_order(tmp_path: Path, minilm: Any) -> None:
-    arrival_orders(extracted(tomas_sessions()), tmp_path, minilm)
+def test_minilm_gives_the_halumem_user_the_same_memory_in_either_order(tmp_path: Path) -> None:
+    links = arrival_orders(extracted(halumem_sessions()), tmp_path, minilm())
+    assert len(links["update"]) >= 20
 
 
 @pytest.mark.slow
-def test_minilm_gives_the_halumem_user_the_same_memory_in_either_order(tmp_path: Path, minilm: Any) -> None:
-    links = arrival_orders(extracted(halumem_sessions()), tmp_path, minilm)
-    assert len(links["update"]) >= 20
+def test_two_concurrent_writers_of_the_halves_give_the_memory_of_one(tmp_path: Path) -> None:
+    """Two writers (each its own store connection and MiniLM) add the two halves of the HaluMem user at
+    once, each in one call: the links and vectors of the sessions added by one writer in time order."""
+    graphs = extracted(halumem_sessions())
+    half = len(graphs) // 2
+    one = stored(tmp_path / "one.db", [graphs], minilm())
+    config = EngineConfig.profile("scripted")
+
+    def write(part: list[MemoryGraph], embedder: Any) -> None:
+        with MemoryStore(tmp_path / "two.db", config, embedder=embedder) as store, Engine(config) as engine:
+            store.add(part, engine=engine)
+
+    MemoryStore(tmp_path / "two.db", config, embedder=minilm()).close()  # created once, before both open it
+    writers = [threading.Thread(target=write, args=(part, minilm())) for part in (graphs[half:], graphs[:half])]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=600)
+    assert not any(writer.is_alive() for writer in writers)
+    assert_same(stored(tmp_path / "two.db", [], minilm()), one)
