@@ -89,7 +89,7 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Se
         wanted = 4 * m
         while True:
             ids, _ = store.db.nearest(user_pk, vector, wanted, exact=True)
-            ranked = _exact_ranking(judging.vectors_of(store.db, ids.tolist(), dim), ids.tolist(), vector)
+            ranked = exact_ranking(judging.vectors_of(store.db, ids.tolist(), dim), ids.tolist(), vector)
             closed = _closed_prefix(store, user_pk, session_pk, also, ranked, m, floor,
                                     complete=len(ids) < wanted or len(ids) >= total)
             if closed is not None:
@@ -102,7 +102,7 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Se
     return pairs
 
 
-def _exact_ranking(found: np.ndarray, ids: list[int], query: np.ndarray) -> list[tuple[float, int]]:
+def exact_ranking(found: np.ndarray, ids: list[int], query: np.ndarray) -> list[tuple[float, int]]:
     """``(score, id)`` best first, each score the inner product rounded once (``math.fsum`` over the float64
     products, which hold a float32 product exactly): the same number in any order and on any kernel."""
     products = (found.astype(np.float64) * np.asarray(query, np.float64)).tolist()
