@@ -1,7 +1,8 @@
 """Inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
 
 Search is exact, except for users of ``EngineConfig.search_approximate_min`` vectors or more on a CPU with
-FAISS, whose flat index becomes an HNSW graph over groups of near-duplicate vectors (:mod:`.ann`).
+FAISS, whose flat index becomes an HNSW graph over groups of near-duplicate vectors (:mod:`.ann`); a search
+asked to be exact (update judging's) scans that graph's vectors instead.
 
 Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
 of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
