@@ -108,6 +108,29 @@ def test_a_deleted_session_leaves_no_trace_either(insecure_default: None, tmp_pa
         assert b"Zanzibarite" not in data and b"sess-ultraviolet-17" not in data and b"oboe" in data
 
 
+def test_a_deleted_memory_takes_its_details_with_it(insecure_default: None, tmp_path: Path) -> None:
+    """Deleting one memory of a session removes the details anchored to it alone from the files; a detail
+    it shares with a memory that stays, stays, and the kept memory keeps its details through export and
+    import."""
+    path = tmp_path / "memory.db"
+    session = graph("keep-3", "Ann", ["Ann owns a ring.", "Ann plays the oboe."],
+                    details=[["Zanzibarite stone", "bought in Porto"], ["cane reeds"]])
+    session.nodes[1].details = [1, 2]  # "bought in Porto" is anchored to both memories
+    with MemoryStore(path, scripted_config(), update_judge="off") as store:
+        store.add([session])
+        ring = next(h.node_id for h in store.hits("Ann") if h.text == "Ann owns a ring.")
+        assert store.delete(user="Ann", node=ring) == 1
+        assert {name: found for name, found in traces(path).items() if found} == {}
+        assert [(h.text, h.details) for h in store.hits("Ann")] == [("Ann plays the oboe.",
+                                                                     ["bought in Porto", "cane reeds"])]
+        store.export(tmp_path / "ann.jsonl")
+    assert "Zanzibarite" not in (tmp_path / "ann.jsonl").read_text()
+    with MemoryStore(tmp_path / "copy.db", scripted_config(), update_judge="off") as copy:
+        copy.import_(tmp_path / "ann.jsonl")
+        assert [(h.text, h.details) for h in copy.hits("Ann")] == [("Ann plays the oboe.",
+                                                                    ["bought in Porto", "cane reeds"])]
+
+
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 

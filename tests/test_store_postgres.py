@@ -98,6 +98,25 @@ def test_delete_on_postgresql_removes_the_rows(pg_url: str) -> None:
         assert left == (0,)
 
 
+def test_a_memory_deleted_on_postgresql_takes_its_details_with_it(pg_url: str) -> None:
+    """The details anchored to the deleted memory alone leave the database; one it shares with a memory that
+    stays is still that memory's."""
+    import psycopg
+
+    session = graph("d1", "Ann", ["Ann owns a ring.", "Ann plays the oboe."],
+                    details=[["Zanzibarite stone", "bought in Porto"], ["cane reeds"]])
+    session.nodes[1].details = [1, 2]  # "bought in Porto" is anchored to both memories
+    with open_store(pg_url, update_judge="off") as store:
+        store.add([session])
+        ring = next(h.node_id for h in store.hits("Ann") if h.text == "Ann owns a ring.")
+        assert store.delete(user="Ann", node=ring) == 1
+        assert [(h.text, h.details) for h in store.hits("Ann")] == [("Ann plays the oboe.",
+                                                                     ["bought in Porto", "cane reeds"])]
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM details WHERE text LIKE '%Zanzibarite%' OR data LIKE "
+                            "'%Zanzibarite%'").fetchone() == (0,)
+
+
 def test_a_wrong_url_is_one_line_naming_the_server_without_its_password(pg_url: str) -> None:
     bad = "postgresql://promem:s3cret@127.0.0.1:1/nowhere"
     with pytest.raises(StoreError) as caught:

@@ -173,11 +173,13 @@ class ApproximateIndex:
         """Every vector held, row ``i`` as added ``i``-th."""
         return self._vectors[:self._size]
 
-    def search(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows and inner products of (about) the ``fetch`` nearest vectors to one query, best first."""
+    def search(self, query: np.ndarray, fetch: int, *, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and inner products of (about) the ``fetch`` nearest vectors to one query, best first;
+        ``exact``: of exactly those, by a scan of every stored vector (the graph's groups and walk depend on
+        the order the vectors came in)."""
         q = np.ascontiguousarray(query, np.float32).reshape(self.dim)
-        if fetch > MAX_FETCH or fetch >= len(self):
-            rows = np.arange(len(self))
+        if exact or fetch > MAX_FETCH or fetch >= len(self):
+            rows, scores = np.arange(len(self)), self.vectors() @ q  # a view: no copy of every vector
         else:
             faiss = faiss_module()
             wanted = min(int(self.graph.ntotal), max(self.probe_groups, fetch))
@@ -185,7 +187,7 @@ class ApproximateIndex:
             params.efSearch = max(EF_SEARCH, wanted)
             _, groups = self.graph.search(q.reshape(1, self.dim), wanted, params=params)
             rows = self._nearest_members(groups[0], max(MAX_SCORED, 2 * fetch))
-        scores = self._vectors[rows] @ q
+            scores = self._vectors[rows] @ q
         best = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < len(rows) else np.arange(len(rows))
         best = best[np.argsort(-scores[best], kind="stable")]
         return rows[best], scores[best]

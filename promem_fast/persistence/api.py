@@ -103,9 +103,14 @@ class Persistence(Database, Protocol):
         """One read transaction: a consistent view while writers go on (an export)."""
         ...
 
-    def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, user_pk: int, vector: np.ndarray, k: int, *, exact: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` node ids of the user whose vectors are closest (cosine) to ``vector``, with their
-        scores, best first; ties within :data:`~promem_fast.backends.base.TIE_TOLERANCE` go to the lower id."""
+        scores, best first; ties within :data:`~promem_fast.backends.base.TIE_TOLERANCE` go to the lower id.
+
+        A large user is searched through an approximate index, whose answer depends on the order the vectors
+        were added in; ``exact`` scans every vector instead (update judging: which memories a new one is
+        compared with must not depend on the order sessions arrived in)."""
         ...
 
     def vector_count(self, user_pk: int) -> int:

@@ -102,15 +102,23 @@ def session_entries(db: Database, session_pk: int, dim: int) -> tuple[list[tuple
     return [(int(i), t, f) for i, t, f, _ in found], db.decode_vectors([v for *_, v in found], dim)
 
 
-def eligible(db: Database, user_pk: int, session_pk: int, also: Sequence[int], score_of: dict[int, float]
-             ) -> list[tuple[float, str, str, int]]:
-    """Of the candidates (node id -> score), the older memories an entry of ``session_pk`` may update:
-    current ones of judged sessions (or of ``also``), as ``(-score, said or UNDATED, text, id)``."""
-    if not score_of:
-        return []
-    sql = ("SELECT n.id, n.text, n.valid_from FROM nodes n JOIN sessions s ON s.id = n.session_pk WHERE "
-           f"s.user_id = ? AND (s.judged = 1 OR s.id IN ({rows.placeholders(len(also)) or 'NULL'})) AND "
-           "n.session_pk != ? AND n.superseded_by IS NULL AND n.merged_into IS NULL AND "
-           f"n.id IN ({rows.placeholders(len(score_of))})")
-    return [(-score_of[i], when or UNDATED, text, i)
-            for i, text, when in db.execute(sql, (user_pk, *also, session_pk, *score_of))]
+def vectors_of(db: Database, ids: Sequence[int], dim: int) -> np.ndarray:
+    """The stored vectors of these nodes, row ``i`` for ``ids[i]`` (each of them has one)."""
+    found = dict(db.execute(f"SELECT id, {db.vector_sql('vector')} FROM nodes WHERE id IN "
+                            f"({rows.placeholders(len(ids))})", tuple(ids)).fetchall()) if ids else {}
+    return db.decode_vectors([found[i] for i in ids], dim)
+
+
+def eligible(db: Database, user_pk: int, session_pk: int, also: Sequence[int], ids: Sequence[int]
+             ) -> dict[int, tuple[str, str, str, int]]:
+    """Of the candidates (node ids), the older memories an entry of ``session_pk`` may update: current ones of
+    judged sessions (or of ``also``), each with what orders equal scores whatever order sessions arrived in
+    (unlike node ids): ``(said or UNDATED, text, session id, place in its session)``."""
+    if not ids:
+        return {}
+    sql = ("SELECT n.id, n.valid_from, n.text, s.session_id, n.local_id FROM nodes n JOIN sessions s ON "
+           f"s.id = n.session_pk WHERE s.user_id = ? AND (s.judged = 1 OR s.id IN ({rows.placeholders(len(also)) or 'NULL'})) "
+           "AND n.session_pk != ? AND n.superseded_by IS NULL AND n.merged_into IS NULL AND "
+           f"n.id IN ({rows.placeholders(len(ids))})")
+    return {int(i): (when or UNDATED, text, sid, int(local))
+            for i, when, text, sid, local in db.execute(sql, (user_pk, *also, session_pk, *ids))}

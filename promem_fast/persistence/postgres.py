@@ -196,7 +196,8 @@ class PostgresPersistence:
             self._counts[user_pk] = (int(row[0]), int(row[2] or 0), total)
         return total
 
-    def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, user_pk: int, vector: np.ndarray, k: int, *, exact: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
         n = self.vector_count(user_pk)
         k = min(k, n)
         if k <= 0:
@@ -204,7 +205,7 @@ class PostgresPersistence:
         query = self.encode_vector(vector)
         fetch = min(n, k + 16)
         while True:
-            ids, scores = self._top(user_pk, query, fetch, approximate=0 < self.approximate_min <= n)
+            ids, scores = self._top(user_pk, query, fetch, approximate=not exact and 0 < self.approximate_min <= n)
             if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
                 break
             fetch = min(n, fetch * 4)

@@ -229,14 +229,16 @@ def placeholders(n: int) -> str:
 
 
 def forget_node(db: Database, user_pk: int, node_pk: int) -> None:
-    """Before a node is deleted, take it out of what its session keeps beside the nodes: the macro events
-    that quote it or were drawn from its turns, and the step failures that quote it. Delete means gone, and
-    the session row would otherwise keep the memory's words after the memory itself is deleted."""
+    """Before a node is deleted, take it out of what its session keeps beside the nodes: the details anchored
+    to it alone, the macro events that quote it or were drawn from its turns, and the step failures that
+    quote it. Delete means gone, and the session would otherwise keep the memory's words after the memory
+    itself is deleted."""
     row = db.execute("SELECT session_pk, text, data FROM nodes WHERE id = ? AND user_id = ?", (node_pk, user_pk)
                      ).fetchone()
     if row is None:
         return
     session_pk, text, data = row
+    _empty_details(db, session_pk, node_pk, json.loads(data).get("details", []))
     needle = text.casefold()
     turns = {turn_key(t) for t in json.loads(data).get("turn_ids", [])}
     events, stats = db.execute("SELECT events, stats FROM sessions WHERE id = ?", (session_pk,)).fetchone()
@@ -246,6 +248,20 @@ def forget_node(db: Database, user_pk: int, node_pk: int) -> None:
     if isinstance(record, dict) and isinstance(record.get("failures"), list):
         record["failures"] = [f for f in record["failures"] if needle not in _strings(f).casefold()]
     db.execute("UPDATE sessions SET events = ?, stats = ? WHERE id = ?", (dumps(kept), dumps(record), session_pk))
+
+
+def _empty_details(db: Database, session_pk: int, node_pk: int, anchored: list[int]) -> None:
+    """Empty the details of the session that only ``node_pk`` lists. Emptied, not removed: a detail's place in
+    its session's list is what the other nodes name it by, in the store and in an export."""
+    others: set[int] = set()
+    for (data,) in db.execute("SELECT data FROM nodes WHERE session_pk = ? AND id != ?", (session_pk, node_pk)):
+        others.update(json.loads(data).get("details", []))
+    alone = sorted(set(anchored) - others)
+    for local, data in db.execute(f"SELECT local_id, data FROM details WHERE session_pk = ? AND local_id IN "
+                                  f"({placeholders(len(alone))})", (session_pk, *alone)).fetchall() if alone else []:
+        emptied = {"text": "", "turn_id": json.loads(data).get("turn_id")}  # the turn's number, no words
+        db.execute("UPDATE details SET text = '', data = ? WHERE session_pk = ? AND local_id = ?",
+                   (dumps(emptied), session_pk, local))
 
 
 def _strings(value: Any) -> str:

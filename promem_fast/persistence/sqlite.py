@@ -90,8 +90,9 @@ class SqlitePersistence:
                 self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------------------------ vectors
-    def nearest(self, user_pk: int, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.index(user_pk).search(vector, k)
+    def nearest(self, user_pk: int, vector: np.ndarray, k: int, *, exact: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
+        return self.index(user_pk).search(vector, k, exact=exact)
 
     def vector_count(self, user_pk: int) -> int:
         return len(self.index(user_pk))

@@ -1,7 +1,8 @@
 """Inner-product search over one user's node vectors: FAISS (GPU when FAISS sees one) or numpy.
 
 Search is exact, except for users of ``EngineConfig.search_approximate_min`` vectors or more on a CPU with
-FAISS, whose flat index becomes an HNSW graph over groups of near-duplicate vectors (:mod:`.ann`).
+FAISS, whose flat index becomes an HNSW graph over groups of near-duplicate vectors (:mod:`.ann`); a search
+asked to be exact (update judging's) scans that graph's vectors instead.
 
 Vectors live in SQLite (float32 blobs, normalised, so an inner product is a cosine); an index is only a cache
 of them. It is filled from SQLite when first needed and kept fresh by reading the rows added since (node ids
@@ -205,12 +206,12 @@ class VectorIndex:
         found.saved = len(found)
         return found
 
-    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, *, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best node ids for one normalised query vector and their scores, best first.
 
         Scores within :data:`~promem_fast.backends.base.TIE_TOLERANCE` count as equal and the lower id
         wins, so the answer is the same from FAISS and numpy: the fetch widens while the last candidate
-        still ties with the k-th.
+        still ties with the k-th. ``exact``: a grouped graph's vectors are scanned, not walked.
         """
         n = len(self)
         k = min(k, n)
@@ -219,16 +220,16 @@ class VectorIndex:
         q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
         fetch = min(n, k + 16)
         while True:
-            rows, scores = self._top(q, fetch, n)
+            rows, scores = self._top(q, fetch, n, exact)
             if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
                 break
             fetch = min(n, fetch * 4)
         order = np.lexsort((self.ids[rows], -np.round(scores / TIE_TOLERANCE)))[:k]
         return self.ids[rows][order], scores[order].astype(np.float32)
 
-    def _top(self, q: np.ndarray, fetch: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _top(self, q: np.ndarray, fetch: int, n: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         if self._approx is not None:
-            return self._approx.search(q, fetch)
+            return self._approx.search(q, fetch, exact=exact)
         if self._faiss is not None:
             faiss, index = _faiss(), self._faiss
             assert faiss is not None

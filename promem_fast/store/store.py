@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 UpdateJudge = Literal["llm", "nli", "off"]
 
 ADD_CHUNK = 64
-"""Graphs embedded (and judged for updates) together; each is still written in its own transaction."""
+"""Graphs written (each in its own transaction, embedded in its own call) before the pending ones are judged."""
 
 
 class MemoryStore:
@@ -172,16 +172,21 @@ class MemoryStore:
                 settle(self, pending_users(self.db), engine)
 
     def _embed_graphs(self, graphs: Sequence[MemoryGraph]) -> list[np.ndarray]:
-        """One embedding call for every node of ``graphs``; one (nodes, dim) block per graph."""
+        """One (nodes, dim) block per graph, each from its own embedding call.
+
+        Not one call for all: an embedder pads the texts of a batch to its longest, and a sentence model's
+        vector moves with that padding, so a memory would get another vector (and then other neighbours, other
+        update links) when its session arrives beside other sessions; one call per session makes a memory's
+        vector a function of its session alone, however sessions are grouped on the way in."""
         from .qa import memory_units
 
-        texts = [unit.key for graph in graphs for unit in memory_units(graph)]
-        matrix = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
-        self.check_dim(matrix.shape[1] if texts else None)
-        blocks, start = [], 0
+        blocks = []
         for graph in graphs:
-            blocks.append(matrix[start:start + len(graph.nodes)])
-            start += len(graph.nodes)
+            texts = [unit.key for unit in memory_units(graph)]
+            block = np.asarray(self.embedder.embed(texts), np.float32) if texts else np.zeros((0, 1), np.float32)
+            if texts:
+                self.check_dim(block.shape[1])
+            blocks.append(block)
         return blocks
 
     def check_dim(self, dim: int | None) -> None:

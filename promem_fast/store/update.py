@@ -17,10 +17,13 @@ run, so their requests share batches.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.requests import Failure, Generate, Program
@@ -56,34 +59,74 @@ class Outcome:
     supersedes: list[tuple[int, int, str]] = field(default_factory=list)
 
 
+SCORE_MARGIN = 1e-4
+"""A gap between two exact scores that no kernel's rounding bridges. A vector search rounds a float32 dot
+product differently by where a row sits in the index (the order it arrived in) and by kernel, by far less
+than this (about 1e-7 for unit vectors of a few hundred dimensions): so every memory scoring more than
+this above the last one fetched was fetched, in whichever order the sessions arrived."""
+
+
 def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Sequence[int] = (),
                     wider: int = 1) -> list[Pair]:
     """The (older, newer) pairs to judge for one session's entries, against the user's memory as it stood
     after every session judged before it (``judged = 1``: the sessions before it in the canonical order).
 
     ``also`` (pending sessions taken as judged, with every entry current) and ``wider`` (times as many
-    neighbours) give a guess for a session whose predecessors are not judged yet (:mod:`.ordering`)."""
+    neighbours) give a guess for a session whose predecessors are not judged yet (:mod:`.ordering`).
+
+    The same sessions give the same pairs whatever order they arrived in: the search is exact (an
+    approximate index's answer depends on the order its vectors were added in), and the candidates are
+    scored again in one rounding, taken up to a gap in the scores (:data:`SCORE_MARGIN`) and ordered, on
+    equal scores, by when and what was said rather than by node ids (which follow arrival)."""
     m, floor = store.update_neighbours * wider, store.update_min_cosine
-    fresh, vectors = judging.session_entries(store.db, session_pk, store.dim())
+    dim = store.dim()
+    fresh, vectors = judging.session_entries(store.db, session_pk, dim)
     if not fresh:
         return []
     total = store.db.vector_count(user_pk)
     pairs: list[Pair] = []
     for (new_id, new_text, new_from), vector in zip(fresh, vectors, strict=True):
-        found: list[tuple[float, str, str, int]] = []
         wanted = 4 * m
         while True:
-            ids, scores = store.db.nearest(user_pk, vector, wanted)
-            keep = scores >= floor
-            score_of = dict(zip(ids[keep].tolist(), scores[keep].tolist(), strict=True))
-            found = judging.eligible(store.db, user_pk, session_pk, also, score_of)
-            if len(found) >= m or len(score_of) < wanted or wanted >= total:
-                break  # enough, or every neighbour above the floor was seen
+            ids, _ = store.db.nearest(user_pk, vector, wanted, exact=True)
+            ranked = exact_ranking(judging.vectors_of(store.db, ids.tolist(), dim), ids.tolist(), vector)
+            closed = _closed_prefix(store, user_pk, session_pk, also, ranked, m, floor,
+                                    complete=len(ids) < wanted or len(ids) >= total)
+            if closed is not None:
+                break
             wanted *= 4
-        found.sort()  # best first; ties by when said and text, never by arrival (node ids)
-        pairs.extend(Pair(old, text, None if when == UNDATED else when, new_id, new_text, new_from)
-                     for _, when, text, old in found[:m])
+        found, details = closed
+        best = sorted(found, key=lambda c: (-c[0], *details[c[1]]))[:m]
+        pairs.extend(Pair(old, details[old][1], None if details[old][0] == UNDATED else details[old][0],
+                          new_id, new_text, new_from) for _, old in best)
     return pairs
+
+
+def exact_ranking(found: np.ndarray, ids: list[int], query: np.ndarray) -> list[tuple[float, int]]:
+    """``(score, id)`` best first, each score the inner product rounded once (``math.fsum`` over the float64
+    products, which hold a float32 product exactly): the same number in any order and on any kernel."""
+    products = (found.astype(np.float64) * np.asarray(query, np.float64)).tolist()
+    return sorted(((math.fsum(row), node) for row, node in zip(products, ids, strict=True)),
+                  key=lambda c: -c[0])
+
+
+def _closed_prefix(store: StoreView, user_pk: int, session_pk: int, also: Sequence[int],
+                   ranked: list[tuple[float, int]], m: int, floor: float, *, complete: bool
+                   ) -> tuple[list[tuple[float, int]], dict[int, tuple[str, str, str, int]]] | None:
+    """The eligible candidates at or above ``floor`` of the shortest prefix of ``ranked`` that holds every
+    memory scoring as high as its last (it ends at a gap of :data:`SCORE_MARGIN`, or at the user's last
+    vector) and either ``m`` of them or its last below ``floor``; with their tie-break keys. ``None``:
+    no such prefix was fetched (ask for more)."""
+    above = [c for c in ranked if c[0] >= floor]
+    details = judging.eligible(store.db, user_pk, session_pk, also, [node for _, node in above])
+    found: list[tuple[float, int]] = []
+    for at, (score, node) in enumerate(ranked):
+        if score >= floor and node in details:
+            found.append((score, node))
+        ends = complete if at + 1 == len(ranked) else score - ranked[at + 1][0] > SCORE_MARGIN
+        if ends and (len(found) >= m or score < floor):
+            return found, details
+    return (found, details) if complete else None
 
 
 def judge_program(user: str, pairs: Sequence[Pair], how: str, ctx: RunContext) -> Program[list[tuple[str, str]]]:

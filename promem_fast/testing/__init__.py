@@ -1,10 +1,11 @@
 """Test stand-ins: deterministic models and rules that let the tests and dry runs exercise every branch.
 
 The scripted chat model (:mod:`.llm_scripted`), the word-overlap NLI checker (:mod:`.nli_lexical`), the
-hashing embedder (:mod:`.embed_hashing`), the scripted evaluation answers and judges (:mod:`.eval_rules`),
-the tiny randomly initialised NLI classifier (:mod:`.tiny_nli`) and Llama with its trained tokenizer
-(:mod:`.tiny_llama`), and the pure-Python reference of the native core (:mod:`.native_reference`), which
-the tests and the benchmarks both use. None of them is a model: what they say about quality means nothing.
+hashing embedder (:mod:`.embed_hashing`) and one that pads its batches as a real model does
+(:mod:`.embed_padded`), the scripted evaluation answers and judges (:mod:`.eval_rules`), the tiny randomly
+initialised NLI classifier (:mod:`.tiny_nli`) and Llama with its trained tokenizer (:mod:`.tiny_llama`), and
+the pure-Python reference of the native core (:mod:`.native_reference`), which the tests and the benchmarks
+both use. None of them is a model: what they say about quality means nothing.
 
 They sit above every product layer (they read the product's prompt templates to answer them) and the
 product never imports nor names them: the first three join the backend registry as a plugin
