@@ -61,9 +61,9 @@ class Outcome:
 
 SCORE_MARGIN = 1e-4
 """A gap between two exact scores that no kernel's rounding bridges. A vector search rounds a float32 dot
-product differently by where a row sits in the index (the order it arrived in) and by kernel, by far less
-than this (about 1e-7 for unit vectors of a few hundred dimensions): so every memory scoring more than
-this above the last one fetched was fetched, in whichever order the sessions arrived."""
+product of unit vectors differently by where a row sits in the index (the order it arrived in) and by
+kernel, by some float32 ulps, far less than this: so every memory scoring more than this above the last one
+fetched was fetched, in whichever order the sessions arrived."""
 
 
 def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Sequence[int] = (),
