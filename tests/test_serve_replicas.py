@@ -9,19 +9,17 @@ SQLite server given the same input.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from conftest import ROOT, tomas_sessions
-from serve_server import Server, children, new_key, wait_job
+from promem_fast.testing.service_processes import (Server, Worker, children, holders, kill_host, links, new_key,
+                                                   single_node_exports, wait_job)
 
 USERS = [f"Tomas {i}" for i in range(8)]
 LEASE = "2"
@@ -36,44 +34,18 @@ def sessions_of(user: str) -> list[dict[str, Any]]:
     return out
 
 
-def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "promem_fast.cli", "worker", "--db", url, "--profile", "scripted",
-           "--job-lease", LEASE]
-    with open(log, "ab") as sink:
-        return subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=sink)
-
-
-def links(export: str) -> set[tuple[str, ...]]:
-    """The update and duplicate links of an export, named by user, session and node (never by row id)."""
-    found = set()
-    for line in export.splitlines():
-        item = json.loads(line)
-        if item.get("kind") == "supersede":
-            found.add(("update", item["user"], item["old"]["session_id"], str(item["old"]["node"]),
-                       item["new"]["session_id"], str(item["new"]["node"])))
-        elif item.get("kind") == "merge":
-            found.add(("duplicate", item["user"], item["node"]["session_id"], str(item["node"]["node"]),
-                       item["kept"]["session_id"], str(item["kept"]["node"])))
-    return found
-
-
-def holders(url: str) -> set[int]:
-    """The process ids that hold running sessions now."""
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT DISTINCT claimed_by FROM serve_queue WHERE state = 'running'").fetchall()
-    return {int(holder.rsplit(":", 1)[1]) for (holder,) in rows}
+POSTS = [("acme", user, sessions_of(user)[part:part + 4]) for user in USERS for part in range(0, 12, 4)]
+"""Three posts of four sessions per user."""
 
 
 def post_all(servers: list[Server], key: str) -> list[str]:
+    """Every post of :data:`POSTS`, each user's to one replica in turn; the job ids."""
     jobs = []
-    for i, user in enumerate(USERS):
-        with servers[i % len(servers)].client(key) as http:
-            for part in range(0, 12, 4):  # three posts per user, spread over the replicas
-                reply = http.post(f"/v1/users/{user}/sessions", json={"sessions": sessions_of(user)[part:part + 4]})
-                assert reply.status_code == 202, reply.text
-                jobs.append(reply.json()["job_id"])
+    for i, (_, user, sessions) in enumerate(POSTS):
+        with servers[i // 3 % len(servers)].client(key) as http:
+            reply = http.post(f"/v1/users/{user}/sessions", json={"sessions": sessions})
+            assert reply.status_code == 202, reply.text
+            jobs.append(reply.json()["job_id"])
     return jobs
 
 
@@ -81,21 +53,16 @@ def test_killed_replica_and_worker_lose_nothing_and_store_each_session_once(tmp_
     key = new_key(pg_url, "acme")
     a = Server(pg_url, "--job-lease", LEASE, "--rate", "0", log=tmp_path / "a.log")
     b = Server(pg_url, "--job-lease", LEASE, "--rate", "0", log=tmp_path / "b.log")
-    worker = start_worker(pg_url, tmp_path / "worker.log")
+    worker = Worker(pg_url, "--job-lease", LEASE, log=tmp_path / "worker.log")
     try:
-        deadline = time.monotonic() + 120
-        while b" ready" not in (tmp_path / "worker.log").read_bytes():
-            assert worker.poll() is None and time.monotonic() < deadline, (tmp_path / "worker.log").read_text()
-            time.sleep(0.1)
-        engines = {"worker": children(worker.pid), "a": children(a.proc.pid)}
+        procs = {"worker": worker.proc, "a": a.proc}
+        engines = {name: children(proc.pid) for name, proc in procs.items()}
         jobs = post_all([a, b], key)
         deadline = time.monotonic() + 60
         killed: set[str] = set()
 
         def kill(name: str) -> None:
-            for pid in engines[name]:
-                os.kill(pid, signal.SIGKILL)
-            (worker.send_signal if name == "worker" else a.proc.send_signal)(signal.SIGKILL)
+            kill_host(procs[name])
             killed.add(name)
 
         while "a" not in killed and time.monotonic() < deadline:  # each killed once it holds sessions
@@ -115,9 +82,8 @@ def test_killed_replica_and_worker_lose_nothing_and_store_each_session_once(tmp_
                 assert sorted(stored) == sorted(s["session_id"] for s in sessions_of(user))
             shared = http.get("/v1/export").text
     finally:
-        for proc in (worker,):
-            if proc.poll() is None:
-                proc.kill()
+        worker.stop()
+        a.stop()
         b.stop()
     import psycopg
 
@@ -125,18 +91,53 @@ def test_killed_replica_and_worker_lose_nothing_and_store_each_session_once(tmp_
         counts = conn.execute("SELECT count(*), count(DISTINCT (user_id, session_id)) FROM sessions").fetchone()
     assert counts == (12 * len(USERS), 12 * len(USERS))
     # the same input through one server on an SQLite file gives the same update links
-    single_path = tmp_path / "single.db"
-    single_key = new_key(single_path, "acme")
-    single = Server(single_path, "--rate", "0", log=tmp_path / "single.log")
-    try:
-        for job in post_all([single], single_key):
-            with single.client(single_key) as http:
-                wait_job(http, job, timeout=180)
-        with httpx.Client(base_url=single.url, headers={"Authorization": f"Bearer {single_key}"}) as http:
-            alone = http.get("/v1/export").text
-    finally:
-        single.stop()
+    alone = single_node_exports(tmp_path, POSTS)["acme"]
     assert links(shared) == links(alone) and links(alone)
+
+
+def test_a_worker_killed_holding_sessions_has_them_finished_by_another_worker_once(tmp_path: Path,
+                                                                                 pg_url: str) -> None:
+    """No replica: the sessions are queued as a replica queues them, worker a is killed (with its engine) while
+    it holds some, and worker b, started after, finishes every one of them once the lease lapses."""
+    from promem_fast.serve import db
+    from promem_fast.serve.jobs import JobQueue
+
+    queue = JobQueue(db.connect(pg_url))
+    jobs = [queue.submit(tenant, user, sessions) for tenant, user, sessions in POSTS]
+    a = Worker(pg_url, "--job-lease", LEASE, log=tmp_path / "a.log")
+    engine = set(children(a.proc.pid))
+    deadline = time.monotonic() + 60
+    while not holders(pg_url) & engine and time.monotonic() < deadline:
+        time.sleep(0.005)
+    kill_host(a.proc)
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        held = {seq for (seq,) in conn.execute("SELECT seq FROM serve_queue WHERE state = 'running'")}
+    assert held, "worker a finished every session before it could be killed"
+    b = Worker(pg_url, "--job-lease", LEASE, log=tmp_path / "b.log")
+    try:
+        deadline = time.monotonic() + 180
+        while queue.depth() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        states = [queue.status("acme", job) for job in jobs]
+    finally:
+        b.stop()
+    assert all(s is not None and s["done"] == s["total"] and not s["errors"] for s in states), states
+    with psycopg.connect(pg_url) as conn:
+        finishers = {holder for (holder,) in conn.execute(
+            "SELECT DISTINCT claimed_by FROM serve_queue WHERE seq = ANY(%s)", (sorted(held),))}
+        stored = conn.execute("SELECT u.name, s.session_id FROM sessions s JOIN users u ON u.id = s.user_id"
+                              ).fetchall()
+    assert {int(h.rsplit(":", 1)[1]) for h in finishers}.isdisjoint(engine)  # b took over what a held
+    assert sorted(stored) == sorted((user, s["session_id"]) for _, user, batch in POSTS for s in batch)
+    api = Server(pg_url, "--rate", "0", log=tmp_path / "api.log")
+    try:
+        with api.client(new_key(pg_url, "acme")) as http:
+            shared = http.get("/v1/export").text
+    finally:
+        api.stop()
+    assert links(shared) == links(single_node_exports(tmp_path, POSTS)["acme"])
 
 
 @pytest.mark.parametrize("bad", ["postgresql://nobody@127.0.0.1:1/none"])
