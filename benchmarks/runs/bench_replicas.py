@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import logging
 import statistics
 import sys
 import tempfile
@@ -44,6 +45,8 @@ from promem_fast.eval.datasets import load_halumem
 from promem_fast.testing.pg_server import Server as Postgres
 from promem_fast.testing.service_processes import (Post, Server, Worker, children, holders, kill_host, links, new_key,
                                                    single_node_exports, wait_job)
+
+log = logging.getLogger(__name__)
 
 TOMAS = ROOT / "tests" / "fixtures" / "halumem_tomas.jsonl"
 TENANTS = [f"tenant{t}" for t in range(4)]
@@ -161,7 +164,10 @@ class Searches:
                 with self._lock:
                     self.retried += 1
                 continue
-            return reply.status_code == 200 and isinstance(reply.json().get("results"), list)
+            if reply.status_code != 200:
+                log.warning("search answered %d: %s", reply.status_code, reply.text[:200])
+            return reply.status_code == 200
+        log.warning("search reached no replica")
         return False
 
 

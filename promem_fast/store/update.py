@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from promem_fast.backends.base import TIE_TOLERANCE
 from promem_fast.context import RunContext
 from promem_fast.requests import Failure, Generate, Program
 
@@ -74,13 +75,15 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Se
         wanted = 4 * m
         while True:
             ids, scores = store.db.nearest(user_pk, vector, wanted)
-            keep = scores >= floor
+            keep = scores >= floor - TIE_TOLERANCE  # a cosine of exactly the floor passes on every backend
             score_of = dict(zip(ids[keep].tolist(), scores[keep].tolist(), strict=True))
             found = judging.eligible(store.db, user_pk, session_pk, also, score_of)
             if len(found) >= m or len(score_of) < wanted or wanted >= total:
                 break  # enough, or every neighbour above the floor was seen
             wanted *= 4
-        found.sort()  # best first; ties by when said and text, never by arrival (node ids)
+        # best first, scores within TIE_TOLERANCE tied (each backend rounds a cosine in its own last bits);
+        # ties by when said and text, never by arrival (node ids)
+        found.sort(key=lambda f: (round(f[0] / TIE_TOLERANCE), *f[1:]))
         pairs.extend(Pair(old, text, None if when == UNDATED else when, new_id, new_text, new_from)
                      for _, when, text, old in found[:m])
     return pairs
