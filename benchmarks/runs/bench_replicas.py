@@ -30,12 +30,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,12 +176,18 @@ class Searches:
         return False
 
 
-def queue_empty(url: str) -> Callable[[], bool]:
+def drain(url: str, timeout: float = 600.0) -> None:
+    """Wait until the shared queue at ``url`` holds no session accepted and not finished."""
     from promem_fast.serve import db
     from promem_fast.serve.jobs import JobQueue
 
-    queue = JobQueue(db.connect(url))
-    return lambda: queue.depth() == 0
+    deadline = time.monotonic() + timeout
+    with closing(db.connect(url)) as conn:
+        queue = JobQueue(conn)
+        while queue.depth():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{queue.depth()} sessions still queued after {timeout} s")
+            time.sleep(0.05)
 
 
 def users_of(posts: list[Post]) -> list[tuple[str, str]]:
@@ -190,11 +198,9 @@ def measure(url: str, n: int, posts: list[Post], args: argparse.Namespace, folde
     """One setup of ``n`` replicas and ``n`` workers: sessions/hour, then searches/s and p50/p99 ms."""
     cluster = Cluster.start(url, n, folder)
     try:
-        empty = queue_empty(url)
         started = time.perf_counter()
         cluster.post(posts)
-        while not empty():
-            time.sleep(0.05)
+        drain(url)
         ingest_s = time.perf_counter() - started
         searches = Searches(cluster, users_of(posts))
         deadline = time.monotonic() + args.search_s
@@ -207,7 +213,8 @@ def measure(url: str, n: int, posts: list[Post], args: argparse.Namespace, folde
     return {"sessions_per_hour": round(sessions / ingest_s * 3600), "ingest_s": round(ingest_s, 2),
             "searches_per_s": round(len(searches.latencies_ms) / seconds, 1),
             "search_p50_ms": round(percentile(searches.latencies_ms, 0.5), 1),
-            "search_p99_ms": round(percentile(searches.latencies_ms, 0.99), 1)}
+            "search_p99_ms": round(percentile(searches.latencies_ms, 0.99), 1),
+            "loadavg_1m": round(os.getloadavg()[0], 1)}
 
 
 def kill_round(url: str, posts: list[Post], args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -223,9 +230,7 @@ def kill_round(url: str, posts: list[Post], args: argparse.Namespace, folder: Pa
     load = threading.Thread(target=searches.run, args=(args.clients, done.is_set))
     try:
         jobs = cluster.post(resident)  # the first tenant's memory, for the searches to find (a user without any is 404)
-        empty = queue_empty(url)
-        while not empty():
-            time.sleep(0.05)
+        drain(url)
         load.start()
         jobs += cluster.post([post for post in posts if post[0] != TENANTS[0]])
         deadline = time.monotonic() + 60  # bounded: what holds nothing by then is killed all the same
@@ -298,15 +303,17 @@ def write(runs: dict[str, list[dict[str, float]]], kill: dict[str, Any], rounds:
     found.update({f"kill.{key}": value for key, value in kill.items() if not isinstance(value, dict)})
     found.update({f"kill.{name}_held_sessions": held for name, held in kill["killed_holding_sessions"].items()})
     rows = [[label, f"{m['sessions_per_hour']:,.0f}", f"{m['searches_per_s']:.1f}", f"{m['search_p50_ms']:.1f}",
-             f"{m['search_p99_ms']:.1f}"] for label, m in (("1 replica + 1 worker", one), ("2 replicas + 2 workers", two))]
+             f"{m['search_p99_ms']:.1f}", f"{m['loadavg_1m']:.1f}"]
+            for label, m in (("1 replica + 1 worker", one), ("2 replicas + 2 workers", two))]
     rows.append(["2 + 2 over 1 + 1", *(f"{ratio[key]:.2f}×" for key in
-                                       ("sessions_per_hour", "searches_per_s", "search_p50_ms", "search_p99_ms"))])
+                                       ("sessions_per_hour", "searches_per_s", "search_p50_ms", "search_p99_ms")), ""])
     kill_row = [f"{kill['sessions_accepted']}", f"{kill['sessions_stored_once']}",
                 f"{'same' if kill['links_same_as_sqlite'] else 'DIFFER'} ({kill['links']} links)", "yes" if kill["tenants_apart"] else "NO",
                 f"{kill['searches']:,} ({kill['searches_retried_on_another_replica']} retried)",
                 f"{kill['searches_failed']}"]
     figures.write_result("bench_replicas", found, command, tables={
-        "main": {"columns": ["setup", "sessions/hour", "searches/s", "search p50 ms", "search p99 ms"], "rows": rows},
+        "main": {"columns": ["setup", "sessions/hour", "searches/s", "search p50 ms", "search p99 ms",
+                             "load average (2 cores)"], "rows": rows},
         "kill": {"columns": ["sessions answered 202", "stored exactly once", "update links against one SQLite server",
                              "tenants apart", "searches during the round", "failed"], "rows": [kill_row]}},
         note=f"PostgreSQL 16 with pgvector (pgserver wheel) on the same host; scripted stand-in backends; medians "
