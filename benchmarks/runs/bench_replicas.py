@@ -308,17 +308,18 @@ def write(runs: dict[str, list[dict[str, float]]], kill: dict[str, Any], rounds:
     rows.append(["2 + 2 over 1 + 1", *(f"{ratio[key]:.2f}×" for key in
                                        ("sessions_per_hour", "searches_per_s", "search_p50_ms", "search_p99_ms")), ""])
     kill_row = [f"{kill['sessions_accepted']}", f"{kill['sessions_stored_once']}",
-                f"{'same' if kill['links_same_as_sqlite'] else 'DIFFER'} ({kill['links']} links)", "yes" if kill["tenants_apart"] else "NO",
+                f"{'same' if kill['links_same_as_sqlite'] else 'DIFFER'} ({kill['links']} links)",
+                "yes" if kill["tenants_apart"] else "NO",
                 f"{kill['searches']:,} ({kill['searches_retried_on_another_replica']} retried)",
                 f"{kill['searches_failed']}"]
     figures.write_result("bench_replicas", found, command, tables={
         "main": {"columns": ["setup", "sessions/hour", "searches/s", "search p50 ms", "search p99 ms",
-                             "load average (2 cores)"], "rows": rows},
+                             f"load average ({os.cpu_count()} cores)"], "rows": rows},
         "kill": {"columns": ["sessions answered 202", "stored exactly once", "update links against one SQLite server",
                              "tenants apart", "searches during the round", "failed"], "rows": [kill_row]}},
         note=f"PostgreSQL 16 with pgvector (pgserver wheel) on the same host; scripted stand-in backends; medians "
-             f"over {rounds} rounds, setups alternating; 2 CPU cores shared with other work, so every process "
-             "of both setups competes for the same cores and the ratios move from run to run.")
+             f"over {rounds} rounds, setups alternating; {os.cpu_count()} CPU cores shared with other work, so every "
+             "process of both setups competes for the same cores and the ratios move from run to run.")
 
 
 def main() -> int:
