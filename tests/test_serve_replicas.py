@@ -1,10 +1,12 @@
-"""Several ``promem serve`` replicas and a ``promem worker`` over one PostgreSQL store, as real processes.
+"""Several ``promem serve`` replicas and ``promem worker`` processes over one PostgreSQL store, as real processes.
 
 Sessions are posted to both replicas under a bounded load; a worker and one replica are killed with
 SIGKILL, the replica while it holds claimed sessions (the worker too when it holds some by then: the
-replicas, woken by the posts they accept, often claim first). The leases of what they held lapse, the survivors take those
-sessions over, and every session answered 202 is stored exactly once, with the same update links as one
-SQLite server given the same input.
+replicas, woken by the posts they accept, often claim first). The leases of what they held lapse, the
+survivors take those sessions over, and every session answered 202 is stored exactly once, with the same
+update links as one SQLite server given the same input. A worker killed while it holds sessions has them
+finished by another worker; the queue's heartbeat and a finish that could not be recorded never leave
+sessions running for good.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, tomas_sessions
+from conftest import ROOT, scripted_config, tomas_sessions
+
+from promem_fast.engine import Engine
+from promem_fast.serve import db
+from promem_fast.serve.job_worker import Worker as EngineWorker
+from promem_fast.serve.jobs import JobQueue
+from promem_fast.serve.metrics import Metrics
+from promem_fast.store import MemoryStore, StoreError
 from promem_fast.testing.service_processes import (Server, Worker, children, holders, kill_host, links, new_key,
                                                    single_node_exports, wait_job)
 
@@ -99,9 +108,6 @@ def test_a_worker_killed_holding_sessions_has_them_finished_by_another_worker_on
                                                                                  pg_url: str) -> None:
     """No replica: the sessions are queued as a replica queues them, worker a is killed (with its engine) while
     it holds some, and worker b, started after, finishes every one of them once the lease lapses."""
-    from promem_fast.serve import db
-    from promem_fast.serve.jobs import JobQueue
-
     queue = JobQueue(db.connect(pg_url))
     jobs = [queue.submit(tenant, user, sessions) for tenant, user, sessions in POSTS]
     a = Worker(pg_url, "--job-lease", LEASE, log=tmp_path / "a.log")
@@ -138,6 +144,57 @@ def test_a_worker_killed_holding_sessions_has_them_finished_by_another_worker_on
     finally:
         api.stop()
     assert links(shared) == links(single_node_exports(tmp_path, POSTS)["acme"])
+
+
+def test_the_lease_of_held_sessions_is_renewed_while_another_transaction_locks_one_of_them(pg_url: str) -> None:
+    """The heartbeat does not wait for a row another transaction holds (the worker marking it done): had it
+    waited there, every lease it holds would lapse meanwhile, and a finish waiting on a row it had locked
+    would be a deadlock."""
+    import psycopg
+
+    queue = JobQueue(db.connect(pg_url), lease_s=0.6)
+    queue.submit("acme", "Tomas", sessions_of("Tomas")[:2])
+    first, second = queue.claim(2)
+    with psycopg.connect(pg_url) as other:  # a transaction holding the second row, as a finish does
+        other.execute("UPDATE serve_queue SET finished = 0 WHERE seq = %s", (second.seq,))
+        time.sleep(2.0)  # three leases
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            (lease,) = look.execute("SELECT lease_until FROM serve_queue WHERE seq = %s", (first.seq,)).fetchone()
+        other.rollback()
+    assert lease > time.time(), "the first session's lease lapsed while the heartbeat waited for the second"
+
+
+class OnceUnreachable(JobQueue):
+    """A job queue whose first finish fails, as it does when the connection drops then."""
+
+    failed = 0
+
+    def finish(self, outcomes: list[tuple[int, str | None]]) -> None:
+        if not self.failed:
+            self.failed += 1
+            raise StoreError("postgresql://…: connection lost; the transaction was rolled back")
+        super().finish(outcomes)
+
+
+def test_sessions_whose_finish_was_lost_are_finished_later_and_stored_once(pg_url: str) -> None:
+    config = scripted_config()
+    queue = OnceUnreachable(db.connect(pg_url), lease_s=1.0)
+    job = queue.submit("acme", "Tomas", sessions_of("Tomas")[:4])
+    with MemoryStore(pg_url, config, update_judge="off") as store:
+        worker = EngineWorker(Engine(config), queue, Metrics(queue.depth, lambda: (0, {})),
+                              lambda tenant, graphs: store.add(graphs, tenant=tenant))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 60
+            while queue.depth() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            status = queue.status("acme", job)
+        finally:
+            worker.stop()
+        stored = store.sessions("Tomas", tenant="acme")
+    assert queue.failed == 1
+    assert status is not None and (status["done"], status["errors"]) == (4, []), status
+    assert sorted(stored) == sorted(s["session_id"] for s in sessions_of("Tomas")[:4])
 
 
 @pytest.mark.parametrize("bad", ["postgresql://nobody@127.0.0.1:1/none"])

@@ -31,6 +31,7 @@ import argparse
 import itertools
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -330,19 +331,25 @@ def main() -> int:
     args = parser.parse_args()
     posts = workload()
     server = Postgres()
+    folder = Path(tempfile.mkdtemp(prefix="bench_replicas-"))
+    """The processes' logs: removed after a run that ends well, kept for a look after one that does not."""
     runs: dict[str, list[dict[str, float]]] = {"1+1": [], "2+2": []}
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            for r in range(args.rounds):
-                for n in ((1, 2) if r % 2 == 0 else (2, 1)):
-                    url = server.fresh_database()
-                    runs[f"{n}+{n}"].append(measure(url, n, posts, args, Path(folder)))
-                    server.drop(url)
-                    print(n, runs[f"{n}+{n}"][-1], flush=True)
-            url = server.fresh_database()
-            kill = kill_round(url, posts, args, Path(folder))
-            server.drop(url)
-            print("kill", kill, flush=True)
+        for r in range(args.rounds):
+            for n in ((1, 2) if r % 2 == 0 else (2, 1)):
+                url = server.fresh_database()
+                runs[f"{n}+{n}"].append(measure(url, n, posts, args, folder))
+                server.drop(url)
+                print(n, runs[f"{n}+{n}"][-1], flush=True)
+        url = server.fresh_database()
+        kill = kill_round(url, posts, args, folder)
+        server.drop(url)
+        print("kill", kill, flush=True)
+    except BaseException:
+        log.error("the replicas' and workers' logs are kept in %s", folder)
+        raise
+    else:
+        shutil.rmtree(folder)
     finally:
         server.close()
     write(runs, kill, args.rounds, "python -m benchmarks.runs.bench_replicas " + " ".join(sys.argv[1:]))
