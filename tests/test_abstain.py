@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from serve_server import Server, new_key
+from promem_fast.testing.service_processes import Server, new_key
 from test_serve_tools import SCRIPTED, tool_result
 from test_store_time import S1, S2, S3, engine, open_store
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import make_session
-from serve_server import Server, new_key, wait_job
+from promem_fast.testing.service_processes import Server, new_key, wait_job
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis (the dev extra) is not installed")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402

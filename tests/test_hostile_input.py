@@ -15,7 +15,7 @@ import pytest
 
 from conftest import make_session, write_jsonl
 from promem_fast.cli import main
-from serve_server import Server, serving
+from promem_fast.testing.service_processes import Server, serving
 from store_helpers import graph
 from test_serve import chromium, needs_chromium
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from conftest import ROOT, make_session
-from serve_server import Server, new_key, wait_job
+from promem_fast.testing.service_processes import Server, new_key, wait_job
 
 TURNS = [("I adopted a beagle named Biscuit last Saturday.", "Congratulations on adopting Biscuit!"),
          ("I moved to Lisbon in May for a job at Nordvik Labs.", "Lisbon is lovely; how is the new job?")]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, scripted_config
-from serve_server import Server, served
+from promem_fast.testing.service_processes import Server, served
 from store_helpers import graph
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import scripted_config
-from serve_server import Server, served
+from promem_fast.testing.service_processes import Server, served
 from store_helpers import graph
 from test_page import BEAGLE, USER, browser, listed, shot_path, text  # noqa: F401 - browser is a fixture
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from conftest import tomas_sessions, make_session
-from serve_server import Server, new_key, wait_job
+from promem_fast.testing.service_processes import Server, new_key, wait_job
 
 TOMAS = "Tomas Berg"
 MAYA = "Maya"

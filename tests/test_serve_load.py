@@ -20,7 +20,7 @@ import pytest
 
 from conftest import tomas_sessions, scripted_config
 from promem_fast.engine import Engine
-from serve_server import Server, children, new_key, running, wait_job
+from promem_fast.testing.service_processes import Server, children, new_key, running, wait_job
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tomas_sessions
-from serve_server import Server, new_key, wait_job
+from promem_fast.testing.service_processes import Server, new_key, wait_job
 
 SLOWDOWN_BOUND = 10.0
 """How much slower a job may finish among busy programs: at the server's priority the engine gets a fair share

@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, scripted_config
 from promem_fast.serve.engine_process import parse_priority
 from promem_fast.store import MemoryStore
-from serve_server import Server, children, new_key, wait_job
+from promem_fast.testing.service_processes import Server, children, new_key, wait_job
 from store_helpers import TopicEmbedder, graph
 
 SCHED_OTHER, SCHED_IDLE = 0, 5

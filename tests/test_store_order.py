@@ -152,7 +152,7 @@ def test_kill_9_and_resume_rounds_give_the_links_of_an_uninterrupted_run(
 
 def test_the_service_fed_in_reverse_order_in_uneven_posts_gives_the_same_links(
         inputs: Path, tmp_path: Path, reference: dict[str, set[tuple[str, ...]]]) -> None:
-    from serve_server import Server, new_key, wait_job
+    from promem_fast.testing.service_processes import Server, new_key, wait_job
 
     db = tmp_path / "memory.db"
     key = new_key(db, "acme")

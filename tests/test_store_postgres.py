@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,42 @@ def test_export_import_into_the_other_backend_and_export_again_gives_the_same_by
     exported = (tmp_path / "a.jsonl").read_bytes()
     assert b'"kind":"supersede"' in exported and b'"vectors":"' in exported
     assert exported == (tmp_path / "b.jsonl").read_bytes()
+
+
+class AxesEmbedder:
+    """One unit on the axis of each of :data:`AXES` a text names, normalised: two texts that share one of
+    their two axes have a cosine of exactly 0.5, the store's ``update_min_cosine``, in real numbers (each
+    backend rounds it in its own last bits: 0.49999997 in float32)."""
+
+    dim = 8
+    AXES = ("works", "boston", "denver", "chess")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for row, text in enumerate(texts):
+            for axis, word in enumerate(self.AXES):
+                out[row, axis] = float(word in text.lower())
+            out[row] /= np.linalg.norm(out[row])
+        return out
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def test_a_cosine_exactly_at_the_update_floor_gives_the_same_update_links_on_both_backends(
+        tmp_path: Path, pg_url: str) -> None:
+    old = graph("j1", "Maya", ["Maya works as a nurse in Boston.", "Maya plays chess in Boston."],
+                timestamp="2024-01-10T09:00:00")
+    new = graph("j2", "Maya", ["Maya works as a teacher in Denver."], timestamp="2024-06-10T09:00:00")
+    replaced = {}
+    for where in (tmp_path / "m.db", pg_url):
+        with MemoryStore(where, scripted_config(), embedder=AxesEmbedder()) as store:  # type: ignore[arg-type]
+            store.add([old, new])
+            replaced[str(where)] = {h.text: h.superseded_by is not None for h in store.hits("Maya", history=True)}
+    on_sqlite, on_postgres = replaced.values()
+    # the nurse job shares one of its two axes with the teacher job (cosine 0.5): compared, and replaced
+    assert on_sqlite == on_postgres == {"Maya works as a nurse in Boston.": True, "Maya plays chess in Boston.": False,
+                                        "Maya works as a teacher in Denver.": False}
 
 
 def test_the_same_search_gives_the_same_top_k_on_both_backends(tmp_path: Path, pg_url: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from serve_server import Server, new_key
+from promem_fast.testing.service_processes import Server, new_key
 from test_page import browser  # noqa: F401 (the fixture: Debian's Chromium through Playwright)
 from test_store_time import BIKE, BOSTON, CELLO, DENVER, FINTECH, S1, S2, S3, engine, open_store
 

@@ -26,7 +26,7 @@ from promem_fast.errors import InputError
 from promem_fast.io import session_from_dict
 from promem_fast.store import MemoryStore
 from promem_fast.testing.llm_scripted import ScriptedLLM
-from serve_server import Server, serving
+from promem_fast.testing.service_processes import Server, serving
 
 
 FORMS = {  # the form as a dataset writes it -> the day and the template's date_string, by hand

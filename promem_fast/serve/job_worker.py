@@ -245,7 +245,13 @@ class Worker:
                     continue
                 log.exception("could not store %d graphs together; storing them one by one", len(group))
                 results = [(item, graph, self._write_one(tenant, graph)) for item, graph in group]
-            self._queue.finish([(item.seq, error) for item, _, error in results])
+            try:
+                self._queue.finish([(item.seq, error) for item, _, error in results])
+            except Exception:  # the database is away: the sessions go back in line once their lease lapses
+                log.exception("could not mark %d sessions finished; they are claimed again later (stored once)",
+                              len(results))
+                self._queue.release([item.seq for item, _, _ in results])
+                continue
             for _, graph, error in results:
                 self._metrics.session_done(graph.stats if error is None else None, ok=error is None)
 

@@ -110,19 +110,34 @@ class JobQueue:
         return int(cur.rowcount)
 
     def _renew(self) -> None:
-        """The heartbeat: extend the lease of every row this process holds, a third of a lease apart."""
+        """The heartbeat: :meth:`renew` a third of a lease apart."""
         while True:
             time.sleep(self.lease_s / 3)
-            with self._held_lock:
-                held = sorted(self._held)
-            if not held:
-                continue
             try:
-                with self._transaction() as conn:
-                    conn.execute(f"UPDATE serve_queue SET lease_until=? WHERE state='running' AND seq IN "
-                                 f"({','.join('?' * len(held))})", (time.time() + self.lease_s, *held))
+                self.renew()
             except Exception:  # the database is away: the lease may lapse, and another process takes over
-                log.warning("could not renew the lease of %d claimed sessions", len(held), exc_info=True)
+                log.warning("could not renew the lease of the claimed sessions", exc_info=True)
+
+    def renew(self) -> int:
+        """Extend the lease of every row this process holds; returns how many. A row another transaction has
+        locked (this process's own :meth:`finish`, marking it done) is skipped, not waited for: a heartbeat
+        that waited there while the finish waited for a row the heartbeat had locked would be a deadlock,
+        and the finish PostgreSQL aborted to break it would leave its sessions running for good."""
+        with self._held_lock:
+            held = sorted(self._held)
+        if not held or not self._shared:
+            return 0
+        with self._transaction() as conn:
+            cur = conn.execute("UPDATE serve_queue SET lease_until=? WHERE seq IN (SELECT seq FROM serve_queue WHERE "
+                               f"state='running' AND seq IN ({','.join('?' * len(held))}) FOR UPDATE SKIP LOCKED)",
+                               (time.time() + self.lease_s, *held))
+        return int(cur.rowcount)
+
+    def release(self, seqs: list[int]) -> None:
+        """Stop renewing the lease of these claimed rows, so that once it lapses they are claimed again (by
+        this process or another): for sessions whose outcome could not be recorded."""
+        with self._held_lock:
+            self._held.difference_update(seqs)
 
     def submit(self, tenant: str, user: str, sessions: list[dict[str, Any]]) -> str:
         """Store a job and its sessions in one transaction; the id is returned only once it is durable."""

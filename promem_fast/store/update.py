@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from promem_fast.backends.base import TIE_TOLERANCE
 from promem_fast.context import RunContext
 from promem_fast.requests import Failure, Generate, Program
 
@@ -117,6 +118,7 @@ def _closed_prefix(store: StoreView, user_pk: int, session_pk: int, also: Sequen
     memory scoring as high as its last (it ends at a gap of :data:`SCORE_MARGIN`, or at the user's last
     vector) and either ``m`` of them or its last below ``floor``; with their tie-break keys. ``None``:
     no such prefix was fetched (ask for more)."""
+    floor -= TIE_TOLERANCE  # a cosine of exactly the floor passes, however a kernel rounded it
     above = [c for c in ranked if c[0] >= floor]
     details = judging.eligible(store.db, user_pk, session_pk, also, [node for _, node in above])
     found: list[tuple[float, int]] = []

@@ -6,6 +6,8 @@ hashing embedder (:mod:`.embed_hashing`) and one that pads its batches as a real
 initialised NLI classifier (:mod:`.tiny_nli`) and Llama with its trained tokenizer (:mod:`.tiny_llama`), and
 the pure-Python reference of the native core (:mod:`.native_reference`), which the tests and the benchmarks
 both use. None of them is a model: what they say about quality means nothing.
+Beside them, for the tests and benchmarks of the service: a real PostgreSQL with pgvector (:mod:`.pg_server`)
+and the service's own processes, ``promem serve`` replicas and ``promem worker`` (:mod:`.service_processes`).
 
 They sit above every product layer (they read the product's prompt templates to answer them) and the
 product never imports nor names them: the first three join the backend registry as a plugin
