@@ -135,6 +135,7 @@ def run_mem0(python: str, count: int, batch: int, port: int, folder: Path) -> di
 
 
 def per_hour(sessions: int, seconds: float) -> float:
+    """Sessions per hour at ``seconds`` for ``sessions`` (the figure both systems are compared on)."""
     return round(sessions * 3600 / seconds, 2)
 
 
@@ -223,13 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         f" {flag} {value}" for flag, value, default in (("--rounds", args.rounds, 2), ("--sessions", args.sessions, 0),
                                                         ("--batch", args.batch, 0), ("--name", args.name, "bench_mem0"))
         if value != default)
-    kept = {user: texts for user, texts in mem0[0]["kept"].items()}
     write_result(args.name, figures, command,
                  tables={"runs": {"columns": ["round", "system", "wall s (mem0: warm)", "cold s", "sessions/hour",
                                               "LLM calls", "prompt tokens", "completion tokens", "memories kept"],
                                   "rows": rows},
                          "mem0_kept": {"columns": ["user", "memory"],
-                                       "rows": [[u, t] for u, texts in kept.items() for t in texts]}},
+                                       "rows": [[u, t] for u, texts in mem0[0]["kept"].items() for t in texts]}},
                  note=f"promem's demo extraction (demo.yaml) against mem0 2.2 Memory.add (OpenAI provider on a "
                       f"llama.cpp server, {N_CTX}-token window, HuggingFace MiniLM, FAISS), SmolLM2-135M Q4_1 on one "
                       f"thread for both, {n} demo sessions, {args.rounds} round(s) alternating in one run; mem0 warm "
