@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import make_session, scripted_config
-from serve_server import Server, new_key, serving
+from promem_fast.testing.service_processes import Server, new_key, serving
 from test_page import browser, shot_path  # noqa: F401 - browser is a fixture
 
 USER = "Maya Chen"
