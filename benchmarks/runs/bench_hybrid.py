@@ -26,7 +26,9 @@ Then, query by query and alternately, on one thread:
   and the fusion, what it adds to a dense search at most.
 
 Queries are held-out sentences (their words for BM25, their MiniLM query vector for the dense side; the
-embedder is left out of the timing). Each query is asked three times (``PASSES``, the queries in the same
+embedder is left out of the timing). ``bm25_answers_share``: the share of questions for which BM25 finds any
+memory of the user (a larger store makes more of a question's words common, left to the dense side), and
+``bm25_candidates_median`` the median number it finds. Each query is asked three times (``PASSES``, the queries in the same
 order each pass): ``first`` is its first timing, ``fastest`` the fastest of the three, the figure on a
 machine whose other work preempts a query now and then. p50 and p99 in milliseconds over ``QUERIES``
 queries, after ``WARMUP`` untimed ones.
@@ -175,6 +177,7 @@ def timed(store: MemoryStore, embedder: FixedQueries, asked: list[str], vectors:
     ranking = {"hybrid_without_dense": dataclasses.replace(full, dense=False),
                "hybrid_without_lexical": dataclasses.replace(full, lexical=False)}
     times = {name: np.full((PASSES, len(asked) - WARMUP), np.inf) for name in WAYS}
+    found_by_bm25: list[int] = []  # BM25's candidates per question: how much the lexical side still finds
     for round_ in range(PASSES):
         for n, question in enumerate(asked if round_ == 0 else asked[WARMUP:], start=0 if round_ == 0 else WARMUP):
             embedder.next = vectors[n]
@@ -185,11 +188,14 @@ def timed(store: MemoryStore, embedder: FixedQueries, asked: list[str], vectors:
             for name in (WAYS if n % 2 else WAYS[::-1]):
                 store.config.ranking = ranking.get(name, full)
                 started = time.perf_counter()
-                runs[name]()
+                answer = runs[name]()
                 if n >= WARMUP:
                     times[name][round_, n - WARMUP] = time.perf_counter() - started
+                    if round_ == 0 and name == "lexical":
+                        found_by_bm25.append(len(answer))
         store.config.ranking = full
-    found: dict[str, float] = {}
+    found = {"bm25_answers_share": float(np.mean(np.array(found_by_bm25) > 0)),
+             "bm25_candidates_median": float(np.median(found_by_bm25))}
     for name, values in times.items():
         fastest = values.min(axis=0)
         found[f"{name}_p50_ms"], found[f"{name}_p99_ms"] = percentile(fastest, 50), percentile(fastest, 99)
@@ -232,11 +238,14 @@ def main(argv: list[str] | None = None) -> int:
 
         rows.append([_nodes(n), f"{min(n, len(real_vectors)):,}", pair("dense"), pair("lexical"),
                      pair("hybrid_without_lexical"), pair("hybrid"), pair("hybrid_without_dense"),
-                     pair("hybrid_without_dense", first=True), f"{os.getloadavg()[0]:.1f}"])
+                     pair("hybrid_without_dense", first=True),
+                     f"{got['bm25_answers_share']:.0%} / {got['bm25_candidates_median']:.0f}",
+                     f"{os.getloadavg()[0]:.1f}"])
         rows.sort(key=lambda row: float(row[0][:-1]) * (1e6 if row[0].endswith("M") else 1e3))
         table = {"columns": ["memories", "of them real sentences", "grouped HNSW, depth 100", "BM25, depth 100",
                              "search, lexical side off", "hybrid search", "hybrid less the dense side",
-                             "the same, first timing", "load average"], "rows": rows}
+                             "the same, first timing", "questions BM25 answers / its median candidates",
+                             "load average"], "rows": rows}
         print(figures.table_text({"bench_hybrid": {"tables": {"main": table}}}, "bench_hybrid", "main"), flush=True)
         if not args.no_write:
             figures.write_result(
