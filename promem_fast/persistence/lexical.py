@@ -143,19 +143,15 @@ def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[
     """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
     ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
     those in its scope. The rows of every user holding the words are scored (at most
-    :data:`POSTINGS_BUDGET`), then the user's kept: a user filter inside the match would make BM25 weigh it
-    as a phrase of a million rows."""
+    :data:`POSTINGS_BUDGET`) and the user's kept by a join on the node's id, in one statement: a user
+    filter inside the match would make BM25 weigh it as a phrase of a million rows."""
     match = match_expression(rare_terms(db, question_terms))
     if match is None or limit <= 0:
         return []
-    found = db.execute(f"SELECT rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts WHERE memory_fts MATCH ? "
-                       "ORDER BY score LIMIT ?", (match, POSTINGS_BUDGET)).fetchall()
-    if not found:
-        return []
-    mine = {node for (node,) in db.execute(
-        f"SELECT id FROM nodes WHERE user_id = ? AND id IN ({','.join('?' * len(found))})",
-        (user_pk, *(rowid for rowid, _ in found)))}
-    return [(int(rowid), -float(score)) for rowid, score in found if rowid in mine][:limit]
+    found = db.execute(f"SELECT f.rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts f JOIN nodes n ON "
+                       "n.id = f.rowid WHERE memory_fts MATCH ? AND n.user_id = ? ORDER BY score LIMIT ?",
+                       (match, user_pk, limit)).fetchall()
+    return [(int(rowid), -float(score)) for rowid, score in found]
 
 
 def purge_deleted(db: sqlite3.Connection) -> None:
