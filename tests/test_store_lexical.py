@@ -155,3 +155,42 @@ def test_a_memory_said_again_is_shown_once_and_a_fact_differing_by_a_number_is_n
     # (its slot goes to the next memory)
     assert (found.count("Ann feeds a quokka at the zoo."), every.count("Ann feeds a quokka at the zoo.")) == (1, 2)
     assert "Ann feeds a quokka at 2 zoos." in found and "Ann feeds a quokka at 2 zoos." in every
+
+
+COFFEE = graph("c1", "Ann", ["Ann drinks coffee at dawn.", "Ann buys coffee beans in Leeds.",
+                             "Ann spilled coffee on her laptop.", "Ann feeds a quokka at the zoo."],
+               timestamp="2025-04-01T09:00:00")
+
+
+def test_counting_a_words_memories_stops_past_the_budget(tmp_path: Path) -> None:
+    from promem_fast.persistence.lexical import rows_holding
+
+    db = tmp_path / "m.db"
+    many = graph("c2", "Ben", [f"Ben brews coffee number {i}." for i in range(12)], details=[["a quokka mug"]])
+    with open_store(db) as store:
+        store.add([COFFEE, many])
+    raw = sqlite3.connect(db)
+    try:
+        # "coffee" is in 3 of Ann's memories and 12 of Ben's: counted over every user, exactly up to the budget
+        assert rows_holding(raw, "coffee", budget=20) == 15
+        # past the budget the count stops one row further: the word is common, however many more hold it
+        assert rows_holding(raw, "coffee", budget=5) == 6
+        # Ann's zoo memory and the detail anchored to Ben's first memory; "zebra" is in none
+        assert (rows_holding(raw, "quokka", budget=5), rows_holding(raw, "zebra", budget=5)) == (2, 0)
+    finally:
+        raw.close()
+
+
+def test_a_word_in_most_memories_leaves_the_ranking_to_the_rare_ones(store_at: str) -> None:
+    from promem_fast.persistence.lexical import POSTINGS_BUDGET
+
+    many = graph("c3", "Ann", [f"Ann drank coffee on day {i}." for i in range(POSTINGS_BUDGET + 1)]
+                 + ["Ann feeds a quokka at the zoo."], timestamp="2025-04-02T09:00:00")
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
+    with open_store(store_at, lexical) as store:
+        store.add([many])
+        # "coffee" is in more of her memories than a search lets the full-text side score: it is left out, so
+        # the search costs what the rare words cost, and the quokka alone ranks
+        assert store.search("Ann", "coffee", k=5) == []
+        assert [h.text for h in store.search("Ann", "coffee for the quokka", k=5)] == [
+            "Ann feeds a quokka at the zoo."]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 """FTS5's tokenizer for both indexes: case-folded words split at anything not a letter or digit, reduced to
@@ -51,7 +51,9 @@ FTS_SCHEMA: tuple[str, ...] = (
     "CREATE TRIGGER memory_fts_delete AFTER DELETE ON nodes BEGIN DELETE FROM memory_fts WHERE rowid = old.id; END",
     "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
 )
-"""Schema version 4: the full-text table over nodes and the triggers that keep it in step."""
+"""Schema version 4: the full-text table over nodes and the triggers that keep it in step. The vocabulary
+table (``memory_fts_vocab``, a view of the index that stores nothing) is no longer read (:func:`rows_holding`
+counts instead); it stays, since leaving it out would take a schema migration for what is written already."""
 
 FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details) SELECT n.id, n.text, " + _DETAILS.format(n="n")
             + " FROM nodes n")
@@ -95,48 +97,33 @@ POSTINGS_BUDGET = 400
 """Rows a store search lets BM25 score at most: the question's rarest words are kept while the rows holding
 them (over all users) add up to no more (:func:`rare_terms`). FTS5's BM25 costs about ten microseconds per
 matching row on a loaded core (finding the rows, well under one), so this bounds the lexical side at a
-million memories to a few milliseconds (``benchmarks/bench_hybrid.py``). In a small store every word is
-kept; in a large one the commonest go first, whose BM25 weight (inverse document frequency) is the lowest,
+million memories to a few milliseconds (``benchmarks/runs/bench_hybrid.py``). In a small store every word
+is kept; in a large one the commonest go first, whose BM25 weight (inverse document frequency) is the lowest,
 and the dense side still reads the whole question."""
 
 
-class _Stemmer:
-    """The stems FTS5's tokenizer makes of words (what its vocabulary table lists), from a scratch table;
-    each word's stem is remembered (a word's stem never changes)."""
-
-    def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.execute(f"CREATE VIRTUAL TABLE scratch USING fts5(w, content = '', tokenize = '{TOKENIZER}')")
-        self._db.execute("CREATE VIRTUAL TABLE scratch_terms USING fts5vocab(scratch, 'instance')")
-        self._lock = threading.Lock()
-        self._known: dict[str, str | None] = {}
-
-    def __call__(self, question_terms: Sequence[str]) -> list[str | None]:
-        with self._lock:
-            new = [w for w in dict.fromkeys(question_terms) if w not in self._known]
-            if new:
-                if len(self._known) > 100_000:
-                    self._known.clear()
-                self._db.execute("INSERT INTO scratch (scratch) VALUES ('delete-all')")
-                self._db.executemany("INSERT INTO scratch (rowid, w) VALUES (?, ?)", enumerate(new))
-                found = dict(self._db.execute("SELECT doc, term FROM scratch_terms").fetchall())
-                self._known.update((w, found.get(i)) for i, w in enumerate(new))
-            return [self._known[w] for w in question_terms]
+def rows_holding(db: sqlite3.Connection, word: str, budget: int = POSTINGS_BUDGET) -> int:
+    """How many memories (of every user) hold the word, counted up to ``budget + 1`` at most: a word past the
+    budget is common whatever its exact count. FTS5 reads a word's rows as the query asks for them, so the
+    limit bounds the count's cost (about 0.1 ms at a million memories); the vocabulary table's count reads
+    all of them (milliseconds for a common word)."""
+    match = match_expression([word])
+    if match is None:
+        return 0
+    return int(db.execute("SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+                          (match, budget + 1)).fetchone()[0])
 
 
-_stems = _Stemmer()
-
-
-def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: int = POSTINGS_BUDGET) -> list[str]:
-    """The question's words that the store's BM25 search scores, rarest first: those in no memory left out,
-    then words kept while the rows holding them (over all users) add up to ``budget`` at most."""
-    stems = _stems(question_terms)
-    count = {stem: db.execute("SELECT doc FROM memory_fts_vocab WHERE term = ?", (stem,)).fetchone()
-             for stem in dict.fromkeys(s for s in stems if s)}  # one lookup per word: an IN list scans them all
+def rarest(question_terms: Sequence[str], rows_of: Callable[[str], int], budget: int = POSTINGS_BUDGET
+           ) -> list[str]:
+    """The question's words a store's full-text search scores, rarest first, by either backend's count
+    (``rows_of``, counted up to ``budget + 1``): those in no memory left out, then words kept while the rows
+    holding them (over all users) add up to ``budget`` at most. A word in more memories than that is common:
+    its BM25 weight (inverse document frequency) is low, and the rarer words rank."""
+    held = {word: rows_of(word) for word in dict.fromkeys(question_terms)}
     kept, total = [], 0
-    rows_of = {stem: found[0] for stem, found in count.items() if found}
-    for word, stem in sorted(zip(question_terms, stems, strict=True), key=lambda p: rows_of.get(p[1] or "", 0)):
-        rows = rows_of.get(stem or "", 0)
+    for word in sorted(held, key=held.__getitem__):
+        rows = held[word]
         if rows == 0:
             continue
         if total + rows > budget:
@@ -146,24 +133,25 @@ def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: in
     return kept
 
 
+def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: int = POSTINGS_BUDGET) -> list[str]:
+    """The question's words the store's BM25 search scores (:func:`rarest` by :func:`rows_holding`)."""
+    return rarest(question_terms, lambda word: rows_holding(db, word, budget), budget)
+
+
 def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[str], limit: int
                  ) -> list[tuple[int, float]]:
     """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
     ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
     those in its scope. The rows of every user holding the words are scored (at most
-    :data:`POSTINGS_BUDGET`), then the user's kept: a user filter inside the match would make BM25 weigh it
-    as a phrase of a million rows."""
+    :data:`POSTINGS_BUDGET`) and the user's kept by a join on the node's id, in one statement: a user
+    filter inside the match would make BM25 weigh it as a phrase of a million rows."""
     match = match_expression(rare_terms(db, question_terms))
     if match is None or limit <= 0:
         return []
-    found = db.execute(f"SELECT rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts WHERE memory_fts MATCH ? "
-                       "ORDER BY score LIMIT ?", (match, POSTINGS_BUDGET)).fetchall()
-    if not found:
-        return []
-    mine = {node for (node,) in db.execute(
-        f"SELECT id FROM nodes WHERE user_id = ? AND id IN ({','.join('?' * len(found))})",
-        (user_pk, *(rowid for rowid, _ in found)))}
-    return [(int(rowid), -float(score)) for rowid, score in found if rowid in mine][:limit]
+    found = db.execute(f"SELECT f.rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts f JOIN nodes n ON "
+                       "n.id = f.rowid WHERE memory_fts MATCH ? AND n.user_id = ? ORDER BY score LIMIT ?",
+                       (match, user_pk, limit)).fetchall()
+    return [(int(rowid), -float(score)) for rowid, score in found]
 
 
 def purge_deleted(db: sqlite3.Connection) -> None:

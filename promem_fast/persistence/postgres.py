@@ -10,7 +10,7 @@ worker writes it (the ``(user, session_id)`` key backs that up).
 Vectors are pgvector's type, cosine distance. A user below ``approximate_min`` vectors is searched exactly
 (a scan of their rows, as SQLite's exact index); from there on through the table's HNSW index, widened to
 exact when the index's filtered answer comes back short. Full text is PostgreSQL's own: a generated
-``tsvector`` (``simple`` configuration) with a GIN index, ranked by ``ts_rank``.
+``tsvector`` (``english`` configuration) with a GIN index, ranked by ``ts_rank``.
 """
 
 from __future__ import annotations
@@ -234,15 +234,30 @@ class PostgresPersistence:
 
     # ------------------------------------------------------------------------------------ words
     def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        from .lexical import ts_query
+        """The user's ``k`` best nodes by ``ts_rank``, for the question's rarer words only (:func:`~.lexical.
+        rarest`, the rule SQLite's search keeps): ``ts_rank`` reads every row it ranks, so a word in many
+        memories would make a search cost a read of each."""
+        from .lexical import rarest, ts_query
 
-        text = ts_query(terms)
-        if text is None or k <= 0:
+        if k <= 0:
+            return []
+        text = ts_query(rarest(terms, self._rows_holding))
+        if text is None:
             return []
         found = self.execute(
             "SELECT n.id, ts_rank(n.words, q) AS score FROM nodes n, to_tsquery('english', ?) q "
             "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
         return [(int(i), float(s)) for i, s in found]
+
+    def _rows_holding(self, word: str) -> int:
+        """How many memories (of every user) hold the word, counted up to the budget's next row at most."""
+        from .lexical import POSTINGS_BUDGET, ts_query
+
+        text = ts_query([word])
+        if text is None:
+            return 0
+        return int(self.execute("SELECT count(*) FROM (SELECT 1 FROM nodes WHERE words @@ to_tsquery('english', ?) "
+                                "LIMIT ?) c", (text, POSTINGS_BUDGET + 1)).fetchone()[0])
 
     # ------------------------------------------------------------------------------------ lifecycle
     def removed(self, user_pk: int) -> None:

@@ -59,34 +59,62 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     return vector, dense, lexical
 
 
+class _Rows:
+    """The text and vector of candidates in fused order, read as the collapse reaches them: a chunk of the
+    order at a time (the first ``chunk`` candidates, then the next), since it usually stops after about ``k``
+    of the hundred or more both sides propose."""
+
+    def __init__(self, store: StoreView, order: list[int], dim: int, chunk: int) -> None:
+        self._store, self._order, self._dim, self._chunk = store, order, dim, chunk
+        self._position = {node: i for i, node in enumerate(order)}
+        self._text: dict[int, str] = {}
+        self._vector: dict[int, np.ndarray] = {}
+
+    def _read(self, node: int) -> None:
+        start = self._position[node]
+        part = [n for n in self._order[start:start + self._chunk] if n not in self._text]
+        stored: list[tuple[int, Any]] = []
+        for found, words_of, blob in self._store.db.execute(
+                f"SELECT id, text, {self._store.db.vector_sql('vector')} FROM nodes "
+                f"WHERE id IN ({rows.placeholders(len(part))})", part):
+            self._text[found] = words_of
+            if blob is not None:
+                stored.append((found, blob))
+        matrix = self._store.db.decode_vectors([blob for _, blob in stored], self._dim)
+        self._vector.update((found, matrix[i]) for i, (found, _) in enumerate(stored))
+
+    def text(self, node: int) -> str:
+        if node not in self._text:
+            self._read(node)
+        return self._text[node]
+
+    def vector(self, node: int) -> np.ndarray | None:
+        self.text(node)
+        return self._vector.get(node)
+
+
 def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
                scope: tuple[str, tuple[Any, ...]], when: str | None = None) -> list[tuple[int, float]]:
     """The user's ``k`` best memories in ``scope`` for ``query`` by the hybrid rule, best first, each with its
     cosine with the question (as embedded, names left out); ``when``: the ISO time the question's own times
-    are relative to (default now)."""
+    are relative to (default now). Only the candidates the collapse reaches are read (:class:`_Rows`)."""
     config = store.config.ranking
     vector, dense, lexical = proposals(store, user_pk, user, query, max(CANDIDATES, 4 * k), scope)
     pool = list(dict.fromkeys(dense + lexical))
     if not pool:
         return []
-    said: dict[int, str | None] = {}
-    text: dict[int, str] = {}
-    stored: list[tuple[int, Any]] = []
-    for lo in range(0, len(pool), 500):
-        part = pool[lo:lo + 500]
-        for node, words_of, valid_from, blob in store.db.execute(
-                f"SELECT id, text, valid_from, {store.db.vector_sql('vector')} FROM nodes "
-                f"WHERE id IN ({rows.placeholders(len(part))})", part):
-            said[node], text[node] = valid_from, words_of
-            if blob is not None:
-                stored.append((node, blob))
-    matrix = store.db.decode_vectors([blob for _, blob in stored], len(vector))
-    vectors = {node: matrix[i] for i, (node, _) in enumerate(stored)}
     today = date.fromisoformat(when[:10]) if when else datetime.now(timezone.utc).date()
     days = window(query, today) if config.when else None
-    timed = [] if days is None else [n for n in (dense or lexical) if within(said.get(n), days)]
-    best = collapse(fuse(dense, lexical, config, timed=timed), vectors, config, k, text_of=text.__getitem__)
-    return [(node, float(vectors[node] @ vector) if node in vectors else 0.0) for node, _ in best]
+    timed: list[int] = []
+    if days is not None:
+        said = {node: valid_from for lo in range(0, len(pool), 500) for node, valid_from in store.db.execute(
+            f"SELECT id, valid_from FROM nodes WHERE id IN ({rows.placeholders(len(pool[lo:lo + 500]))})",
+            pool[lo:lo + 500])}
+        timed = [n for n in (dense or lexical) if within(said.get(n), days)]
+    order = fuse(dense, lexical, config, timed=timed)
+    read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)
+    best = collapse(order, read.vector, config, k, text_of=read.text)
+    return [(node, float(found @ vector) if (found := read.vector(node)) is not None else 0.0) for node, _ in best]
 
 
 def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope: tuple[str, tuple[Any, ...]],
