@@ -118,6 +118,19 @@ def run_once(setting: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def demo_sessions(count: int) -> list[dict[str, Any]]:
+    """The first ``count`` demo sessions (0: all), with logging set up and the libraries every run loads
+    imported once, so that no timed run pays the imports alone."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for module in ("sentence_transformers", "faiss"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    lines = SESSIONS.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines[:count or None]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs of each setting (default 2)")
@@ -129,14 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = args.settings.split(",")
     if not settings or set(settings) - set(SETTINGS) or len(set(settings)) != len(settings):
         parser.error(f"--settings: distinct names from {', '.join(SETTINGS)}")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for module in ("sentence_transformers", "faiss"):  # imported once before the first timed run
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass
-    lines = SESSIONS.read_text(encoding="utf-8").splitlines()
-    sessions = [json.loads(line) for line in lines[:args.sessions or None]]
+    sessions = demo_sessions(args.sessions)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     every: list[dict[str, Any]] = []
     for r in range(args.rounds):

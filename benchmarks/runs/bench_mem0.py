@@ -31,7 +31,6 @@ pydantic-settings``), which runs the server.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import json
 import logging
@@ -46,8 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.paths import ROOT
-from benchmarks.runs.bench_demo_prefix import SESSIONS, run_once
+from benchmarks.runs.bench_demo_prefix import SESSIONS, demo_sessions, run_once
 from benchmarks.tools.figures import write_result
 
 log = logging.getLogger("bench_mem0")
@@ -189,14 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.mem0_python:
         parser.error("--mem0-python or MEM0_PYTHON: the python of an environment with mem0ai installed")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for module in ("sentence_transformers", "faiss"):  # imported once before the first timed run
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass
-    lines = SESSIONS.read_text(encoding="utf-8").splitlines()
-    sessions = [json.loads(line) for line in lines[:args.sessions or None]]
+    sessions = demo_sessions(args.sessions)
     n = len(sessions)
     promem: list[dict[str, Any]] = []
     mem0: list[dict[str, Any]] = []
