@@ -160,3 +160,37 @@ def test_two_concurrent_writers_of_the_halves_give_the_memory_of_one(tmp_path: P
         writer.join(timeout=600)
     assert not any(writer.is_alive() for writer in writers)
     assert_same(stored(tmp_path / "two.db", [], minilm()), one)
+
+
+class Killed(Exception):
+    """A second writer stopping for good (kill -9) between two of its writes."""
+
+
+def test_an_earlier_session_judged_by_another_writer_meanwhile_is_not_missed(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writer A has found what its session replaces; before A writes, writer B stores and judges an earlier
+    session of the same user (then stops). A's session must still replace what the earlier one said, as it
+    does when one writer stores both."""
+    from promem_fast.store import ordering
+    from test_store_postgres import AxesEmbedder
+
+    early = graph("j1", "Maya", ["Maya works as a nurse in Boston."], timestamp="2024-01-10T09:00:00")
+    late = graph("j2", "Maya", ["Maya works as a teacher in Denver."], timestamp="2024-06-10T09:00:00")
+    path, config = tmp_path / "m.db", EngineConfig.profile("scripted")
+    write, writes = ordering._write, []
+
+    def racing(store: Any, user_pk: int, session_pk: int, outcome: Any, against: tuple[int, int]) -> bool:
+        writes.append(session_pk)
+        if len(writes) == 1:  # A, about to write: B stores the earlier session now
+            with pytest.raises(Killed), MemoryStore(path, config, embedder=AxesEmbedder()) as other:
+                other.add([early])
+        elif len(writes) == 3:  # B has judged the earlier session and stops before judging A's
+            raise Killed
+        return write(store, user_pk, session_pk, outcome, against)
+
+    monkeypatch.setattr(ordering, "_write", racing)
+    with MemoryStore(path, config, embedder=AxesEmbedder()) as store:
+        store.add([late])
+        replaced = {h.text: h.superseded_by is not None for h in store.hits("Maya", history=True)}
+    assert len(writes) >= 3  # the race above happened
+    assert replaced == {"Maya works as a nurse in Boston.": True, "Maya works as a teacher in Denver.": False}

@@ -80,12 +80,24 @@ def user_name(db: Database, user_pk: int) -> str:
     return str(name)
 
 
+Judged = tuple[int, int]
+"""How many of a user's sessions are judged, and the sum of their ids: it changes when another is judged."""
+
+
+def judged(db: Database, user_pk: int) -> Judged:
+    """Which of the user's sessions are judged so far (:data:`Judged`): what candidates were read against."""
+    count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(id), 0) FROM sessions WHERE user_id = ? AND judged = 1",
+                              (user_pk,)).fetchone()
+    return int(count), int(total)
+
+
 def write_verdicts(db: Database, user_pk: int, session_pk: int, merges: Sequence[tuple[int, int, str]],
-                   supersedes: Sequence[tuple[int, int, str]]) -> bool:
-    """A session's links and its ``judged`` mark; False when it is no longer the user's first pending
-    session (another writer changed the user meanwhile)."""
+                   supersedes: Sequence[tuple[int, int, str]], *, against: Judged) -> bool:
+    """A session's links and its ``judged`` mark; False when another writer changed the user since its
+    candidates were read (``against``: the sessions judged then): the session is no longer the user's
+    first pending one, or an earlier session was judged meanwhile, whose memories the links did not see."""
     still = pending(db, user_pk)
-    if not still or still[0] != session_pk:
+    if not still or still[0] != session_pk or judged(db, user_pk) != against:
         return False
     for node, kept, reason in merges:
         rows.merge(db, node, kept, reason)

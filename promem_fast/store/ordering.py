@@ -66,8 +66,9 @@ def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> 
         crashed = _ask(store, batch, verdicts, engine) if store.update_judge != "off" else set()
         for user_pk, sessions in batch:
             for position, session_pk in enumerate(sessions):
+                against = judging.judged(store.db, user_pk)  # read before the candidates, checked at the write
                 outcome = _outcome(store, user_pk, session_pk, verdicts, first=position == 0, crashed=crashed)
-                if outcome is _WAIT or not _write(store, user_pk, session_pk, outcome):
+                if outcome is _WAIT or not _write(store, user_pk, session_pk, outcome, against):
                     break  # the rest of this user waits for the next round
                 done += 1
     return done
@@ -134,9 +135,11 @@ def _outcome(store: StoreView, user_pk: int, session_pk: int, verdicts: dict[tup
     return _WAIT
 
 
-def _write(store: StoreView, user_pk: int, session_pk: int, outcome: Outcome | None) -> bool:
+def _write(store: StoreView, user_pk: int, session_pk: int, outcome: Outcome | None,
+           against: judging.Judged) -> bool:
     """The session's links and its ``judged`` mark in one transaction; False when another writer changed
-    the user meanwhile (it is judged again next round)."""
+    the user since the candidates were read against the sessions judged then, ``against`` (the session is
+    judged again next round)."""
     with store.db.transaction() as db:
         return judging.write_verdicts(db, user_pk, session_pk, outcome.merges if outcome else (),
-                                   outcome.supersedes if outcome else ())
+                                      outcome.supersedes if outcome else (), against=against)
