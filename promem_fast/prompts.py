@@ -19,6 +19,7 @@ import re
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from promem_fast.types import Message
@@ -246,8 +247,9 @@ _WEEKDAYS_MONTHS = frozenset(
     "september october november december".split())
 
 
+@lru_cache(maxsize=1)
 def example_names() -> frozenset[str]:
-    """The names the prompts' examples use ("tom", "lea", "porto"), lower-cased: in a model's reply they come
+    """The names the prompts' examples use ("tom", "lea", "porto"), lower-cased (read once): in a model's reply they come
     from an example (a small model rewords it as a memory), unless the dialogue or the owner has them."""
     found = {word.lower() for role in TEMPLATES for word in re.findall(r"\b[A-Z][a-z]{2,}\b", example_of(role))}
     return frozenset(found - _WEEKDAYS_MONTHS)

@@ -124,3 +124,30 @@ def test_groups_split_past_their_size_and_the_nearest_duplicates_are_still_found
     rows, scores = index.search(v, 10)
     assert sorted(order[rows].tolist()) == list(range(10))
     assert np.allclose(scores, cosines[:10], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, approximate_min", [("numpy", 0), ("faiss", 0), ("faiss", 1000)],
+                         ids=["numpy", "faiss flat", "grouped graph"])
+def test_an_exact_search_of_several_queries_answers_each_as_alone(kind: str, approximate_min: int) -> None:
+    """Update judging scans a session's new memories in one pass (``search_many``): each query still gets
+    the known top ten of its cluster, in order, and ties (a stored copy of a vector) go to the lower id."""
+    from promem_fast.persistence.vectors import VectorIndex
+
+    vectors = _clustered()
+    order = np.random.default_rng(8).permutation(len(vectors))
+    ids = np.arange(1, len(vectors) + 1, dtype=np.int64)  # node id of original row r: r + 1, stored shuffled
+    index = VectorIndex(DIM, kind, 0, approximate_min)  # type: ignore[arg-type]
+    index.add(ids[order], vectors[order])
+    index.add(np.array([len(vectors) + 1]), vectors[7 * MEMBERS:7 * MEMBERS + 1])  # a copy of row 7·50, newest
+    assert index.approximate == (approximate_min > 0)
+    centres = _centres()
+    picked = [0, 7, 123, 399]
+    answers = index.search_many(centres[picked], 10, exact=True)
+    for c, (found, scores) in zip(picked, answers, strict=True):
+        expected = [c * MEMBERS + j + 1 for j in range(10)]
+        if c == 7:  # the copy ties with member 0 and comes after it (a higher id)
+            expected = [expected[0], len(vectors) + 1, *expected[1:9]]
+        assert found.tolist() == expected
+        assert scores[0] == pytest.approx(1.0, abs=1e-5)
+    alone = [index.search(centres[c], 10, exact=True)[0].tolist() for c in picked]
+    assert [found.tolist() for found, _ in answers] == alone

@@ -8,8 +8,10 @@ Run: ``python -m benchmarks.runs.bench_update_candidates [--size 200000] [--quer
 (the vectors of :mod:`benchmarks.runs.bench_pg_search`: noisy copies of 2,000 centres, 384 dims). Per new
 memory, update judging asks for ``4 x update_neighbours`` (12) candidates: ``approximate`` is that search
 through the index (what it was), ``exact`` a scan of every vector plus the candidates' vectors read back and
-scored again in one rounding (what :func:`promem_fast.store.update.candidate_pairs` does now); the two are
-timed alternately query by query. ``embed``: the memories of the HaluMem development user's sessions (the
+scored again in one rounding, one memory at a time (what :func:`promem_fast.store.update.candidate_pairs`
+did first), and ``exact_batched`` the same for a session's ``SESSION`` memories at once, the stored vectors
+read once for all of them (what it does now; per memory: the session's time over ``SESSION``); the three
+are timed alternately session by session. ``embed``: the memories of the HaluMem development user's sessions (the
 scripted extraction) embedded by all-MiniLM-L6-v2 in one call for all sessions (what a store did with the
 sessions of one ``add``) against one call per session (now), side by side; left out when the sample is absent.
 """
@@ -37,6 +39,9 @@ from promem_fast.store.update import exact_ranking
 WANTED = 12
 """Candidates asked for per new memory: ``4 x`` the store's default ``update_neighbours`` (3)."""
 
+SESSION = 16
+"""New memories per session in ``exact_batched`` (the scripted extraction keeps about 17 per HaluMem session)."""
+
 
 def search(size: int, queries: int, folder: Path) -> dict[str, float]:
     rng = np.random.default_rng(11)
@@ -48,15 +53,22 @@ def search(size: int, queries: int, folder: Path) -> dict[str, float]:
         started = time.perf_counter()
         db.nearest(1, vectors(1, centres, rng)[0], WANTED)  # builds the grouped graph
         built = time.perf_counter() - started
-        times: dict[str, list[float]] = {"approximate": [], "exact": []}
-        for query in vectors(queries, centres, rng):
+        times: dict[str, list[float]] = {"approximate": [], "exact": [], "exact_batched": []}
+        asked = vectors(queries, centres, rng)
+        for start in range(0, len(asked) - SESSION + 1, SESSION):
+            session = asked[start:start + SESSION]
+            for query in session:
+                started = time.perf_counter()
+                db.nearest(1, query, WANTED)
+                times["approximate"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                ids = db.nearest(1, query, WANTED, exact=True)[0].tolist()
+                exact_ranking(pending.vectors_of(db, ids, DIM), ids, query)
+                times["exact"].append(time.perf_counter() - started)
             started = time.perf_counter()
-            db.nearest(1, query, WANTED)
-            times["approximate"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            ids = db.nearest(1, query, WANTED, exact=True)[0].tolist()
-            exact_ranking(pending.vectors_of(db, ids, DIM), ids, query)
-            times["exact"].append(time.perf_counter() - started)
+            for query, (found, _) in zip(session, db.nearest_many(1, session, WANTED, exact=True), strict=True):
+                exact_ranking(pending.vectors_of(db, found.tolist(), DIM), found.tolist(), query)
+            times["exact_batched"].append((time.perf_counter() - started) / SESSION)
     finally:
         db.close()
     out = {"nodes": size, "queries": queries, "index_build_s": round(built, 1)}
@@ -65,6 +77,7 @@ def search(size: int, queries: int, folder: Path) -> dict[str, float]:
         out[f"{name}_p50_ms"] = round(1000 * statistics.median(ordered), 2)
         out[f"{name}_p99_ms"] = round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2)
     out["exact_over_approximate"] = round(out["exact_p50_ms"] / out["approximate_p50_ms"], 2)
+    out["exact_over_batched"] = round(out["exact_p50_ms"] / out["exact_batched_p50_ms"], 2)
     return out
 
 

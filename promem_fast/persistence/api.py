@@ -113,6 +113,12 @@ class Persistence(Database, Protocol):
         compared with must not depend on the order sessions arrived in)."""
         ...
 
+    def nearest_many(self, user_pk: int, vectors: np.ndarray, k: int, *, exact: bool = False
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`nearest` for each row of ``vectors``, the same answers; an exact search of several reads the
+        user's vectors once where the backend can (a session's new memories in update judging)."""
+        ...
+
     def vector_count(self, user_pk: int) -> int:
         """How many vectors the user has (what :meth:`nearest` can return at most)."""
         ...

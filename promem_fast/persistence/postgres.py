@@ -212,6 +212,11 @@ class PostgresPersistence:
         order = np.lexsort((ids, -np.round(scores / TIE_TOLERANCE)))[:k]
         return ids[order], scores[order]
 
+    def nearest_many(self, user_pk: int, vectors: np.ndarray, k: int, *, exact: bool = False
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One query each: the server scans its own pages, so nothing is read twice on this side."""
+        return [self.nearest(user_pk, vector, k, exact=exact) for vector in vectors]
+
     def _top(self, user_pk: int, query: str, fetch: int, *, approximate: bool) -> tuple[np.ndarray, np.ndarray]:
         found: list[Any] = []
         if approximate and fetch <= EF_SEARCH:

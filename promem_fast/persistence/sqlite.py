@@ -94,6 +94,10 @@ class SqlitePersistence:
                 ) -> tuple[np.ndarray, np.ndarray]:
         return self.index(user_pk).search(vector, k, exact=exact)
 
+    def nearest_many(self, user_pk: int, vectors: np.ndarray, k: int, *, exact: bool = False
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        return self.index(user_pk).search_many(vectors, k, exact=exact)
+
     def vector_count(self, user_pk: int) -> int:
         return len(self.index(user_pk))
 

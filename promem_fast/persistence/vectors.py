@@ -213,14 +213,32 @@ class VectorIndex:
         wins, so the answer is the same from FAISS and numpy: the fetch widens while the last candidate
         still ties with the k-th. ``exact``: a grouped graph's vectors are scanned, not walked.
         """
-        n = len(self)
-        k = min(k, n)
+        n, k = len(self), min(k, len(self))
         if k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         q = np.ascontiguousarray(query, np.float32).reshape(1, self.dim)
+        return self._best(lambda fetch: self._top(q, fetch, n, exact), k, n)
+
+    def search_many(self, queries: np.ndarray, k: int, *, exact: bool = False
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`search` for each row of ``queries``. An exact search of several queries reads the stored
+        vectors once for all of them (one matrix product): a scan is bound by reading the vectors, so a
+        session's new memories cost about what one does (update judging scans for each)."""
+        batch = np.ascontiguousarray(queries, np.float32).reshape(-1, self.dim)
+        if not exact or len(batch) < 2 or self._faiss is not None:  # FAISS batches its own searches
+            return [self.search(q, k, exact=exact) for q in batch]
+        n, k = len(self), min(k, len(self))
+        if k <= 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in batch]
+        columns = (self.vectors() @ batch.T).T
+        return [self._best(lambda fetch, c=c: _top_of(c, fetch, n), k, n) for c in columns]
+
+    def _best(self, top: Any, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best of ``top(fetch)`` (rows and scores), widening the fetch while its last score
+        still ties with the k-th; ties go to the lower id."""
         fetch = min(n, k + 16)
         while True:
-            rows, scores = self._top(q, fetch, n, exact)
+            rows, scores = top(fetch)
             if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
                 break
             fetch = min(n, fetch * 4)
@@ -238,9 +256,13 @@ class VectorIndex:
             scores, rows = index.search(q, fetch)
             keep = rows[0] >= 0
             return rows[0][keep], scores[0][keep]
-        all_scores = self.vectors() @ q[0]
-        rows = np.argpartition(-all_scores, fetch - 1)[:fetch] if fetch < n else np.arange(n)
-        return rows, all_scores[rows]
+        return _top_of(self.vectors() @ q[0], fetch, n)
+
+
+def _top_of(scores: np.ndarray, fetch: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and scores of the ``fetch`` best of ``n`` scores (unordered)."""
+    rows = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < n else np.arange(n)
+    return rows, scores[rows]
 
 
 def to_blob(vector: np.ndarray) -> bytes:

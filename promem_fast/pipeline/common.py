@@ -6,6 +6,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from promem_fast.pipeline.words import content_set, content_words
@@ -289,6 +290,17 @@ _LIST_MARK = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")
 """A list number or bullet a model wrote inside a list item ("1. Maya moved ..."): formatting, not content."""
 
 
+@lru_cache(maxsize=64)
+def _names_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    """One pattern finding any of ``names`` as a whole word (compiled once per set of names)."""
+    return re.compile(r"\b(" + "|".join(sorted(map(re.escape, names))) + r")\b")
+
+
+def _names_in(text: str, names: frozenset[str]) -> list[str]:
+    """Which of ``names`` occur in ``text`` as whole words."""
+    return _names_pattern(names).findall(text)
+
+
 def copied_from_example(role: str | None, source: str, owner: str = "") -> Callable[[str], bool]:
     """Whether an item repeats a prompt's example rather than the dialogue: at least half of its content
     words are ``role``'s example's and not the source's (small models copy "40 euros a month" from the
@@ -296,12 +308,12 @@ def copied_from_example(role: str | None, source: str, owner: str = "") -> Calla
     the bakery"), that is neither in the source nor the memory's ``owner``."""
     example = content_set(example_of(role)) if role else frozenset()
     have = content_set(source)
-    said = f"{source}\n{owner}".lower()
-    foreign = [name for name in example_names() if not re.search(rf"\b{name}\b", said)]
+    foreign = example_names() - set(_names_in(f"{source}\n{owner}".lower(), example_names()))
+    names = _names_pattern(frozenset(foreign)) if foreign else None
 
     def copied(item: str) -> bool:
         words = content_words(item)
-        if any(re.search(rf"\b{name}\b", item.lower()) for name in foreign):
+        if names is not None and names.search(item.lower()):
             return True
         return bool(words) and 2 * sum(w in example and w not in have for w in words) >= len(words)
 

@@ -26,11 +26,19 @@ def stem(word: str) -> str:
     return word
 
 
+@lru_cache(maxsize=1 << 16)
+def _term(word: str) -> str | None:
+    """One word as the checks compare it, or None for a stop word (cached: a dialogue's words repeat, and
+    every statement a model returns is compared against its source)."""
+    word = word.lower()
+    return None if word in STOPWORDS else stem(word)
+
+
 @lru_cache(maxsize=2048)
 def content_words(text: str) -> tuple[str, ...]:
     """Lower-cased, stemmed words of ``text`` without stop words, in order (cached: the same dialogue text
     comes back in many prompts)."""
-    return tuple(stem(w) for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS)
+    return tuple(term for term in map(_term, _WORD.findall(text)) if term is not None)
 
 
 @lru_cache(maxsize=2048)

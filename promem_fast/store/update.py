@@ -86,16 +86,17 @@ def candidate_pairs(store: StoreView, user_pk: int, session_pk: int, *, also: Se
         return []
     total = store.db.vector_count(user_pk)
     pairs: list[Pair] = []
-    for (new_id, new_text, new_from), vector in zip(fresh, vectors, strict=True):
+    first = store.db.nearest_many(user_pk, vectors, 4 * m, exact=True)  # the stored vectors read once
+    for (new_id, new_text, new_from), vector, (ids, _) in zip(fresh, vectors, first, strict=True):
         wanted = 4 * m
         while True:
-            ids, _ = store.db.nearest(user_pk, vector, wanted, exact=True)
             ranked = exact_ranking(judging.vectors_of(store.db, ids.tolist(), dim), ids.tolist(), vector)
             closed = _closed_prefix(store, user_pk, session_pk, also, ranked, m, floor,
                                     complete=len(ids) < wanted or len(ids) >= total)
             if closed is not None:
                 break
             wanted *= 4
+            ids, _ = store.db.nearest(user_pk, vector, wanted, exact=True)
         found, details = closed
         best = sorted(found, key=lambda c: (-c[0], *details[c[1]]))[:m]
         pairs.extend(Pair(old, details[old][1], None if details[old][0] == UNDATED else details[old][0],
