@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -225,7 +226,8 @@ class VectorIndex:
         vectors once for all of them (one matrix product): a scan is bound by reading the vectors, so a
         session's new memories cost about what one does (update judging scans for each)."""
         batch = np.ascontiguousarray(queries, np.float32).reshape(-1, self.dim)
-        if not exact or len(batch) < 2 or self._faiss is not None:  # FAISS batches its own searches
+        if not exact or len(batch) < 2 or self._faiss is not None:  # a flat FAISS index (a small user's, or
+            # on a GPU) is searched query by query: reading its vectors out for one product would copy them
             return [self.search(q, k, exact=exact) for q in batch]
         n, k = len(self), min(k, len(self))
         if k <= 0:
@@ -233,7 +235,8 @@ class VectorIndex:
         columns = (self.vectors() @ batch.T).T
         return [self._best(lambda fetch, c=c: _top_of(c, fetch, n), k, n) for c in columns]
 
-    def _best(self, top: Any, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _best(self, top: Callable[[int], tuple[np.ndarray, np.ndarray]], k: int, n: int
+              ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best of ``top(fetch)`` (rows and scores), widening the fetch while its last score
         still ties with the k-th; ties go to the lower id."""
         fetch = min(n, k + 16)

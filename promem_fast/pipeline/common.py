@@ -296,11 +296,6 @@ def _names_pattern(names: frozenset[str]) -> re.Pattern[str]:
     return re.compile(r"\b(" + "|".join(sorted(map(re.escape, names))) + r")\b")
 
 
-def _names_in(text: str, names: frozenset[str]) -> list[str]:
-    """Which of ``names`` occur in ``text`` as whole words."""
-    return _names_pattern(names).findall(text)
-
-
 def copied_from_example(role: str | None, source: str, owner: str = "") -> Callable[[str], bool]:
     """Whether an item repeats a prompt's example rather than the dialogue: at least half of its content
     words are ``role``'s example's and not the source's (small models copy "40 euros a month" from the
@@ -308,8 +303,8 @@ def copied_from_example(role: str | None, source: str, owner: str = "") -> Calla
     the bakery"), that is neither in the source nor the memory's ``owner``."""
     example = content_set(example_of(role)) if role else frozenset()
     have = content_set(source)
-    foreign = example_names() - set(_names_in(f"{source}\n{owner}".lower(), example_names()))
-    names = _names_pattern(frozenset(foreign)) if foreign else None
+    foreign = example_names() - set(_names_pattern(example_names()).findall(f"{source}\n{owner}".lower()))
+    names = _names_pattern(foreign) if foreign else None
 
     def copied(item: str) -> bool:
         words = content_words(item)
