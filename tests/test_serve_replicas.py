@@ -164,6 +164,18 @@ def test_the_lease_of_held_sessions_is_renewed_while_another_transaction_locks_o
     assert lease > time.time(), "the first session's lease lapsed while the heartbeat waited for the second"
 
 
+def test_a_session_running_past_its_lease_is_not_claimed_again_by_its_own_process(store_at: str) -> None:
+    """The engine asks for more sessions while others still run; one running longer than a lease (any session
+    of the CPU default) must stay this process's, on either backend, or it is extracted twice."""
+    queue = JobQueue(db.connect(store_at), lease_s=0.3)
+    queue.submit("acme", "Tomas", sessions_of("Tomas")[:3])
+    running = queue.claim(2)
+    time.sleep(1.2)  # four leases
+    later = queue.claim(3)
+    assert [c.session_id for c in later] == [sessions_of("Tomas")[2]["session_id"]]
+    assert {c.session_id for c in running} == {s["session_id"] for s in sessions_of("Tomas")[:2]}
+
+
 class OnceUnreachable(JobQueue):
     """A job queue whose first finish fails, as it does when the connection drops then."""
 

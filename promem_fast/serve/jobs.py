@@ -29,7 +29,7 @@ from .db import Tables
 log = logging.getLogger(__name__)
 
 LEASE_S = 30.0
-"""How long a claimed session stays a process's without a heartbeat (shared queues: see :class:`JobQueue`)."""
+"""How long a claimed session stays a process's without a heartbeat (see :class:`JobQueue`)."""
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 """How long a finished job's record (user name, session ids, errors) is kept for ``GET /v1/jobs/{id}``."""
@@ -72,8 +72,9 @@ class JobQueue:
     claim takes rows ``FOR UPDATE SKIP LOCKED`` and holds them under a lease of ``lease_s`` seconds that a
     heartbeat thread renews while the engine runs them; a process killed mid-job stops renewing, and once
     the lease lapses another claims its sessions (the store keeps one copy of a session whoever writes it:
-    its key is tenant, user and session id). In an SQLite file one process owns the queue, and a restart
-    puts every running row back at once."""
+    its key is tenant, user and session id). In an SQLite file one process owns the queue; the same heartbeat
+    keeps the sessions it runs from being claimed again when they run past a lease, and a restart puts every
+    running row back at once."""
 
     def __init__(self, conn: Tables, *, retention_s: float = DEFAULT_RETENTION_S, lease_s: float = LEASE_S) -> None:
         self._conn = conn
@@ -125,11 +126,12 @@ class JobQueue:
         and the finish PostgreSQL aborted to break it would leave its sessions running for good."""
         with self._held_lock:
             held = sorted(self._held)
-        if not held or not self._shared:
+        if not held:
             return 0
         with self._transaction() as conn:
             cur = conn.execute("UPDATE serve_queue SET lease_until=? WHERE seq IN (SELECT seq FROM serve_queue WHERE "
-                               f"state='running' AND seq IN ({','.join('?' * len(held))}) FOR UPDATE SKIP LOCKED)",
+                               f"state='running' AND seq IN ({','.join('?' * len(held))})"
+                               + (" FOR UPDATE SKIP LOCKED)" if self._shared else ")"),
                                (time.time() + self.lease_s, *held))
         return int(cur.rowcount)
 
@@ -165,7 +167,7 @@ class JobQueue:
                 + (" FOR UPDATE SKIP LOCKED" if self._shared else ""), (now, limit)).fetchall()
             conn.executemany("UPDATE serve_queue SET state='running', lease_until=?, claimed_by=? WHERE seq=?",
                              [(now + self.lease_s, self.holder, r[0]) for r in rows])
-        if self._shared and rows:
+        if rows:  # in a file too: a session running past its lease would be claimed again by this process
             with self._held_lock:
                 self._held.update(r[0] for r in rows)
                 if self._heartbeat is None:
