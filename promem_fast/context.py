@@ -24,6 +24,8 @@ class RunContext:
         self.date: str | None = None
         """The session's day (``YYYY-MM-DD``) when the program extracts one session; chat templates that
         print a date of their own are given it."""
+        self.session: str | None = None
+        """The session's id when the program extracts one session, for what it logs."""
 
     def fail(self, failure: Failure) -> None:
         """Record a step that could not be completed (kept with the session's graph, raw replies included)."""

@@ -148,8 +148,10 @@ class Engine:
 
 
 def _dated_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
-    """The session's program, its context told the session's day (for chat templates that print a date)."""
+    """The session's program, its context told the session's day (for chat templates that print a date) and
+    id (for its warnings)."""
     from promem_fast.pipeline import session_program
 
     ctx.date = session_date(session.timestamp)
+    ctx.session = session.session_id
     return session_program(session, ctx)

@@ -4,8 +4,11 @@ prompt that loses the owner's name or the date loses the facts that depend on th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+import pytest
 
 from conftest import scripted_config
 from promem_fast.backends.base import Completion, GenerationRequest
@@ -159,15 +162,19 @@ def test_a_list_that_fills_the_cap_is_asked_for_the_rest() -> None:
     assert "lists_left_full" not in graph.stats.counts
 
 
-def test_a_list_still_full_after_the_bounded_continuations_is_counted_not_hidden() -> None:
+def test_a_list_still_full_after_the_bounded_continuations_is_counted_not_hidden(
+        caplog: pytest.LogCaptureFixture) -> None:
     """12 trips with a cap of 2: the first request and 3 continuations (the bound) give 8; the 4 left are
-    said to be left (``lists_left_full``), not silently lost."""
+    said to be left (``lists_left_full``), not silently lost, in a warning that names the session."""
     one_turn, rules = trips(12)
     llm = Counting(rules=rules)
-    graph = Engine(scripted_config(mode="one-off", max_list_items=2), llm=llm).extract([one_turn])[0]
+    with caplog.at_level(logging.WARNING, logger="promem_fast"):
+        graph = Engine(scripted_config(mode="one-off", max_list_items=2), llm=llm).extract([one_turn])[0]
     assert [n.text for n in graph.nodes] == [f"Ann visited {c} in {2001 + i}." for i, c in enumerate(CITIES[:8])]
     assert llm.drafts == 4
     assert graph.stats.counts["lists_left_full"] == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "cap" in r.getMessage()]
+    assert warning.startswith("session trips: the draft list still filled the cap of 2 items")
 
 
 def test_an_edge_of_a_split_entry_attaches_to_the_fragment_that_carries_the_linked_event() -> None:

@@ -224,8 +224,8 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
 def left_full(ctx: RunContext, role: str, listed: Listed) -> None:
     """Say (log and count) that a list still filled its cap when asking for more had to stop."""
     if listed.full:
-        log.warning("a %s list still filled the cap of %d items; its rest was not asked for", role,
-                    ctx.config.pipeline.max_list_items)
+        log.warning("session %s: the %s list still filled the cap of %d items; its rest was not asked for",
+                    ctx.session, role, ctx.config.pipeline.max_list_items)
         ctx.stats.bump("lists_left_full")
 
 

@@ -75,8 +75,8 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
         if not todo:
             break
     if todo:
-        log.warning("details of %d turn(s) still cut when asking for more had to stop",
-                    sum(len(a.turns) for a in todo))
+        log.warning("session %s: details of %d turn(s) still cut when asking for more had to stop",
+                    ctx.session, sum(len(a.turns) for a in todo))
         ctx.stats.bump("lists_left_full", len(todo))
     check = DetailCheck(instruction_text("detail", view.owner, source),
                         {view.owner, view.owner_role, *(m.role for _, said in groups for m in said)})

@@ -107,9 +107,9 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     days = window(query, today) if config.when else None
     timed: list[int] = []
     if days is not None:
-        said = {node: valid_from for lo in range(0, len(pool), 500) for node, valid_from in store.db.execute(
-            f"SELECT id, valid_from FROM nodes WHERE id IN ({rows.placeholders(len(pool[lo:lo + 500]))})",
-            pool[lo:lo + 500])}
+        chunks = (pool[lo:lo + 500] for lo in range(0, len(pool), 500))
+        said = {node: valid_from for chunk in chunks for node, valid_from in store.db.execute(
+            f"SELECT id, valid_from FROM nodes WHERE id IN ({rows.placeholders(len(chunk))})", chunk)}
         timed = [n for n in (dense or lexical) if within(said.get(n), days)]
     order = fuse(dense, lexical, config, timed=timed)
     read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)

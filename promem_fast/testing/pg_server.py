@@ -12,6 +12,7 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 PG_URL_ENV = "PROMEM_TEST_PG_URL"
 
@@ -44,13 +45,24 @@ class Server:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.database_url(name)
 
+    def alter_database(self, url: str, setting: str) -> None:
+        """``ALTER DATABASE ... SET setting`` for the database at ``url``: connections opened after it get it."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{_name(url)}" SET {setting}')
+
     def drop(self, url: str) -> None:
         import psycopg
 
-        name = url.rsplit("/", 1)[1].split("?", 1)[0]
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{_name(url)}" WITH (FORCE)')
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.cleanup()
+
+
+def _name(url: str) -> str:
+    """The database a URL names (its path; a socket folder in the query holds slashes too)."""
+    return urlsplit(url).path.lstrip("/")
