@@ -256,3 +256,22 @@ def test_a_version_2_database_gains_session_metadata_and_stemmed_full_text(pg_ur
         found = store.search("Maya", "nurse", k=5, filters={"topic": {"ne": "work"}})
         assert [h.text for h in found] == [JOBS[0][2]]
         assert store.search("Maya", "nurse", k=5, filters={"topic": "work"}) == []
+
+
+def test_a_search_right_after_an_import_walks_the_vector_index(tmp_path: Path, pg_url: str) -> None:
+    """An import fills the tables faster than autovacuum gathers statistics; without them PostgreSQL plans a
+    user's nearest-vector query as a sort of all the user's rows (at 100,000 rows, tens of times slower). After
+    the import the plan walks the HNSW index."""
+    config = scripted_config()
+    config.search_approximate_min = 1  # the index is asked for at every size, as for a large user
+    with open_store(tmp_path / "m.db", update_judge="off") as source:
+        source.add([graph(f"s{s}", "Maya", [f"Maya noted item {s}-{i} about the harbour and the garden"
+                                            for i in range(100)]) for s in range(12)])
+        source.export(tmp_path / "a.jsonl")
+    with open_store(pg_url, config) as copy:
+        assert copy.import_(tmp_path / "a.jsonl") == 12
+        query = copy.db.encode_vector(TopicEmbedder().embed(["the harbour"])[0])
+        plan = "\n".join(row[0] for row in copy.db.execute(
+            "EXPLAIN SELECT id FROM nodes WHERE user_id = 1 AND vector IS NOT NULL ORDER BY vector <=> ?::vector "
+            "LIMIT 26", (query,)).fetchall())
+        assert "Index Scan using nodes_vector" in plan, plan

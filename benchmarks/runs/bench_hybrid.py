@@ -31,7 +31,13 @@ memory of the user (a larger store makes more of a question's words common, left
 ``bm25_candidates_median`` the median number it finds. Each query is asked three times (``PASSES``, the queries in the same
 order each pass): ``first`` is its first timing, ``fastest`` the fastest of the three, the figure on a
 machine whose other work preempts a query now and then. p50 and p99 in milliseconds over ``QUERIES``
-queries, after ``WARMUP`` untimed ones.
+queries, after ``WARMUP`` untimed ones. These run with the store file in the operating system's page cache.
+
+Before them, the *cold start* (:func:`cold_start`): the file's pages dropped from the page cache
+(``POSIX_FADV_DONTNEED``), as on a machine just started, the store opened and its index loaded as a service's
+first search loads it, and the same questions asked once each with the hybrid search, one every
+``COLD_PACE_S`` at most, with the store's read-ahead of the file (:mod:`promem_fast.persistence.pagecache`)
+off and on, alternating: p50, p90 and p99 of each setting.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ SIZES = (100_000, 1_000_000)
 QUERIES = 300
 WARMUP = 20
 PASSES = 3
+COLD_RUNS = 2
+COLD_PACE_S = 0.05
+"""The cold start's questions come one every 50 ms at most, as to a service, not back to back."""
 DEPTH = 100
 SESSION_NODES = 50
 WAYS = ("dense", "lexical", "hybrid", "hybrid_without_lexical", "hybrid_without_dense")
@@ -157,6 +166,49 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000.0, q))
 
 
+def evicted(path: Path) -> None:
+    """Drop the store file's pages from the operating system's cache, as after a restart of the machine."""
+    for part in (path, Path(f"{path}-wal")):
+        if part.is_file():
+            fd = os.open(part, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def cold_start(path: Path, asked: list[str], vectors: np.ndarray) -> dict[str, float]:
+    """The hybrid search's first ``QUERIES`` questions on a store whose file is out of the page cache (a
+    service just started), with the store's read-ahead (:mod:`promem_fast.persistence.pagecache`) off and on,
+    each ``COLD_RUNS`` times in the order off, on, on, off: p50/p99 of each setting's pooled timings, and the
+    seconds the read-ahead took (it runs while the questions are asked)."""
+    scope = validity(None, None, None)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    read_s: list[float] = []
+    for setting in ("off", "on", "on", "off")[:2 * COLD_RUNS]:
+        evicted(path)
+        embedder = FixedQueries(vectors.shape[1])
+        with MemoryStore(path, config(), embedder=embedder, update_judge="off", read_only=True) as store:
+            store.db.read_ahead = setting == "on"  # type: ignore[attr-defined]
+            started = time.perf_counter()
+            store.db.index(1)  # type: ignore[attr-defined]  # the index file, read as a service's first search does
+            with limit_threads(1):
+                for n, question in enumerate(asked[WARMUP:], start=WARMUP):
+                    embedder.next = vectors[n]
+                    began = time.perf_counter()
+                    candidates(store, 1, "Maya", question, 10, scope)
+                    times[setting].append(time.perf_counter() - began)
+                    time.sleep(max(0.0, COLD_PACE_S - (time.perf_counter() - began)))
+            thread = store.db.reading_ahead  # type: ignore[attr-defined]
+            if thread is not None:
+                thread.join()
+                read_s.append(time.perf_counter() - started)
+    found = {f"cold_{name}_{q}_ms": percentile(values, int(q[1:])) for name, values in times.items()
+             for q in ("p50", "p90", "p99")}
+    found["cold_read_ahead_s"] = float(np.median(read_s)) if read_s else float("nan")
+    return found
+
+
 def measure(path: Path, asked: list[str], vectors: np.ndarray) -> dict[str, float]:
     embedder = FixedQueries(vectors.shape[1])
     with MemoryStore(path, config(), embedder=embedder, update_judge="off", read_only=True) as store:
@@ -165,6 +217,8 @@ def measure(path: Path, asked: list[str], vectors: np.ndarray) -> dict[str, floa
         log.info("index of %d vectors read in %.1f s (approximate: %s)", len(index), time.perf_counter() - started,
                  index.approximate)
         assert index.approximate, "the grouped HNSW index is what this measures"
+        if store.db.reading_ahead is not None:  # type: ignore[attr-defined]
+            store.db.reading_ahead.join()  # type: ignore[attr-defined]  # the file cached: the cold start is apart
         with limit_threads(1):
             return timed(store, embedder, asked, vectors)
 
@@ -226,11 +280,14 @@ def main(argv: list[str] | None = None) -> int:
                 if row[0] not in {_nodes(n) for n in args.sizes}]
     for n in args.sizes:
         path, building = built(n, min(n, len(real_vectors)), *corpus(texts, real_vectors, n))
-        got = {**measure(path, asked, query_vectors), **building}
+        got = {**cold_start(path, asked, query_vectors), **measure(path, asked, query_vectors), **building}
         log.info("%s: %s", _nodes(n), {k: round(v, 3) for k, v in got.items()})
         for key, value in got.items():
             found[f"{key}.{_nodes(n)}"] = round(value, 2)
         found[f"load_average.{_nodes(n)}"] = round(os.getloadavg()[0], 1)
+
+        def cold(setting: str) -> str:
+            return " / ".join(f"{got[f'cold_{setting}_{q}_ms']:.2f}" for q in ("p50", "p90", "p99"))
 
         def pair(name: str, first: bool = False) -> str:
             prefix = "first_" if first else ""
@@ -238,13 +295,14 @@ def main(argv: list[str] | None = None) -> int:
 
         rows.append([_nodes(n), f"{min(n, len(real_vectors)):,}", pair("dense"), pair("lexical"),
                      pair("hybrid_without_lexical"), pair("hybrid"), pair("hybrid_without_dense"),
-                     pair("hybrid_without_dense", first=True),
+                     pair("hybrid_without_dense", first=True), cold("off"), cold("on"),
                      f"{got['bm25_answers_share']:.0%} / {got['bm25_candidates_median']:.0f}",
                      f"{os.getloadavg()[0]:.1f}"])
         rows.sort(key=lambda row: float(row[0][:-1]) * (1e6 if row[0].endswith("M") else 1e3))
         table = {"columns": ["memories", "of them real sentences", "grouped HNSW, depth 100", "BM25, depth 100",
                              "search, lexical side off", "hybrid search", "hybrid less the dense side",
-                             "the same, first timing", "questions BM25 answers / its median candidates",
+                             "the same, first timing", "hybrid search, file out of the page cache (p50 / p90 / p99)",
+                             "the same, read ahead", "questions BM25 answers / its median candidates",
                              "load average"], "rows": rows}
         print(figures.table_text({"bench_hybrid": {"tables": {"main": table}}}, "bench_hybrid", "main"), flush=True)
         if not args.no_write:
@@ -254,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"(of {facts['sentences_available']:,}), then noisy copies at cosine {COPY_COSINE} (text: "
                       f"the source sentence joined to another); the store's grouped HNSW index; {QUERIES} held-out "
                       f"sentences as queries, each asked {PASSES} times: p50/p99 of each query's fastest, and of "
-                      "its first timing; one thread; the machine shared with other work."))
+                      "its first timing, with the store file in the page cache; then the cold start (file out of the "
+                      "page cache, read-ahead off and on); one thread."))
     return 0
 
 

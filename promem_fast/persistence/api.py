@@ -141,6 +141,11 @@ class Persistence(Database, Protocol):
         """After a delete: make the removed rows' pages leave the files (WAL checkpoint, or VACUUM)."""
         ...
 
+    def analyze(self) -> None:
+        """After a bulk write (an import): refresh the query planner's statistics, so the next searches are
+        planned for the rows now there rather than for the tables as they were."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -276,6 +276,14 @@ class PostgresPersistence:
             for table in ("nodes", "details", "edges", "supersedes", "merges", "sessions", "users"):
                 conn.execute(f"VACUUM {table}")
 
+    def analyze(self) -> None:
+        """``ANALYZE`` the tables a search reads. Until the planner has statistics of ``nodes`` it takes a
+        user's rows for a few hundred and sorts them all by distance instead of walking the HNSW index
+        (measured at 100,000 rows: 111 ms a search instead of a few); autovacuum analyzes a growing table
+        in time, but not one an import has just filled."""
+        with self._pool.connection() as conn:
+            conn.execute("ANALYZE nodes, details, sessions, users")
+
     def close(self) -> None:
         self._pool.close()
 

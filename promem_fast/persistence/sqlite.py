@@ -22,6 +22,7 @@ from promem_fast.private import shred
 
 from .connection import StoreError, checkpoint, transaction
 from .lexical import purge_deleted, search_store
+from .pagecache import warm
 from .schema import connect
 from .vectors import CACHE_MIN_VECTORS, IndexKind, VectorIndex, from_blobs, resolve_kind, to_blob
 
@@ -44,7 +45,13 @@ class SqlitePersistence:
         self.encrypted = key_file is not None  # then no vector index file: it would hold vectors in the clear
         self.approximate_min = approximate_min
         self.cache_min_vectors = CACHE_MIN_VECTORS
-        """Users with at least this many vectors get their index saved next to the store on close."""
+        """Users with at least this many vectors get their index saved next to the store on close, and the
+        first such index loaded has the file read into the page cache (:mod:`.pagecache`)."""
+        self.read_ahead = True
+        """Whether a large user's first index load reads the file ahead (:mod:`.pagecache`)."""
+        self.reading_ahead: threading.Thread | None = None
+        """The thread reading the file ahead, once started (a benchmark waits for it)."""
+        self._read_ahead_tried = False
         self._db = connect(path, read_only=read_only, key_file=key_file)
         self._kind = resolve_kind(index)
         self._indexes: dict[int, VectorIndex] = {}
@@ -124,11 +131,12 @@ class SqlitePersistence:
                 self._indexes[user_pk] = found
             cursor = self._db.execute("SELECT id, vector FROM nodes WHERE user_id = ? AND id > ? AND vector IS NOT "
                                       "NULL ORDER BY id", (user_pk, found.last_id))
-            while True:
-                new = cursor.fetchmany(LOAD_CHUNK)
-                if not new:
-                    return found
+            while new := cursor.fetchmany(LOAD_CHUNK):
                 found.add(np.array([r[0] for r in new], np.int64), from_blobs([r[1] for r in new], found.dim))
+            if self.read_ahead and not self._read_ahead_tried and len(found) >= self.cache_min_vectors:
+                self._read_ahead_tried = True  # once per store object: the file is the same for every user
+                self.reading_ahead = warm(self.path)
+            return found
 
     def _index_file(self, user_pk: int) -> Path:
         return self.path.with_name(f"{self.path.name}.vectors") / f"user-{user_pk}.npz"
@@ -153,6 +161,12 @@ class SqlitePersistence:
             purge_deleted(self._db)
         with self._lock:  # the pages a delete replaced leave the -wal file too
             checkpoint(self._db, self.path)
+
+    def analyze(self) -> None:
+        """``PRAGMA optimize``: SQLite analyzes what its planner lacks statistics for, only where it helps."""
+        if not self.read_only:
+            with self._lock:
+                self._db.execute("PRAGMA optimize")
 
     def close(self) -> None:
         """Close the file; large users' vector indexes are saved first for the next process (not when read-only:

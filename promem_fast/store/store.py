@@ -389,4 +389,7 @@ class MemoryStore:
         from promem_fast.persistence.exchange import import_store
 
         with self.db.transaction() as db:
-            return import_store(db, Path(path), self.check_dim)
+            added = import_store(db, Path(path), self.check_dim)
+        if added:
+            self.db.analyze()
+        return added
