@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -155,12 +156,16 @@ def test_the_lease_of_held_sessions_is_renewed_while_another_transaction_locks_o
     queue = JobQueue(db.connect(pg_url), lease_s=0.6)
     queue.submit("acme", "Tomas", sessions_of("Tomas")[:2])
     first, second = queue.claim(2)
-    with psycopg.connect(pg_url) as other:  # a transaction holding the second row, as a finish does
-        other.execute("UPDATE serve_queue SET finished = 0 WHERE seq = %s", (second.seq,))
-        time.sleep(2.0)  # three leases
-        with psycopg.connect(pg_url, autocommit=True) as look:
-            (lease,) = look.execute("SELECT lease_until FROM serve_queue WHERE seq = %s", (first.seq,)).fetchone()
-        other.rollback()
+    try:
+        with psycopg.connect(pg_url) as other:  # a transaction holding the second row, as a finish does
+            other.execute("UPDATE serve_queue SET finished = 0 WHERE seq = %s", (second.seq,))
+            time.sleep(2.0)  # three leases
+            with psycopg.connect(pg_url, autocommit=True) as look:
+                (lease,) = look.execute("SELECT lease_until FROM serve_queue WHERE seq = %s",
+                                        (first.seq,)).fetchone()
+            other.rollback()
+    finally:
+        queue.close()
     assert lease > time.time(), "the first session's lease lapsed while the heartbeat waited for the second"
 
 
@@ -172,8 +177,32 @@ def test_a_session_running_past_its_lease_is_not_claimed_again_by_its_own_proces
     running = queue.claim(2)
     time.sleep(1.2)  # four leases
     later = queue.claim(3)
+    queue.close()
     assert [c.session_id for c in later] == [sessions_of("Tomas")[2]["session_id"]]
     assert {c.session_id for c in running} == {s["session_id"] for s in sessions_of("Tomas")[:2]}
+
+
+def heartbeats() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "promem-lease"]
+
+
+def test_the_lease_heartbeat_ends_when_nothing_is_held_and_when_the_queue_closes(store_at: str) -> None:
+    """A queue's heartbeat is a thread of the host process (a library user's, or a server's): it must not
+    outlive the rows it renews, nor go on knocking at a database after the queue is closed."""
+    before = set(heartbeats())
+    conn = db.connect(store_at)
+    queue = JobQueue(conn, lease_s=0.3)
+    queue.submit("acme", "Tomas", sessions_of("Tomas")[:2])
+    first = queue.claim(1)
+    assert len(set(heartbeats()) - before) == 1
+    queue.finish([(first[0].seq, None)])
+    time.sleep(0.5)  # past the next beat
+    assert set(heartbeats()) - before == set(), "the heartbeat went on with nothing held"
+    held = queue.claim(1)
+    assert len(held) == 1 and len(set(heartbeats()) - before) == 1, "a new claim is not renewed"
+    queue.close()
+    assert set(heartbeats()) - before == set(), "the heartbeat outlived its closed queue"
+    conn.close()
 
 
 class OnceUnreachable(JobQueue):
@@ -203,6 +232,7 @@ def test_sessions_whose_finish_was_lost_are_finished_later_and_stored_once(pg_ur
             status = queue.status("acme", job)
         finally:
             worker.stop()
+            queue.close()
         stored = store.sessions("Tomas", tenant="acme")
     assert queue.failed == 1
     assert status is not None and (status["done"], status["errors"]) == (4, []), status

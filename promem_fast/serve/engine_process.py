@@ -255,7 +255,8 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     writer = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
     writer.write_guard = still_wanted  # a session whose user was deleted while it ran is not stored
     reader = MemoryStore(path, config, embedder=embedder, update_judge=update_judge, key_file=key_file)
-    jobs = JobQueue(db.connect(path, key_file=key_file), retention_s=retention_s or DEFAULT_RETENTION_S,
+    jobs_conn = db.connect(path, key_file=key_file)
+    jobs = JobQueue(jobs_conn, retention_s=retention_s or DEFAULT_RETENTION_S,
                     lease_s=lease_s or LEASE_S)
     metrics = Metrics(jobs.depth, lambda: (engine.summary.rounds, dict(engine.summary.backend_calls)))
     holder: list[EngineGate] = []
@@ -304,8 +305,9 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
             jobs.wakeup.set()
         elif method == "stop":
             worker.stop()
+            jobs.close()
             pool.shutdown(wait=False, cancel_futures=True)
-            for closing in (reader, writer, engine):
+            for closing in (reader, writer, engine, jobs_conn):
                 closing.close()
             return
         else:

@@ -87,6 +87,7 @@ class JobQueue:
         """The rows this process claimed and has not finished: the heartbeat renews their lease."""
         self._held_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
+        self._closed = threading.Event()
         self._next_expiry = 0.0
         self.wakeup = threading.Event()
         """Set on every submit, so an idle worker starts at once instead of at its next poll."""
@@ -111,13 +112,28 @@ class JobQueue:
         return int(cur.rowcount)
 
     def _renew(self) -> None:
-        """The heartbeat: :meth:`renew` a third of a lease apart."""
-        while True:
-            time.sleep(self.lease_s / 3)
+        """The heartbeat: :meth:`renew` a third of a lease apart, while this process holds rows and the queue
+        is open. It ends when nothing is held (the next claim starts another), so a queue left behind never
+        keeps a thread knocking at a database that has gone."""
+        while not self._closed.wait(self.lease_s / 3):
+            with self._held_lock:
+                if not self._held:
+                    self._heartbeat = None
+                    return
             try:
                 self.renew()
             except Exception:  # the database is away: the lease may lapse, and another process takes over
-                log.warning("could not renew the lease of the claimed sessions", exc_info=True)
+                if not self._closed.is_set():
+                    log.warning("could not renew the lease of the claimed sessions", exc_info=True)
+
+    def close(self) -> None:
+        """Stop the heartbeat; rows still held are no longer renewed, so their lease lapses and they are
+        claimed again (by a restarted process, or another). The connection stays the caller's to close."""
+        self._closed.set()
+        with self._held_lock:
+            beat, self._heartbeat = self._heartbeat, None
+        if beat is not None and beat is not threading.current_thread():
+            beat.join(timeout=5.0)
 
     def renew(self) -> int:
         """Extend the lease of every row this process holds; returns how many. A row another transaction has
@@ -170,7 +186,7 @@ class JobQueue:
         if rows:  # in a file too: a session running past its lease would be claimed again by this process
             with self._held_lock:
                 self._held.update(r[0] for r in rows)
-                if self._heartbeat is None:
+                if self._heartbeat is None and not self._closed.is_set():
                     self._heartbeat = threading.Thread(target=self._renew, name="promem-lease", daemon=True)
                     self._heartbeat.start()
         return [Claimed(seq=r[0], job=r[1], tenant=r[2], session_id=r[3], payload=json.loads(r[4])) for r in rows]

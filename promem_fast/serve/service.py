@@ -88,6 +88,7 @@ class Service:
 
     def close(self) -> None:
         self.worker.stop()
+        self.queue.close()
         self.store.close()
         self._services.close()
         for conn in self._conns:
