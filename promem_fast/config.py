@@ -104,6 +104,9 @@ class LLMConfig:
     """llamacpp: memory for the KV state of each session's system turn, kept apart so a session's next prompt
     skips its block even after other sessions' prompts ran in between (where a load-time check finds the
     restore bit-exact); least recently used states go first; 0 keeps only the previous prompt's prefix."""
+    stop_loops: bool = True
+    """llamacpp: stop a reply that repeats itself verbatim (:mod:`promem_fast.loops`) instead of decoding the
+    repeats to the end of its budget."""
     batch_size: int = 16
     """transformers: prompts per forward pass (left padded)."""
     ignore_eos: bool = False

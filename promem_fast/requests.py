@@ -46,6 +46,9 @@ class Cut:
     one; the program continues the list or asks again with a larger budget."""
 
     value: Any
+    looped: bool = False
+    """The reply was repeating itself when it stopped (:mod:`promem_fast.loops`): more room or a
+    continuation would only get more of the same, so the program keeps what it has."""
 
 
 @dataclass(frozen=True, eq=False, slots=True)

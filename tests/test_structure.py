@@ -33,7 +33,7 @@ MAX_LINES = 450
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "config_ranking", "prompts", "native", "jsonl",
      "io", "models", "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache",
-     "times"),
+     "times", "loops"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),

@@ -57,7 +57,9 @@ class Completion:
     text: str
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: Literal["stop", "length"] = "stop"
+    finish_reason: Literal["stop", "length", "loop"] = "stop"
+    """``length``: cut by ``max_tokens``; ``loop``: stopped early because it repeated itself verbatim
+    (:mod:`promem_fast.loops`), a cut whose rest would have been more of the same."""
 
 
 @runtime_checkable

@@ -49,6 +49,10 @@ changed (from the 12th to the 57th generated token); with a KV cache per sequenc
 generation was not faster (29.6 against 33.0 tokens per CPU-second back to back, on one thread). Neither
 mode is used; requests run back to back.
 
+Loops. A reply that starts repeating itself verbatim (:mod:`promem_fast.loops`) is stopped there, with
+finish reason ``"loop"``, instead of repeating until its budget runs out (``llm.stop_loops: false`` keeps
+decoding).
+
 ``LLMConfig.timeout_s`` bounds each request (requests run one after another, so a per-batch bound would
 grow with the batch); a request that runs past it raises :class:`BackendError`. ``LLMConfig.ignore_eos``
 is not supported: a grammar must be allowed to end. llama.cpp's own log lines go to the
@@ -77,6 +81,7 @@ from promem_fast.backends._prompt_ids import llama_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, ConfigError, ContextOverflow
+from promem_fast.loops import looping
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +230,8 @@ class LlamaCppLLM:
         chain = self._sampler_chain(request)
         deadline = time.monotonic() + self.config.timeout_s
         generated: list[int] = []
-        finish: Literal["stop", "length"] = "length"
+        written = bytearray()
+        finish: Literal["stop", "length", "loop"] = "length"
         try:
             self.prompt_tokens_evaluated += self._load_prompt(tokens, reuse=self.reuses_prefix, block=block)
             self.prompt_tokens_sent += len(tokens)
@@ -238,6 +244,10 @@ class LlamaCppLLM:
                     finish = "stop"
                     break
                 generated.append(token)
+                written += self._llm.detokenize([token])
+                if self.config.stop_loops and looping(written):
+                    finish = "loop"
+                    break
                 if len(generated) < request.max_tokens:
                     self._llm.eval([token])
         except RuntimeError as exc:  # llama_decode failures

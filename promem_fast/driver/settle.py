@@ -18,6 +18,7 @@ from promem_fast.driver.kinds import Job
 from promem_fast.driver.state import SessionRun
 from promem_fast.driver.window import step_working_set
 from promem_fast.errors import ContextOverflow
+from promem_fast.loops import looping
 from promem_fast.parsing import parse_reply
 from promem_fast.requests import Cut, Embed, Entail, Failure, Generate, ReplyError
 from promem_fast.services import Services
@@ -68,8 +69,11 @@ class Settler:
         stage.prompt_tokens += outcome.prompt_tokens
         stage.completion_tokens += outcome.completion_tokens
         run.raws[slot].append(outcome.text)
-        cut = outcome.finish_reason == "length"
+        cut = outcome.finish_reason != "stop"
+        looped = outcome.finish_reason == "loop" or (cut and looping(outcome.text))
         stage.cut_replies += cut
+        if looped:
+            run.ctx.stats.bump("looped_replies")
         try:
             value, repairs = parse_reply(outcome.text, request.schema)
             if request.check is not None:
@@ -77,12 +81,12 @@ class Settler:
                 repairs = repairs + more
         except ReplyError as exc:
             if cut and request.cut_aware:  # nothing usable before the cut: the program asks with more room
-                run.settle(slot, Cut(None))
+                run.settle(slot, Cut(None, looped))
                 return True
             return self._error(run, slot, exc, request.role)
         if repairs:
             run.ctx.stats.bump("repaired_replies")
-        run.settle(slot, Cut(value) if cut and request.cut_aware else value)
+        run.settle(slot, Cut(value, looped) if cut and request.cut_aware else value)
         return True
 
     def _error(self, run: SessionRun, slot: int, exc: BaseException, role: str) -> bool:

@@ -90,7 +90,7 @@ def ask_whole(ctx: RunContext, requests: list[Generate]) -> Program[list[Any]]:
     ``cut_kept``; one that never parsed becomes a recorded failure."""
     results: list[Any] = yield from ask([replace(r, cut_aware=True) for r in requests])
     for growth in range(1, MAX_GROWTH + 1):
-        again = [i for i, r in enumerate(results) if isinstance(r, Cut)]
+        again = [i for i, r in enumerate(results) if isinstance(r, Cut) and not r.looped]
         if not again:
             break
         ctx.stats.bump("cut_retried", len(again))
@@ -105,7 +105,7 @@ def ask_whole(ctx: RunContext, requests: list[Generate]) -> Program[list[Any]]:
         if isinstance(result, Cut):
             if result.value is None:
                 result = Failure(stage=request.stage, role=request.role, item=request.item,
-                                 error="Cut: every reply ran out of its token budget before any usable part")
+                                 error=cut_error(result, "before any usable part"))
             else:
                 ctx.stats.bump("cut_kept")
                 result = result.value
@@ -133,6 +133,19 @@ def entailed(ctx: RunContext, result: Any) -> bool | None:
     if isinstance(result, NLIResult):
         return result.label == "entailment"
     return result["label"] == "entailment"
+
+
+def cut_error(cut: Cut, tail: str = "") -> str:
+    """The failure of a request none of whose replies gave a usable part."""
+    why = "the reply repeated itself" if cut.looped else "every reply ran out of its token budget"
+    return f"Cut: {why}" + (f" {tail}" if tail else "")
+
+
+def repeats_itself(items: Sequence[str]) -> bool:
+    """Whether a reply's list names one item twice: the model has started over, and asking it for the
+    rest would get more of the same (:mod:`promem_fast.loops`)."""
+    keys = [" ".join(t.split()).lower() for t in items]
+    return len(set(keys)) < len(keys)
 
 
 MAX_CONTINUATIONS = 3
@@ -184,18 +197,19 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
         again: list[int] = []
         for i, result in zip(todo, results):
             cut = isinstance(result, Cut)
+            looped = cut and result.looped
             if cut:
-                ctx.stats.bump("cut_continued")
+                if not looped:
+                    ctx.stats.bump("cut_continued")
                 if result.value is None:  # nothing complete before the cut: ask again with more room
-                    if growth[i] < MAX_GROWTH:
+                    if growth[i] < MAX_GROWTH and not looped:
                         growth[i] += 1
                         again.append(i)
                     elif not got[i].items:
                         failed[i] = Failure(stage=makers[i]("").stage, role=makers[i]("").role,
-                                            item=makers[i]("").item,
-                                            error="Cut: every reply ran out of its token budget")
+                                            item=makers[i]("").item, error=cut_error(result))
                     else:
-                        got[i].full = True
+                        got[i].full = not looped
                     continue
                 result = result.value
             if isinstance(result, Failure):
@@ -207,11 +221,16 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
                 got[i].full = True
                 continue
             seen = {" ".join(t.split()).lower() for t in got[i].items}
-            fresh = [t for t in result[key] if " ".join(t.split()).lower() not in seen]
+            fresh = []
+            for text in result[key]:  # a list that names an item twice keeps it once
+                if (norm := " ".join(text.split()).lower()) not in seen:
+                    seen.add(norm)
+                    fresh.append(text)
             got[i].items.extend(fresh)
             if again_no:  # items a cut or full first reply would have lost
                 ctx.stats.bump("continued_items", len(fresh))
-            got[i].full = (cut or replied[i] >= cap) and bool(fresh)
+            looped = looped or repeats_itself(result[key])
+            got[i].full = (cut or replied[i] >= cap) and bool(fresh) and not looped
             if got[i].full:
                 again.append(i)
         ctx.stats.bump("list_continuations", len(again))

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, dedupe, statements, window_text
+from promem_fast.pipeline.common import (
+    MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, cut_error, dedupe, repeats_itself, statements, window_text,
+)
 from promem_fast.pipeline.detail_check import DetailCheck, instruction_text
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import (
@@ -155,14 +157,16 @@ def _settle(ctx: RunContext, a: _Ask, result: Any, found: dict[int, list[str]], 
             ) -> list[_Ask]:
     """Store one reply's details; the asks still to send for the turns it did not finish."""
     cut = isinstance(result, Cut)
+    looped = cut and result.looped
     if cut:
-        ctx.stats.bump("cut_continued")
-        result = result.value
-        if result is None:  # nothing complete before the cut: the same turns with twice the budget
-            if a.growth < MAX_GROWTH:
+        if not looped:
+            ctx.stats.bump("cut_continued")
+        if result.value is None:  # nothing complete before the cut: the same turns with twice the budget
+            if a.growth < MAX_GROWTH and not looped:
                 return [_Ask(a.turns, a.text, a.growth + 1, a.first)]
-            result = Failure(stage="da", role="detail", item=f"turns {a.turns}",
-                             error="Cut: every reply ran out of its token budget")
+            result = Failure(stage="da", role="detail", item=f"turns {a.turns}", error=cut_error(result))
+        else:
+            result = result.value
     if isinstance(result, Failure):
         if a.first or not result.error.startswith("ContextOverflow"):
             ctx.fail(result)
@@ -173,14 +177,17 @@ def _settle(ctx: RunContext, a: _Ask, result: Any, found: dict[int, list[str]], 
         seen = {" ".join(t.split()).lower() for t in found.get(i, [])}
         new = [t for t in items if " ".join(t.split()).lower() not in seen]
         found.setdefault(i, []).extend(new)
-        fresh[i] = bool(new)
+        fresh[i] = bool(new) and not repeats_itself(items)
         if not a.first or a.growth:  # items a cut or full first reply would have lost
             ctx.stats.bump("continued_items", len(new))
     redo = [i for i in a.turns if replied.get(i, 0) >= cap and fresh.get(i)]
     if cut and result:
         last = max(a.turns.index(i) for i in result)
+        if looped:  # the turn it was repeating itself on keeps what it has; the turns after it are asked
+            redo = [i for i in redo if i != a.turns[last]]
+            last += 1
         redo += [i for i in a.turns[last:] if i not in redo and (i not in result or fresh.get(i))]
     elif cut:
-        redo = list(a.turns)
+        redo = list(a.turns[1:] if looped else a.turns)
     redo.sort()
     return [_Ask(redo, a.text, a.growth, first=False)] if redo else []
