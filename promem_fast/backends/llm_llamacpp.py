@@ -244,10 +244,11 @@ class LlamaCppLLM:
                     finish = "stop"
                     break
                 generated.append(token)
-                written += self._llm.detokenize([token])
-                if self.config.stop_loops and looping(written):
-                    finish = "loop"
-                    break
+                if self.config.stop_loops:
+                    written += self._llm.detokenize([token])
+                    if looping(written):
+                        finish = "loop"
+                        break
                 if len(generated) < request.max_tokens:
                     self._llm.eval([token])
         except RuntimeError as exc:  # llama_decode failures

@@ -141,10 +141,15 @@ def cut_error(cut: Cut, tail: str = "") -> str:
     return f"Cut: {why}" + (f" {tail}" if tail else "")
 
 
+def item_key(text: str) -> str:
+    """What two list items are compared by: case and spacing ignored."""
+    return " ".join(text.split()).lower()
+
+
 def repeats_itself(items: Sequence[str]) -> bool:
     """Whether a reply's list names one item twice: the model has started over, and asking it for the
     rest would get more of the same (:mod:`promem_fast.loops`)."""
-    keys = [" ".join(t.split()).lower() for t in items]
+    keys = [item_key(t) for t in items]
     return len(set(keys)) < len(keys)
 
 
@@ -220,10 +225,10 @@ def listing(ctx: RunContext, key: str, makers: Sequence[Callable[[str], Generate
                     ctx.fail(result)
                 got[i].full = True
                 continue
-            seen = {" ".join(t.split()).lower() for t in got[i].items}
+            seen = {item_key(t) for t in got[i].items}
             fresh = []
             for text in result[key]:  # a list that names an item twice keeps it once
-                if (norm := " ".join(text.split()).lower()) not in seen:
+                if (norm := item_key(text)) not in seen:
                     seen.add(norm)
                     fresh.append(text)
             got[i].items.extend(fresh)
@@ -285,7 +290,7 @@ def dedupe(texts: Sequence[str]) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
     for text in texts:
-        key = " ".join(text.split()).lower()
+        key = item_key(text)
         if key and key not in seen:
             seen.add(key)
             out.append(" ".join(text.split()))

@@ -22,7 +22,7 @@ from typing import Any
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, cut_error, dedupe, repeats_itself, statements, window_text,
+    MAX_CONTINUATIONS, MAX_GROWTH, TurnGroup, ask, cut_error, dedupe, item_key, repeats_itself, statements, window_text,
 )
 from promem_fast.pipeline.detail_check import DetailCheck, instruction_text
 from promem_fast.pipeline.views import DialogueView
@@ -174,8 +174,8 @@ def _settle(ctx: RunContext, a: _Ask, result: Any, found: dict[int, list[str]], 
     cap = ctx.config.pipeline.max_list_items
     fresh: dict[int, bool] = {}
     for i, items in result.items():
-        seen = {" ".join(t.split()).lower() for t in found.get(i, [])}
-        new = [t for t in items if " ".join(t.split()).lower() not in seen]
+        seen = {item_key(t) for t in found.get(i, [])}
+        new = [t for t in items if item_key(t) not in seen]
         found.setdefault(i, []).extend(new)
         fresh[i] = bool(new) and not repeats_itself(items)
         if not a.first or a.growth:  # items a cut or full first reply would have lost

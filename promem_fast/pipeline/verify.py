@@ -19,7 +19,7 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, same_language, statements,
+    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, item_key, same_language, statements,
 )
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.views import DialogueView
@@ -48,7 +48,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
     texts: set[str] = set()
 
     def add(entry_index: int, text: str, origin: str, verification: str, parent: int | None) -> None:
-        key = " ".join(text.split()).lower()
+        key = item_key(text)
         if key in texts:  # two facts revised into the same sentence, or a fact equal to another entry
             ctx.stats.bump("hv_duplicates_merged")
             return

@@ -132,7 +132,7 @@ class JobQueue:
         self._closed.set()
         with self._held_lock:
             beat, self._heartbeat = self._heartbeat, None
-        if beat is not None and beat is not threading.current_thread():
+        if beat is not None:
             beat.join(timeout=5.0)
 
     def renew(self) -> int:
