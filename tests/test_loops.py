@@ -89,3 +89,45 @@ def test_a_reply_cut_without_a_loop_is_still_continued() -> None:
     llm = Drafts(cut, "length")
     extract(llm, cap=12)
     assert llm.drafts > 1
+
+
+class Details(ScriptedLLM):
+    """The scripted model whose first detail reply, in the first turn it names, starts a detail that repeats
+    one clause until the backend stops it; the turns every detail request names are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = super().generate(requests)
+        for i, request in enumerate(requests):
+            parsed = parse_rendered(request.messages)
+            if parsed is None or parsed[0] != "detail":
+                continue
+            self.asked.append(parsed[1]["turns"])
+            if len(self.asked) == 1:
+                first = parsed[1]["turns"].split(", ")[0]
+                text = ('{"turns": [{"turn": "' + first + '", "details": ["Ann has a brother called Leo.", '
+                        '"Ann visited Oslo in 2001.", "Ann liked Oslo and ' + "she liked the old harbour and " * 4)
+                out[i] = Completion(text=text, prompt_tokens=out[i].prompt_tokens,
+                                    completion_tokens=len(text) // 4, finish_reason="loop")
+        return out
+
+
+def test_a_detail_request_for_several_turns_that_loops_on_one_asks_again_only_for_the_turns_after_it() -> None:
+    """Three of Ann's turns in one request; the reply loops inside the first turn's third detail. That turn
+    keeps its two complete details and is not asked again (asking would only loop again); the other two are
+    asked in a second request."""
+    from conftest import make_session
+
+    session = make_session("trips", "Ann", [
+        ("I have a brother called Leo. I visited Oslo in 2001.", "Nice."),
+        ("I work as a nurse in Bergen.", "Good."),
+        ("My dog is called Rex.", "Cute.")])
+    llm = Details()
+    graph = Engine(scripted_config(detail_turns_per_request=3), llm=llm).extract([session])[0]
+    assert llm.asked == ["0, 1, 2", "1, 2"]
+    first_turn = sorted(d.text for d in graph.details if d.turn_id == 0)
+    assert first_turn == ["Ann has a brother called Leo.", "Ann visited Oslo in 2001."]
+    assert graph.stats.counts["looped_replies"] == 1
