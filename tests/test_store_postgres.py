@@ -8,8 +8,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -275,3 +277,23 @@ def test_a_search_right_after_an_import_walks_the_vector_index(tmp_path: Path, p
             "EXPLAIN SELECT id FROM nodes WHERE user_id = 1 AND vector IS NOT NULL ORDER BY vector <=> ?::vector "
             "LIMIT 26", (query,)).fetchall())
         assert "Index Scan using nodes_vector" in plan, plan
+
+
+def test_pgvector_search_width_is_set_on_every_pooled_connection_and_checked(pg_url: str) -> None:
+    """``hnsw.ef_search`` decides the index's recall; a value pgvector would reject is refused up front."""
+    from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence
+
+    for width in (EF_SEARCH, 37):
+        db = PostgresPersistence(pg_url, ef_search=width)
+        try:
+            with db.transaction():  # one connection held here, another taken from the pool below
+                held = db.execute("SHOW hnsw.ef_search").fetchone()
+                shown: list[Any] = []
+                other = threading.Thread(target=lambda: shown.append(db.execute("SHOW hnsw.ef_search").fetchone()))
+                other.start()
+                other.join()
+            assert [tuple(held), *map(tuple, shown)] == [(str(width),)] * 2
+        finally:
+            db.close()
+    with pytest.raises(StoreError, match="ef_search 0: pgvector accepts 1 to 1000"):
+        PostgresPersistence(pg_url, ef_search=0)

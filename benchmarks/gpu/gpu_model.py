@@ -77,12 +77,29 @@ class Assumed:
     """Scheduler, sampling and structured-output work per step."""
     gpu_memory_utilization: float = 0.80
     """The gpu profile's share of memory for weights and KV (the rest for NLI and embedding models)."""
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    """None: what vLLM picks for the card when the engine leaves it unset (:func:`vllm_batch_defaults`)."""
     max_batch_size: int = 4096
     """The round driver's cap on requests per blocking call (EngineConfig.max_batch_size)."""
     window: int = 512
     """The fixed window the sized one is set against (the gpu profile's before it became auto)."""
+
+
+def vllm_batch_defaults(gpu: GPU) -> dict[str, int]:
+    """vLLM's own batch limits for an ``LLM`` object that leaves them unset, as the vllm backend does
+    (``EngineArgs.get_batch_defaults``, vLLM >= 0.9): 1,024 sequences and a 16,384-token chunk budget on a
+    card of at least 70 GiB that is not an A100, else 256 and 8,192."""
+    if gpu.memory >= 70 * 2**30 and "A100" not in gpu.name:
+        return {"max_num_seqs": 1024, "max_num_batched_tokens": 16384}
+    return {"max_num_seqs": 256, "max_num_batched_tokens": 8192}
+
+
+def for_card(gpu: GPU, a: Assumed) -> Assumed:
+    """The assumptions with the batch limits vLLM applies on ``gpu`` where none were given."""
+    picked = vllm_batch_defaults(gpu)
+    return replace(a, max_num_seqs=a.max_num_seqs or picked["max_num_seqs"],
+                   max_num_batched_tokens=a.max_num_batched_tokens or picked["max_num_batched_tokens"])
 
 
 SMALL_CHUNK = 1024
@@ -244,9 +261,12 @@ def analytic(gpu: GPU, a: Assumed, tokens: dict[str, float], window: int) -> dic
 def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: int, working_set: float,
          floor: int, tokens: dict[str, float]) -> dict[str, Any]:
     """One card's rows: the window sizing, both drivers at the same window, the window alone, both models."""
+    a = for_card(gpu, a)
     kv = kv_tokens(gpu, a)
     sized, estimated = auto_window(kv, working_set), auto_window(kv)
     row: dict[str, Any] = {"spec": asdict(gpu), "inputs_to_check": inputs(gpu, a),
+                           "vllm_batch": {"max_num_seqs": a.max_num_seqs,
+                                          "max_num_batched_tokens": a.max_num_batched_tokens},
                            "window": {"kv_cache_tokens": kv, "kv_cache_blocks": kv // BLOCK_TOKENS,
                                       "working_set_measured": round(working_set), "sized": sized,
                                       "from_5000_token_estimate": estimated, "fixed": a.window}}

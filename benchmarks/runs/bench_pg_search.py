@@ -1,9 +1,9 @@
 """One user's search on the two persistence backends: pgvector's HNSW index in PostgreSQL against SQLite's
 grouped HNSW index in process, recall@10 and single-query latency (p50, p99), side by side in one run.
 
-Run: ``python -m benchmarks.runs.bench_pg_search [--sizes 100000] [--queries 300]`` (writes
-``results/bench_pg_search.json`` through :func:`benchmarks.tools.figures.write_result`). PostgreSQL is the server ``PROMEM_TEST_PG_URL`` names, else one started
-from the pgserver wheel in a temporary folder.
+Run: ``python -m benchmarks.runs.bench_pg_search [--sizes 100000] [--queries 300] [--ef-search 200 400]``
+(writes ``results/bench_pg_search.json`` through :func:`benchmarks.tools.figures.write_result`). PostgreSQL is
+the server ``PROMEM_TEST_PG_URL`` names, else one started from the pgserver wheel in a temporary folder.
 
 The vectors (384 dims, normalised) are noisy copies of 2,000 random centres at cosine about 0.9 to their
 centre: clustered, as sentence embeddings of one person's memories are. Each backend holds one user of
@@ -12,7 +12,8 @@ nodes; the index is then built (the timed ``build_s``: pgvector's ``CREATE INDEX
 typed column and ``ANALYZE``, as an import ends; the grouped graph on SQLite's first search). Queries are further noisy copies; recall@10
 counts the ids of each backend's top 10 found in the exact top 10 (numpy, float64). Latency is
 ``Persistence.nearest(user, query, 10)`` as the store calls it, both backends timed alternately query by
-query.
+query. ``--ef-search`` adds pgvector's search width at other values beside the product's (``postgresql_efN``:
+the same database and index, another connection pool, timed in the same alternation).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from benchmarks.tools import figures
 from promem_fast.persistence import rows
 from promem_fast.persistence.opening import open_persistence
-from promem_fast.persistence.postgres import EF_SEARCH
+from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence
 
 DIM = 384
 CENTRES = 2000
@@ -73,7 +74,8 @@ def exact_top(asked: np.ndarray, data: np.ndarray) -> np.ndarray:
     return np.concatenate(tops)
 
 
-def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.Generator) -> dict[str, object]:
+def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.Generator,
+            widths: list[int]) -> dict[str, object]:
     centres = rng.normal(size=(CENTRES, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     data = vectors(size, centres, rng)
@@ -83,7 +85,7 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
     stores = {"sqlite": open_persistence(folder / f"bench-{size}.db", search_approximate_min=1),
               "postgresql": open_persistence(pg_url, search_approximate_min=1)}
     try:
-        for name, db in stores.items():
+        for name, db in list(stores.items()):
             started = time.perf_counter()
             fill(db, data)
             loaded = time.perf_counter() - started
@@ -93,7 +95,11 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
                 db.analyze()  # as an import ends: without statistics the planner sorts the user's rows instead
             else:
                 db.nearest(1, asked[0], K)  # builds the grouped graph
-            out[name] = {"load_s": round(loaded, 1), "build_s": round(time.perf_counter() - started, 1)}
+            out[name] = {"ef_search": EF_SEARCH if name == "postgresql" else None, "load_s": round(loaded, 1),
+                         "build_s": round(time.perf_counter() - started, 1)}
+        for width in sorted(set(widths) - {EF_SEARCH}):  # the same index, searched wider or narrower
+            stores[f"postgresql_ef{width}"] = PostgresPersistence(pg_url, approximate_min=1, ef_search=width)
+            out[f"postgresql_ef{width}"] = {"ef_search": width, "load_s": None, "build_s": None}
         times: dict[str, list[float]] = {name: [] for name in stores}
         hits: dict[str, int] = {name: 0 for name in stores}
         for row, query in enumerate(asked):
@@ -123,25 +129,30 @@ def write(results: list[dict[str, object]], command: str) -> None:
     for result in results:
         size = result["nodes"]
         found[f"{size}.load_average"] = result["load_average"]
-        for name in ("sqlite", "postgresql"):
+        for name in sorted(key for key in result if key == "sqlite" or key.startswith("postgresql")):
             for key, value in result[name].items():  # type: ignore[union-attr]
-                found[f"{size}.{name}.{key}"] = value
+                if value is not None:
+                    found[f"{size}.{name}.{key}"] = value
             got = result[name]
-            rows.append([f"{size:,}", name, got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
-                         got["load_s"], got["build_s"], result["load_average"]])  # type: ignore[index]
+            rows.append([f"{size:,}", name, got["ef_search"], got["recall_at_10"],  # type: ignore[index]
+                         got["p50_ms"], got["p99_ms"], got["load_s"], got["build_s"],  # type: ignore[index]
+                         result["load_average"]])
     figures.write_result("bench_pg_search", found, command, tables={"main": {
-        "columns": ["nodes", "backend", "recall@10", "p50 ms", "p99 ms", "load s", "index s", "load average"],
+        "columns": ["nodes", "backend", "ef_search", "recall@10", "p50 ms", "p99 ms", "load s", "index s",
+                    "load average"],
         "rows": rows}},
         note="One user; synthetic clustered vectors (2,000 centres, cosine about 0.9), 384 dims; both backends "
-             "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW, ef_search "
-             f"{EF_SEARCH}, built with maintenance_work_mem {BUILD_MEMORY} and one parallel worker); queries "
-             "timed alternately on 2 CPU cores; the load average at the end of each size is a figure.")
+             "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW at the ef_search "
+             f"of each row (the product's: {EF_SEARCH}), built with maintenance_work_mem {BUILD_MEMORY} and one "
+             "parallel worker); queries timed alternately on 2 CPU cores; the load average at the end of each size is a figure.")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--ef-search", type=int, nargs="*", default=[],
+                        help="pgvector search widths measured beside the product's")
     args = parser.parse_args()
     from promem_fast.testing.pg_server import Server  # PROMEM_TEST_PG_URL, else the pgserver wheel
 
@@ -154,7 +165,7 @@ def main() -> int:
                 url = server.fresh_database()
                 for setting in (f"maintenance_work_mem = '{BUILD_MEMORY}'", "max_parallel_maintenance_workers = 1"):
                     server.alter_database(url, setting)
-                results.append(measure(size, args.queries, url, Path(folder), rng))
+                results.append(measure(size, args.queries, url, Path(folder), rng, args.ef_search))
                 server.drop(url)
                 print(json.dumps(results[-1]), flush=True)
                 write(results, "python -m benchmarks.runs.bench_pg_search " + " ".join(sys.argv[1:]))

@@ -51,7 +51,8 @@ class PostgresPersistence:
     dialect: Literal["postgresql"] = "postgresql"
     encrypted = False
 
-    def __init__(self, url: str, *, read_only: bool = False, approximate_min: int = 0) -> None:
+    def __init__(self, url: str, *, read_only: bool = False, approximate_min: int = 0,
+                 ef_search: int = EF_SEARCH) -> None:
         from promem_fast.deps import require
 
         self.psycopg = require("psycopg", "postgres", "psycopg[binary]")
@@ -59,12 +60,15 @@ class PostgresPersistence:
         self.location = shown(url)
         self.read_only = read_only
         self.approximate_min = approximate_min
+        if not 1 <= ef_search <= 1000:
+            raise StoreError(f"ef_search {ef_search}: pgvector accepts 1 to 1000")
+        self.ef_search = ef_search
         self._local = threading.local()
         self._check_server(url)
         self._counts: dict[int, tuple[int, int, int]] = {}
         """user -> (generation, highest node id, vectors), see :meth:`vector_count`."""
         self._counts_lock = threading.Lock()
-        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, configure=_configure,
+        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, configure=self._configure,
                                          kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S})
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
 
@@ -219,7 +223,7 @@ class PostgresPersistence:
 
     def _top(self, user_pk: int, query: str, fetch: int, *, approximate: bool) -> tuple[np.ndarray, np.ndarray]:
         found: list[Any] = []
-        if approximate and fetch <= EF_SEARCH:
+        if approximate and fetch <= self.ef_search:
             found = self.execute(
                 "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
                 "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
@@ -287,9 +291,8 @@ class PostgresPersistence:
     def close(self) -> None:
         self._pool.close()
 
-
-def _configure(conn: Any) -> None:
-    conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
+    def _configure(self, conn: Any) -> None:
+        conn.execute(f"SET hnsw.ef_search = {int(self.ef_search)}")
 
 
 def _first_line(exc: BaseException) -> str:
