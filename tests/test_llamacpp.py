@@ -204,6 +204,27 @@ def test_tiny_budget_ends_with_length(llm: Any) -> None:
 
 
 @pytest.mark.slow
+def test_a_reply_that_repeats_itself_stops_early_with_finish_reason_loop(llm: Any) -> None:
+    """Greedy SmolLM2 asked for one word two hundred times writes "hello, hello, ..." until the budget runs out;
+    with loop stopping (the default) the same reply ends soon after the repetition starts, marked ``loop``,
+    and what it kept is the start of the full reply."""
+    request = GenerationRequest(messages=({"role": "user", "content": "Write the word 'hello' two hundred times."},),
+                                schema=None, max_tokens=300)
+    full_backend = llm_llamacpp.LlamaCppLLM(LLMConfig(backend="llamacpp", context_length=2048, stop_loops=False))
+    try:
+        [full] = full_backend.generate([request])
+    finally:
+        full_backend.close()
+    [stopped] = llm.generate([request])
+    assert (full.finish_reason, full.completion_tokens) == ("length", 300)
+    assert full.text.lower().count("hello") > 100
+    assert stopped.finish_reason == "loop"
+    assert stopped.completion_tokens < 60
+    assert full.text.startswith(stopped.text)
+    assert stopped.text.lower().count("hello") >= 3
+
+
+@pytest.mark.slow
 def test_prefix_reuse_evaluates_less_and_answers_the_same() -> None:
     """Two prompts of one session share the session block: with reuse the second is evaluated from where
     they differ, and both answers are those of a backend that evaluates every prompt from scratch."""
