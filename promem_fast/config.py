@@ -107,6 +107,11 @@ class LLMConfig:
     stop_loops: bool = True
     """llamacpp: stop a reply that repeats itself verbatim (:mod:`promem_fast.loops`) instead of decoding the
     repeats to the end of its budget."""
+    compact_json: bool = True
+    """vllm: structured replies with no free whitespace (``StructuredOutputsParams(disable_any_whitespace=True)``):
+    JSON on one line as ``json.dumps`` writes it, so no tokens go to indentation and a reply cannot run to its
+    budget in newlines, which a grammar that allows any whitespace permits. The llama.cpp grammar already allows
+    one optional space only."""
     batch_size: int = 16
     """transformers: prompts per forward pass (left padded)."""
     ignore_eos: bool = False

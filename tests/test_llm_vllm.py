@@ -86,6 +86,7 @@ def test_schema_seed_temperature_per_request(fake_vllm) -> None:
     first, second = backend.llm.calls[0].sampling_params
     assert isinstance(first.structured_outputs, fake_vllm.StructuredOutputsParams)
     assert first.structured_outputs.json == SCHEMA
+    assert first.structured_outputs.disable_any_whitespace  # one-line JSON unless llm.compact_json is off
     assert second.structured_outputs is None
     assert (first.seed, first.temperature, first.max_tokens) == (3, 0.0, 5)
     assert (second.seed, second.temperature, second.max_tokens) == (11, 0.7, 9)
@@ -289,3 +290,13 @@ def test_a_sessions_system_turn_is_tokenized_once(fake_vllm) -> None:
     # the system turn once, then each prompt's rest (the first prompt was also rendered whole, as a check)
     assert len(tokenizer.tokenized) == 1 + len(prompts)
     assert sum(block in text.split() for text in tokenizer.tokenized) == 1
+
+
+def test_free_whitespace_in_structured_replies_only_when_asked_for(fake_vllm) -> None:
+    """Pretty-printed JSON costs reply tokens and lets a reply run away in newlines; turning
+    ``llm.compact_json`` off gives the grammar its free whitespace back."""
+    for compact in (True, False):
+        backend = _backend(compact_json=compact)
+        backend.generate([_request("a", schema=SCHEMA, max_tokens=5)])
+        [params] = backend.llm.calls[0].sampling_params
+        assert params.structured_outputs.disable_any_whitespace is compact

@@ -14,7 +14,7 @@ removed the ``guided_*`` sampling fields; from then on structured decoding is re
   engine arguments ``max_model_len``, ``enable_prefix_caching`` and whatever ``LLMConfig.options`` adds
   (``load_format="dummy"`` runs the throughput benchmarks on random weights, ``enforce_eager``, ...);
 * ``vllm.SamplingParams`` (``temperature``, ``seed``, ``max_tokens``, ``ignore_eos``, ``structured_outputs``);
-* ``vllm.sampling_params.StructuredOutputsParams(json=...)``;
+* ``vllm.sampling_params.StructuredOutputsParams(json=..., disable_any_whitespace=...)`` (``llm.compact_json``);
 * ``LLM.generate(prompts, sampling_params=[...], use_tqdm=False)`` with token prompts
   ``{"prompt_token_ids": [...]}`` (the ``vllm.inputs.TokensPrompt`` typed dict);
 * ``LLM.get_tokenizer()``, ``LLM.llm_engine.model_config.max_model_len`` and
@@ -112,7 +112,8 @@ class VLLMBackend:
 
     # -------------------------------------------------------------------------------- generation
     def _sampling_params(self, request: GenerationRequest, **extra: Any) -> Any:
-        structured = None if request.schema is None else self._structured_cls(json=dict(request.schema))
+        structured = None if request.schema is None else self._structured_cls(
+            json=dict(request.schema), disable_any_whitespace=self.config.compact_json)
         return self._sampling_params_cls(
             temperature=request.temperature,
             seed=request.seed,
