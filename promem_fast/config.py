@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from promem_fast.config_compression import CompressionConfig
 from promem_fast.config_merge import merge, nondefault, without_keys
 from promem_fast.config_ranking import RankingConfig
 from promem_fast.errors import ConfigError
@@ -46,7 +47,8 @@ ROLES: tuple[str, ...] = get_args(Role)
 RUN_ONLY_FIELDS: frozenset[str] = frozenset({
     "driver", "max_in_flight", "max_reorder", "max_batch_size", "max_failed_batches", "on_error", "record_timings",
     "fsync", "progress", "prefix_reuse", "prefix_state_mib", "ranking",
-    "qa_top_k", "search_approximate_min", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "n_threads",
+    "qa_top_k", "search_approximate_min", "pg_ef_search", "api_key_env", "max_concurrency", "timeout_s", "max_retries",
+    "n_threads",
 })
 """Fields (at any depth) that change how a run goes but not what it writes: window and batch sizes (output is
 the same for any, as the determinism tests show), error policy, progress, threads, client timeouts and
@@ -108,10 +110,8 @@ class LLMConfig:
     """llamacpp: stop a reply that repeats itself verbatim (:mod:`promem_fast.loops`) instead of decoding the
     repeats to the end of its budget."""
     compact_json: bool = True
-    """vllm: structured replies with no free whitespace (``StructuredOutputsParams(disable_any_whitespace=True)``):
-    JSON on one line as ``json.dumps`` writes it, so no tokens go to indentation and a reply cannot run to its
-    budget in newlines, which a grammar that allows any whitespace permits. The llama.cpp grammar already allows
-    one optional space only."""
+    """vllm: structured replies with no free whitespace (vLLM's ``disable_any_whitespace``): no indentation
+    tokens, and no reply running to its budget in newlines, which a grammar allowing any whitespace permits."""
     batch_size: int = 16
     """transformers: prompts per forward pass (left padded)."""
     ignore_eos: bool = False
@@ -228,19 +228,6 @@ class PipelineConfig:
 
 
 @dataclass
-class CompressionConfig:
-    """LLMLingua-2 token compression of turns before the draft and event prompts (off by default)."""
-
-    enabled: bool = False
-    rate: float = 0.6
-    """Share of tokens kept."""
-    model: str | None = None
-    """Local folder of the LLMLingua-2 token-classification model."""
-    force_tokens: tuple[str, ...] = ()
-    """Tokens always kept in addition to names, dates and numbers."""
-
-
-@dataclass
 class EngineConfig:
     """Everything a run needs. ``EngineConfig.profile("gpu")`` gives the GPU setting in one call."""
 
@@ -284,6 +271,9 @@ class EngineConfig:
     """A user with this many memory vectors or more is searched through an approximate index (persistence/ann.py;
     recall@10 and latency up to 1M nodes in benchmarks/README.md), not an exact scan; 0 keeps every user
     exact. FAISS on a GPU always searches exactly."""
+    pg_ef_search: int = 400
+    """PostgreSQL stores: pgvector's HNSW search width (``hnsw.ef_search``, 1 to 1000), which sets the index's
+    recall at a large user (recall@10 and latency by width: README.md, Deployment)."""
 
     # ----------------------------------------------------------------------------------- profiles
     @classmethod
@@ -420,6 +410,7 @@ class EngineConfig:
             (self.max_in_flight >= 0, "max_in_flight must be >= 0 (0: auto)"),
             (self.max_batch_size >= 1, "max_batch_size must be >= 1"),
             (self.search_approximate_min >= 0, "search_approximate_min must be >= 0 (0: exact search for all)"),
+            (1 <= self.pg_ef_search <= 1000, "pg_ef_search must lie in 1..1000 (pgvector's range)"),
             (self.max_reorder >= 0, "max_reorder must be >= 0"),
             *((llm.prefix_state_mib >= 0, f"{name}.prefix_state_mib must be >= 0 (0: no kept states)")
               for name, llm in (("llm", self.llm), *((f"roles.{r}", c) for r, c in self.roles.items()))),

@@ -4,6 +4,7 @@ nothing half-written. A real server (``pg_url``: the pgserver wheel, or ``PROMEM
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from conftest import ROOT, scripted_config
 from store_helpers import TopicEmbedder, graph
 
 from promem_fast.config import EngineConfig
+from promem_fast.errors import ConfigError
 from promem_fast.persistence.lexical import terms
 from promem_fast.store import MemoryStore, StoreError
 
@@ -280,11 +282,16 @@ def test_a_search_right_after_an_import_walks_the_vector_index(tmp_path: Path, p
 
 
 def test_pgvector_search_width_is_set_on_every_pooled_connection_and_checked(pg_url: str) -> None:
-    """``hnsw.ef_search`` decides the index's recall; a value pgvector would reject is refused up front."""
-    from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence
+    """``hnsw.ef_search`` decides the index's recall: the store's configuration sets it on every connection it
+    uses (pgvector's own default, 40, would leave a large user's recall low); a value pgvector would reject is
+    refused up front."""
+    from promem_fast.persistence.postgres import PostgresPersistence
 
-    for width in (EF_SEARCH, 37):
-        db = PostgresPersistence(pg_url, ef_search=width)
+    for width in (None, 37):
+        config = scripted_config() if width is None else dataclasses.replace(scripted_config(), pg_ef_search=width)
+        store = open_store(pg_url, config)
+        db = store.db
+        width = width or 400
         try:
             with db.transaction():  # one connection held here, another taken from the pool below
                 held = db.execute("SHOW hnsw.ef_search").fetchone()
@@ -294,6 +301,8 @@ def test_pgvector_search_width_is_set_on_every_pooled_connection_and_checked(pg_
                 other.join()
             assert [tuple(held), *map(tuple, shown)] == [(str(width),)] * 2
         finally:
-            db.close()
+            store.close()
     with pytest.raises(StoreError, match="ef_search 0: pgvector accepts 1 to 1000"):
         PostgresPersistence(pg_url, ef_search=0)
+    with pytest.raises(ConfigError, match="pg_ef_search must lie in 1..1000"):
+        dataclasses.replace(scripted_config(), pg_ef_search=1001).validate()

@@ -31,9 +31,9 @@ MAX_LINES = 450
 """Past this, a module has usually grown a second concern that deserves a module of its own."""
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "errors", "version", "deps", "config", "config_merge", "config_ranking", "prompts", "native", "jsonl",
-     "io", "models", "manifest", "run_summary", "isolation", "progress", "shapes", "names", "private", "prefix_cache",
-     "times", "loops"),
+    ("types", "errors", "version", "deps", "config", "config_merge", "config_ranking", "config_compression",
+     "prompts", "native", "jsonl", "io", "models", "manifest", "run_summary", "isolation", "progress", "shapes", "names",
+     "private", "prefix_cache", "times", "loops"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),

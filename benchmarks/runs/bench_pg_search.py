@@ -12,7 +12,8 @@ nodes; the index is then built (the timed ``build_s``: pgvector's ``CREATE INDEX
 typed column and ``ANALYZE``, as an import ends; the grouped graph on SQLite's first search). Queries are further noisy copies; recall@10
 counts the ids of each backend's top 10 found in the exact top 10 (numpy, float64). Latency is
 ``Persistence.nearest(user, query, 10)`` as the store calls it, both backends timed alternately query by
-query. ``--ef-search`` adds pgvector's search width at other values beside the product's (``postgresql_efN``:
+query, the order turned by one each query (a query's first store reads the pages the next ones find cached).
+``--ef-search`` adds pgvector's search width at other values beside the product's (``postgresql_efN``:
 the same database and index, another connection pool, timed in the same alternation).
 """
 
@@ -102,8 +103,11 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
             out[f"postgresql_ef{width}"] = {"ef_search": width, "load_s": None, "build_s": None}
         times: dict[str, list[float]] = {name: [] for name in stores}
         hits: dict[str, int] = {name: 0 for name in stores}
+        names = list(stores)
         for row, query in enumerate(asked):
-            for name, db in stores.items():
+            turn = row % len(names)  # each store first as often: the first to ask reads pages the others find cached
+            for name in names[turn:] + names[:turn]:
+                db = stores[name]
                 started = time.perf_counter()
                 ids, _ = db.nearest(1, query, K)
                 times[name].append(time.perf_counter() - started)
@@ -129,14 +133,15 @@ def write(results: list[dict[str, object]], command: str) -> None:
     for result in results:
         size = result["nodes"]
         found[f"{size}.load_average"] = result["load_average"]
-        for name in sorted(key for key in result if key == "sqlite" or key.startswith("postgresql")):
+        for name in ["sqlite", "postgresql", *sorted((k for k in result if k.startswith("postgresql_ef")),
+                                                     key=lambda k: int(k.removeprefix("postgresql_ef")))]:
             for key, value in result[name].items():  # type: ignore[union-attr]
                 if value is not None:
                     found[f"{size}.{name}.{key}"] = value
             got = result[name]
-            rows.append([f"{size:,}", name, got["ef_search"], got["recall_at_10"],  # type: ignore[index]
-                         got["p50_ms"], got["p99_ms"], got["load_s"], got["build_s"],  # type: ignore[index]
-                         result["load_average"]])
+            rows.append([f"{size:,}", name, *("—" if v is None else v for v in (  # type: ignore[index]
+                got["ef_search"], got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
+                got["load_s"], got["build_s"])), result["load_average"]])  # type: ignore[index]
     figures.write_result("bench_pg_search", found, command, tables={"main": {
         "columns": ["nodes", "backend", "ef_search", "recall@10", "p50 ms", "p99 ms", "load s", "index s",
                     "load average"],

@@ -11,17 +11,20 @@ from .api import Persistence, is_url
 
 
 def open_persistence(location: str | Path, *, read_only: bool = False, key_file: str | Path | None = None,
-                     search_approximate_min: int = 0, index: str = "auto") -> Persistence:
-    """The backend for ``location``: a ``postgresql://`` URL, else an SQLite file path."""
+                     search_approximate_min: int = 0, index: str = "auto", pg_ef_search: int | None = None
+                     ) -> Persistence:
+    """The backend for ``location``: a ``postgresql://`` URL, else an SQLite file path; ``pg_ef_search`` is
+    pgvector's search width (None: :data:`~.postgres.EF_SEARCH`)."""
     if is_url(location):
         if key_file is not None:
             from .connection import StoreError
 
             raise StoreError("--key-file encrypts an SQLite file; a PostgreSQL store is protected by the "
                              "server (TLS, disk encryption, roles)")
-        from .postgres import PostgresPersistence
+        from .postgres import EF_SEARCH, PostgresPersistence
 
-        return PostgresPersistence(str(location), read_only=read_only, approximate_min=search_approximate_min)
+        return PostgresPersistence(str(location), read_only=read_only, approximate_min=search_approximate_min,
+                                   ef_search=pg_ef_search or EF_SEARCH)
     from .sqlite import SqlitePersistence
 
     return SqlitePersistence(Path(location), read_only=read_only, key_file=key_file,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from promem_fast.backends.base import TIE_TOLERANCE
+from promem_fast.config import EngineConfig
 
 from .api import Rows, shown
 from .connection import StoreError
@@ -35,9 +36,8 @@ WRITE_LOCK = 0x70726F6E
 """The advisory lock key every write transaction holds until it ends."""
 
 POOL_MAX = 8
-EF_SEARCH = 100
-"""pgvector's HNSW search width (``hnsw.ef_search``, set on every pooled connection): a query asks for at most
-this many rows through the index (more go to an exact scan), and its recall grows with it (40 by default)."""
+EF_SEARCH = EngineConfig.pg_ef_search
+"""pgvector's HNSW search width unless the configuration names another (set on every pooled connection)."""
 CONNECT_TIMEOUT_S = 10
 
 

@@ -73,7 +73,8 @@ class MemoryStore:
         self.update_min_cosine = update_min_cosine
         self.update_lookahead = max(1, update_lookahead or lookahead(self.config.llm.backend))
         self.db = open_persistence(resolve_location(path), read_only=read_only, key_file=key_file, index=index,
-                                   search_approximate_min=self.config.search_approximate_min)
+                                   search_approximate_min=self.config.search_approximate_min,
+                                   pg_ef_search=self.config.pg_ef_search)
         """Where the rows live (:class:`~promem_fast.persistence.api.Persistence`)."""
         self._embedder = embedder
         self._engine: Engine | None = None
