@@ -272,8 +272,8 @@ class EngineConfig:
     recall@10 and latency up to 1M nodes in benchmarks/README.md), not an exact scan; 0 keeps every user
     exact. FAISS on a GPU always searches exactly."""
     pg_ef_search: int = 400
-    """PostgreSQL stores: pgvector's HNSW search width (``hnsw.ef_search``, 1 to 1000), which sets the index's
-    recall at a large user (recall@10 and latency by width: README.md, Deployment)."""
+    """PostgreSQL stores: pgvector's HNSW search width (``hnsw.ef_search``, 1 to 1000) for users of 1M vectors or
+    more; smaller ones are searched narrower, 100 up to 100K (README.md, Deployment: recall@10 by width)."""
 
     # ----------------------------------------------------------------------------------- profiles
     @classmethod

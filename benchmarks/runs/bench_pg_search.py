@@ -13,8 +13,9 @@ typed column and ``ANALYZE``, as an import ends; the grouped graph on SQLite's f
 counts the ids of each backend's top 10 found in the exact top 10 (numpy, float64). Latency is
 ``Persistence.nearest(user, query, 10)`` as the store calls it, both backends timed alternately query by
 query, the order turned by one each query (a query's first store reads the pages the next ones find cached).
-``--ef-search`` adds pgvector's search width at other values beside the product's (``postgresql_efN``:
-the same database and index, another connection pool, timed in the same alternation).
+``--ef-search`` adds pgvector's search width at other values, one width for the user whatever its size, beside
+the product's, which follows the user's size (``postgresql_efN``: the same database and index, another
+connection pool, timed in the same alternation).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from benchmarks.tools import figures
 from promem_fast.persistence import rows
 from promem_fast.persistence.opening import open_persistence
-from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence
+from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence, search_width
 
 DIM = 384
 CENTRES = 2000
@@ -96,10 +97,12 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
                 db.analyze()  # as an import ends: without statistics the planner sorts the user's rows instead
             else:
                 db.nearest(1, asked[0], K)  # builds the grouped graph
-            out[name] = {"ef_search": EF_SEARCH if name == "postgresql" else None, "load_s": round(loaded, 1),
+            width = search_width(size, EF_SEARCH, K + 16) if name == "postgresql" else None  # as nearest asks
+            out[name] = {"ef_search": width, "load_s": round(loaded, 1),
                          "build_s": round(time.perf_counter() - started, 1)}
-        for width in sorted(set(widths) - {EF_SEARCH}):  # the same index, searched wider or narrower
-            stores[f"postgresql_ef{width}"] = PostgresPersistence(pg_url, approximate_min=1, ef_search=width)
+        for width in sorted(set(widths)):  # the same index, searched at one width
+            stores[f"postgresql_ef{width}"] = PostgresPersistence(pg_url, approximate_min=1, ef_search=width,
+                                                                  narrow_width=width)
             out[f"postgresql_ef{width}"] = {"ef_search": width, "load_s": None, "build_s": None}
         times: dict[str, list[float]] = {name: [] for name in stores}
         hits: dict[str, int] = {name: 0 for name in stores}
@@ -148,8 +151,9 @@ def write(results: list[dict[str, object]], command: str) -> None:
         "rows": rows}},
         note="One user; synthetic clustered vectors (2,000 centres, cosine about 0.9), 384 dims; both backends "
              "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW at the ef_search "
-             f"of each row (the product's: {EF_SEARCH}), built with maintenance_work_mem {BUILD_MEMORY} and one "
-             "parallel worker); queries timed alternately on 2 CPU cores; the load average at the end of each size is a figure.")
+             f"of each row (the product's follows the user's size, up to {EF_SEARCH}), built with "
+             f"maintenance_work_mem {BUILD_MEMORY} and one parallel worker); queries timed alternately, in a turning "
+             "order, on 2 CPU cores; the load average at the end of each size is a figure.")
 
 
 def main() -> int:

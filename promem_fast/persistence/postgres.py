@@ -9,13 +9,16 @@ worker writes it (the ``(user, session_id)`` key backs that up).
 
 Vectors are pgvector's type, cosine distance. A user below ``approximate_min`` vectors is searched exactly
 (a scan of their rows, as SQLite's exact index); from there on through the table's HNSW index, widened to
-exact when the index's filtered answer comes back short. Full text is PostgreSQL's own: a generated
+exact when the index's filtered answer comes back short. The index's search width (``hnsw.ef_search``) is set
+for each query's transaction by the user's size (:func:`search_width`): wider costs time, and only a large user
+gains recall from it. Full text is PostgreSQL's own: a generated
 ``tsvector`` (``english`` configuration) with a GIN index, ranked by ``ts_rank``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,8 +40,29 @@ WRITE_LOCK = 0x70726F6E
 
 POOL_MAX = 8
 EF_SEARCH = EngineConfig.pg_ef_search
-"""pgvector's HNSW search width unless the configuration names another (set on every pooled connection)."""
+"""pgvector's HNSW search width for the largest users unless the configuration names another."""
+NARROW_WIDTH = 100
+NARROW_UP_TO = 100_000
+"""Up to this many vectors a width of ``NARROW_WIDTH`` already finds the exact top 10 (recall@10 0.999 at 100K in
+``benchmarks/runs/bench_pg_search.py``, as 400 and 800 do, in a third to two fifths of the time of 400)."""
+WIDEST_FROM = 1_000_000
+"""From this many vectors on a query searches at the store's whole width (at 1M recall@10 0.84-0.89 at 100 and
+0.94-0.95 at 400 over two index builds)."""
 CONNECT_TIMEOUT_S = 10
+
+
+def search_width(vectors: int, widest: int, fetch: int, narrow: int = NARROW_WIDTH) -> int:
+    """pgvector's search width for a query asking ``fetch`` rows of a user of ``vectors`` vectors: ``narrow``
+    up to 100K, ``widest`` from 1M, between them geometric in the user's size (a tenfold user needs a wider
+    walk, not a linearly wider one); never above ``widest``; never below ``fetch``, since the index returns at
+    most the width's rows; never above pgvector's 1,000. ``narrow == widest`` is one width for every user."""
+    if vectors <= NARROW_UP_TO:
+        width = float(narrow)
+    elif vectors >= WIDEST_FROM:
+        width = float(widest)
+    else:
+        width = narrow * (widest / narrow) ** math.log10(vectors / NARROW_UP_TO)
+    return min(1000, max(fetch, min(widest, round(width))))
 
 
 def _translate(sql: str) -> str:
@@ -52,7 +76,7 @@ class PostgresPersistence:
     encrypted = False
 
     def __init__(self, url: str, *, read_only: bool = False, approximate_min: int = 0,
-                 ef_search: int = EF_SEARCH) -> None:
+                 ef_search: int = EF_SEARCH, narrow_width: int = NARROW_WIDTH) -> None:
         from promem_fast.deps import require
 
         self.psycopg = require("psycopg", "postgres", "psycopg[binary]")
@@ -63,12 +87,14 @@ class PostgresPersistence:
         if not 1 <= ef_search <= 1000:
             raise StoreError(f"ef_search {ef_search}: pgvector accepts 1 to 1000")
         self.ef_search = ef_search
+        self.narrow_width = narrow_width
+        """The search width up to 100K vectors (:func:`search_width`); ``ef_search`` from 1M on."""
         self._local = threading.local()
         self._check_server(url)
         self._counts: dict[int, tuple[int, int, int]] = {}
         """user -> (generation, highest node id, vectors), see :meth:`vector_count`."""
         self._counts_lock = threading.Lock()
-        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, configure=self._configure,
+        self._pool = pool.ConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False,
                                          kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S})
         self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
 
@@ -209,7 +235,8 @@ class PostgresPersistence:
         query = self.encode_vector(vector)
         fetch = min(n, k + 16)
         while True:
-            ids, scores = self._top(user_pk, query, fetch, approximate=not exact and 0 < self.approximate_min <= n)
+            ids, scores = self._top(user_pk, query, fetch, vectors=n,
+                                    approximate=not exact and 0 < self.approximate_min <= n)
             if fetch >= n or scores.min() < np.sort(scores)[::-1][k - 1] - TIE_TOLERANCE:
                 break
             fetch = min(n, fetch * 4)
@@ -221,12 +248,16 @@ class PostgresPersistence:
         """One query each: the server scans its own pages, so nothing is read twice on this side."""
         return [self.nearest(user_pk, vector, k, exact=exact) for vector in vectors]
 
-    def _top(self, user_pk: int, query: str, fetch: int, *, approximate: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _top(self, user_pk: int, query: str, fetch: int, *, vectors: int, approximate: bool
+             ) -> tuple[np.ndarray, np.ndarray]:
         found: list[Any] = []
-        if approximate and fetch <= self.ef_search:
-            found = self.execute(
-                "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
-                "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
+        width = search_width(vectors, self.ef_search, fetch, self.narrow_width)
+        if approximate and fetch <= width:
+            with self.snapshot():
+                self.execute("SELECT set_config('hnsw.ef_search', ?, true)", (str(width),))  # this transaction's
+                found = self.execute(
+                    "SELECT id, 1 - (vector <=> ?::vector) FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
+                    "ORDER BY vector <=> ?::vector LIMIT ?", (query, user_pk, query, fetch)).fetchall()
         if len(found) < fetch:  # exact (a small user, or the index's filtered answer came back short)
             found = self.execute(
                 "SELECT id, 1 - (vector <=> ?::vector) AS score FROM nodes WHERE user_id = ? AND vector IS NOT NULL "
@@ -290,9 +321,6 @@ class PostgresPersistence:
 
     def close(self) -> None:
         self._pool.close()
-
-    def _configure(self, conn: Any) -> None:
-        conn.execute(f"SET hnsw.ef_search = {int(self.ef_search)}")
 
 
 def _first_line(exc: BaseException) -> str:
