@@ -9,10 +9,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -325,5 +323,7 @@ def test_pgvector_search_width_follows_the_users_size_and_the_configuration(pg_u
         assert store.db.ef_search == 37
     with pytest.raises(StoreError, match="ef_search 0: pgvector accepts 1 to 1000"):
         PostgresPersistence(pg_url, ef_search=0)
+    with pytest.raises(StoreError, match="narrow_width 0: pgvector accepts 1 to 1000"):
+        PostgresPersistence(pg_url, narrow_width=0)
     with pytest.raises(ConfigError, match="pg_ef_search must lie in 1..1000"):
         dataclasses.replace(scripted_config(), pg_ef_search=1001).validate()

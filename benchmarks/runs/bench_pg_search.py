@@ -87,7 +87,7 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
     stores = {"sqlite": open_persistence(folder / f"bench-{size}.db", search_approximate_min=1),
               "postgresql": open_persistence(pg_url, search_approximate_min=1)}
     try:
-        for name, db in list(stores.items()):
+        for name, db in stores.items():
             started = time.perf_counter()
             fill(db, data)
             loaded = time.perf_counter() - started

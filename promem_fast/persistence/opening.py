@@ -24,7 +24,7 @@ def open_persistence(location: str | Path, *, read_only: bool = False, key_file:
         from .postgres import EF_SEARCH, PostgresPersistence
 
         return PostgresPersistence(str(location), read_only=read_only, approximate_min=search_approximate_min,
-                                   ef_search=pg_ef_search or EF_SEARCH)
+                                   ef_search=EF_SEARCH if pg_ef_search is None else pg_ef_search)
     from .sqlite import SqlitePersistence
 
     return SqlitePersistence(Path(location), read_only=read_only, key_file=key_file,

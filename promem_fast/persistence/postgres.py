@@ -84,8 +84,9 @@ class PostgresPersistence:
         self.location = shown(url)
         self.read_only = read_only
         self.approximate_min = approximate_min
-        if not 1 <= ef_search <= 1000:
-            raise StoreError(f"ef_search {ef_search}: pgvector accepts 1 to 1000")
+        for name, width in (("ef_search", ef_search), ("narrow_width", narrow_width)):
+            if not 1 <= width <= 1000:
+                raise StoreError(f"{name} {width}: pgvector accepts 1 to 1000")
         self.ef_search = ef_search
         self.narrow_width = narrow_width
         """The search width up to 100K vectors (:func:`search_width`); ``ef_search`` from 1M on."""
@@ -251,8 +252,8 @@ class PostgresPersistence:
     def _top(self, user_pk: int, query: str, fetch: int, *, vectors: int, approximate: bool
              ) -> tuple[np.ndarray, np.ndarray]:
         found: list[Any] = []
-        width = search_width(vectors, self.ef_search, fetch, self.narrow_width)
-        if approximate and fetch <= width:
+        width = search_width(vectors, self.ef_search, fetch, self.narrow_width) if approximate else 0
+        if fetch <= width:
             with self.snapshot():
                 self.execute("SELECT set_config('hnsw.ef_search', ?, true)", (str(width),))  # this transaction's
                 found = self.execute(
