@@ -4,8 +4,10 @@ The wording is ours. Every prompt of a session starts with the same system messa
 the preamble, who the memory owner is, the session date with the calendar-date rule, and the session's
 dialogue. Each role's instructions and its item (the turns, entry or fact it is about) come after it, in the
 user message. A prefix cache (vLLM's, llama.cpp's) therefore holds a session's dialogue once and serves it to
-every role; the roles name the turns they are about (``[turn 3]``) instead of repeating them. A session too
-long for one prompt gets the block without its dialogue, and each role then carries the part it needs.
+every role; the roles name the turns they are about (``[turn 3]``) instead of repeating them, and the three
+relation-checking roles show their shared material (the numbered entries, the links between them by entry
+number) before their instructions, so it is cached once for the three. A session too long for one prompt
+gets the block without its dialogue, and each role then carries the part it needs.
 
 The event, draft, relation, decomposition and adjudication tasks carry one short example of their answer;
 the detail task does not: with SmolLM2-135M its example made 4 of 12 first replies fail (the model listed
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -98,17 +100,28 @@ RELATION_MEANINGS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RoleTemplate:
-    """A role's instructions and item, sent after the session block (the user message)."""
+    """A role's instructions and item, sent after the session block (the user message).
+
+    ``lead`` is material shown before the instructions: the relation-checking roles start with the same
+    numbered entries (and links), so a prefix cache holds them once for the three requests that read them."""
 
     task: str
     item: str
+    lead: str = ""
 
     @property
     def user(self) -> str:
-        return f"{self.task}\n\n{self.item}"
+        return f"{self.lead}{self.task}\n\n{self.item}"
 
     def render(self, block: str, **fields: Any) -> tuple[Message, ...]:
         return ({"role": "system", "content": block}, {"role": "user", "content": self.user.format(**fields)})
+
+
+ENTRIES = "Memory entries of {user}:\n{entries}\n\n"
+LINKS = "Proposed links between entries:\n{links}\n\n"
+"""The lead of the relation-checking roles (probe, flat answer, verification), in this order, so their
+requests share one cached prefix: the entries, then the links (the flat answer shows no links: it must
+answer from the entries alone)."""
 
 
 TEMPLATES: dict[str, RoleTemplate] = {
@@ -194,39 +207,33 @@ TEMPLATES: dict[str, RoleTemplate] = {
         item='Premise:\n{premise}\n\nHypothesis: {hypothesis}\n\nReply as {{"label": "entailment" | "neutral" | "contradiction"}}.',
     ),
     "probe": RoleTemplate(
+        lead=ENTRIES + LINKS,
         task=(
-            "Task: pairs of memory entries of {user} may be linked by a relation. For each numbered link "
-            "below, write one specific question whose answer is exactly that link, so someone can check "
-            "whether the link is known."
+            "Task: the links above propose a relation between two memory entries of {user}. For each link, "
+            "write one specific question whose answer is exactly that link, so someone can check whether the "
+            "link is known. Ask in the entries' own words, never by their numbers."
         ),
-        item=(
-            "Links:\n{links}\n\n"
-            'Reply with a JSON object whose "questions" list holds, for each link, {{"link": its number, '
-            '"question": the question}}.'
-        ),
+        item=('Reply with a JSON object whose "questions" list holds, for each link, {{"link": its number, '
+              '"question": the question}}.'),
     ),
     "answer_flat": RoleTemplate(
+        lead=ENTRIES + "Questions:\n{questions}\n\n",
         task=(
-            "Task: decide for each question whether it can be answered from the list of memory entries "
-            "alone (not from the dialogue), without guessing. A question is answerable only when the entries "
-            "state the answer, not when they merely mention the same things."
+            "Task: decide for each question whether the memory entries above answer it on their own (not the "
+            "dialogue), without guessing. A question is answerable only when the entries state the answer, not "
+            "when they merely mention the same things."
         ),
-        item=(
-            "Memory entries:\n{entries}\n\nQuestions:\n{questions}\n\n"
-            'Reply with a JSON object whose "answers" list holds, for each question, {{"question": its number, '
-            '"answerable": true or false, "answer": short answer or null}}.'
-        ),
+        item=('Reply with a JSON object whose "answers" list holds, for each question, {{"question": its number, '
+              '"answerable": true or false}}.'),
     ),
     "verify_relation": RoleTemplate(
+        lead=ENTRIES + LINKS + "{text}Questions about the links to check:\n{questions}\n\n",
         task=(
-            "Task: check against the dialogue whether each proposed link between two facts about {user} is "
-            "actually supported by what was said."
+            "Task: check against the dialogue whether each link that has a question above is actually "
+            "supported by what was said about {user}."
         ),
-        item=(
-            "{text}Links:\n{links}\n\n"
-            'Reply with a JSON object whose "links" list holds, for each link, {{"link": its number, '
-            '"supported": true or false}}.'
-        ),
+        item=('Reply with a JSON object whose "links" list holds, for each link with a question, '
+              '{{"link": its number, "supported": true or false}}.'),
     ),
 }
 
@@ -277,11 +284,10 @@ def relation_meaning(relation: str) -> str:
     return RELATION_MEANINGS.get(relation, "source and target are linked this way")
 
 
-def link_line(number: int, source: str, target: str, relation: str, question: str | None = None) -> str:
-    """One numbered link of the probe and verification prompts (the verification adds its question)."""
-    line = (f"{number}. Entry A: {source} | Entry B: {target} | Proposed relation: {relation} (A is the source, "
-            f"B the target: {relation_meaning(relation)})")
-    return line + (f" | Question about the link: {question}" if question is not None else "")
+def link_line(number: int, source: int, target: int, relation: str) -> str:
+    """One numbered link of the probe and verification prompts, between two numbered entries."""
+    return (f"{number}. source: entry {source}, target: entry {target}, relation: {relation} "
+            f"({relation_meaning(relation)})")
 
 
 def relation_menu(types: Sequence[str]) -> str:
@@ -299,18 +305,19 @@ def _string_list(key: str, max_items: int) -> dict[str, Any]:
 
 PER_ITEM: dict[str, tuple[str, str, dict[str, Any]]] = {
     "probe": ("questions", "link", {"question": {"type": "string", "minLength": 3}}),
-    "answer_flat": ("answers", "question", {"answerable": {"type": "boolean"},
-                                            "answer": {"type": ["string", "null"]}}),
+    "answer_flat": ("answers", "question", {"answerable": {"type": "boolean"}}),
     "verify_relation": ("links", "link", {"supported": {"type": "boolean"}}),
 }
 """The relation-checking roles, which answer several numbered items in one reply: the reply's list key, the
-item number's key, and what each item carries."""
+item number's key, and what each item carries. Only what the pipeline reads is asked for (the flat answer
+says whether the entries answer a question, not the answer), since every reply token is decoded."""
 
 
 def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
-               relation_types: Sequence[str] = (), turns: Sequence[str] = (), n_items: int = 1) -> dict[str, Any]:
+               relation_types: Sequence[str] = (), turns: Sequence[str] = (), numbers: Sequence[int] = (0,)
+               ) -> dict[str, Any]:
     """The JSON schema of ``role``'s answer; relation schemas bound event numbers to ``n_events``, detail
-    schemas the turn labels to ``turns``, the relation-checking ones their answers to ``n_items`` items."""
+    schemas the turn labels to ``turns``, the relation-checking ones their answers to the items ``numbers``."""
     if role == "detail" and len(turns) <= 1:
         return _string_list("details", max_items)
     if role == "detail":
@@ -357,9 +364,9 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
                 "enum": ["entailment", "neutral", "contradiction"]}}, "required": ["label"]}
     if role in PER_ITEM:
         key, index, fields = PER_ITEM[role]
-        number = {"type": "integer", "enum": list(range(max(n_items, 1)))}
+        number = {"type": "integer", "enum": sorted(numbers)}
         return {"type": "object", "properties": {key: {
-            "type": "array", "minItems": n_items, "maxItems": max(n_items, 1),
+            "type": "array", "minItems": len(numbers), "maxItems": len(numbers),
             "items": {"type": "object", "properties": {index: number, **fields}, "required": [index, *fields][:2]},
         }}, "required": [key]}
     raise KeyError(f"no schema for role {role!r}")
@@ -372,5 +379,7 @@ def format_turn(messages: Sequence[Any], turn_id: Any | None = None) -> str:
     return "\n".join(f"{prefix}{m.role}: {m.text}" for m in messages)
 
 
-def numbered(items: Sequence[str]) -> str:
-    return "\n".join(f"{i}. {text}" for i, text in enumerate(items))
+def numbered(items: Sequence[str] | Mapping[int, str]) -> str:
+    """``items`` one a line, each after its number (its position, or its key in a mapping)."""
+    pairs = items.items() if isinstance(items, Mapping) else enumerate(items)
+    return "\n".join(f"{i}. {text}" for i, text in pairs)

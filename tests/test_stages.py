@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 
 from conftest import make_session, scripted_config
 from promem_fast.testing.embed_hashing import HashingEmbedder
-from promem_fast.testing.llm_scripted import ScriptedLLM
+from promem_fast.backends.base import Completion, GenerationRequest
+from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.engine import Engine
 from promem_fast.pipeline.anchor import anchor_details
 from promem_fast.pipeline.completeness import Candidate, check_completeness
@@ -134,38 +137,94 @@ def _nodes(texts: list[str]) -> list[MemoryEntry]:
     return [MemoryEntry(id=i, text=t, origin="draft", verification="entailed", turn_ids=[i]) for i, t in enumerate(texts)]
 
 
-def test_relation_verification_drops_implicit_and_unsupported_edges() -> None:
+class _RelationCase:
+    """Four entries of Maya and six candidate edges: 0->1 causal (implicit: entry 3 says it), 1->2 temporal
+    (unsupported), 0->2 causal (kept), plus a self-loop, a duplicate and an edge to a discarded entry (-1)."""
+
     session = make_session("s", "Maya", [
         ("I hurt my knee in March.", "Sorry to hear."),
         ("Because of the knee I switched to swimming.", "Smart."),
         ("I also like jazz.", "Cool."),
     ])
-    nodes = _nodes(["Maya hurt her knee.", "Maya switched to swimming.", "Maya likes jazz.",
-                    "Maya switched to swimming because of her knee."])
-    # candidate edges: 0->1 causal (implicit: node 3 says it), 1->2 temporal (unsupported), 0->2 causal (kept),
-    # plus a self-loop, a duplicate and an edge to a discarded node (-1)
-    types = scripted_config().pipeline.relation_types
-    rid = {t: i for i, t in enumerate(types)}
-    src = np.array([0, 1, 0, 2, 0, 0], np.int64)
-    rel = np.array([rid["causal"], rid["temporal"], rid["causal"], rid["causal"], rid["causal"], rid["causal"]])
-    dst = np.array([1, 2, 2, 2, 2, -1], np.int64)
+    texts = ["Maya hurt her knee.", "Maya switched to swimming.", "Maya likes jazz.",
+             "Maya switched to swimming because of her knee."]
 
-    def probe(f: dict[str, str]) -> dict[str, str]:
-        return {"question": f"Q[{f['source']}|{f['target']}]"}
+    @staticmethod
+    def rules() -> dict[str, Any]:
+        def probe(f: dict[str, str]) -> dict[str, str]:
+            return {"question": f"Q[{f['source']}|{f['target']}]"}
 
-    def answer_flat(f: dict[str, str]) -> dict[str, Any]:
-        implicit = f["question"] == "Q[Maya hurt her knee.|Maya switched to swimming.]"
-        return {"answerable": implicit, "answer": "because of her knee" if implicit else None}
+        def answer_flat(f: dict[str, str]) -> dict[str, Any]:
+            return {"answerable": f["question"] == "Q[Maya hurt her knee.|Maya switched to swimming.]"}
 
-    def verify(f: dict[str, str]) -> dict[str, bool]:
-        return {"supported": f["target"] != "Maya likes jazz." or f["source"] == "Maya hurt her knee."}
+        def verify(f: dict[str, str]) -> dict[str, bool]:
+            return {"supported": f["target"] != "Maya likes jazz." or f["source"] == "Maya hurt her knee."}
 
-    llm = ScriptedLLM(rules={"probe": probe, "answer_flat": answer_flat, "verify_relation": verify})
-    engine = Engine(scripted_config(), llm=llm)
-    edges = run_one(engine, lambda ctx: verify_relations(DialogueView.of(session), session.turn_groups(), nodes, [0, 1, 2, 1],
-                                                          src, rel, dst, ctx))
+        return {"probe": probe, "answer_flat": answer_flat, "verify_relation": verify}
+
+    def run(self, llm: ScriptedLLM) -> list[Any]:
+        types = scripted_config().pipeline.relation_types
+        rid = {t: i for i, t in enumerate(types)}
+        src = np.array([0, 1, 0, 2, 0, 0], np.int64)
+        rel = np.array([rid["causal"], rid["temporal"], rid["causal"], rid["causal"], rid["causal"], rid["causal"]])
+        dst = np.array([1, 2, 2, 2, 2, -1], np.int64)
+        engine = Engine(scripted_config(), llm=llm)
+        return run_one(engine, lambda ctx: verify_relations(DialogueView.of(self.session), self.session.turn_groups(),
+                                                            _nodes(self.texts), [0, 1, 2, 1], src, rel, dst, ctx))
+
+
+def test_relation_verification_drops_implicit_and_unsupported_edges() -> None:
+    case = _RelationCase()
+    edges = case.run(ScriptedLLM(rules=case.rules()))
     assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
     assert edges[0].probe == "Q[Maya hurt her knee.|Maya likes jazz.]"
+
+
+class _Keeping(ScriptedLLM):
+    """The scripted model keeping each request's user message by role; its first verification reply answers
+    link 0, which the prompt does not ask about, beside link 1."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.users: dict[str, list[str]] = {}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for request in requests:
+            role = (parse_rendered(request.messages) or ("?",))[0]
+            self.users.setdefault(role, []).append(request.messages[1]["content"])
+            if role == "verify_relation" and len(self.users[role]) == 1:
+                text = json.dumps({"links": [{"link": 0, "supported": True}, {"link": 1, "supported": True}]})
+                out.append(Completion(text=text, prompt_tokens=10, completion_tokens=20))
+            else:
+                out.extend(super().generate([request]))
+        return out
+
+
+def test_relation_checks_read_the_entries_once_and_answer_only_the_links_asked() -> None:
+    case = _RelationCase()
+    llm = _Keeping(rules=case.rules())
+    edges = case.run(llm)
+    assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
+    (probe,), (flat,) = llm.users["probe"], llm.users["answer_flat"]
+    first, again = llm.users["verify_relation"]  # the reply that answered link 0 was refused, and asked again
+    assert first == again
+    entries = "\n".join(f"{i}. {t}" for i, t in enumerate(case.texts))
+    # the three prompts open with the same entries, and probe and verification with the same links after them,
+    # so a prefix cache prefills that part once; the links name entries by number, not by repeating their text
+    for user in (probe, flat, first):
+        assert user.startswith(f"Memory entries of Maya:\n{entries}\n\n")
+    links = probe[:probe.index("Task:")]
+    assert first.startswith(links)
+    assert links.split("Proposed links between entries:\n", 1)[1].strip().splitlines() == [
+        "0. source: entry 0, target: entry 1, relation: causal (source leads to target)",
+        "1. source: entry 1, target: entry 2, relation: temporal (source happens before target)",
+        "2. source: entry 0, target: entry 2, relation: causal (source leads to target)"]
+    # the flat answer sees the questions, never the proposed links
+    assert "Proposed links" not in flat
+    # verification asks about the two links the entries do not answer (1 and 2), by their numbers
+    asked = first.split("Questions about the links to check:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(".", 1)[0] for line in asked] == ["1", "2"]
 
 
 # ------------------------------------------------------------------------------------------ DA

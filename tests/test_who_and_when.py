@@ -72,7 +72,7 @@ def test_relations_default_to_the_papers_two_with_their_direction_in_every_promp
     (relation,) = llm.prompts["relation"]
     assert "- causal: source leads to target\n- temporal: source happens before target" in relation
     for prompt in llm.prompts["probe"] + llm.prompts.get("verify_relation", []):
-        assert "(A is the source, B the target: source happens before target)" in prompt
+        assert "relation: temporal (source happens before target)" in prompt
         assert "for/with" not in prompt
 
 

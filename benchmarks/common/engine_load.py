@@ -23,7 +23,7 @@ REPLIES: dict[str, Any] = {
     "adjudicate": {"action": "DISCARD", "revised_fact": None},
     "nli": {"label": "neutral"},
     "probe": {"question": "Why did Sam move to Lisbon?"},
-    "answer_flat": {"answerable": False, "answer": None},
+    "answer_flat": {"answerable": False},
     "verify_relation": {"supported": True},
 }
 """One reply per role of the extraction prompts; the three roles that answer numbered items (probe,

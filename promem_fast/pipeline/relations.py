@@ -5,11 +5,14 @@ Candidate edges between events are carried onto the purified entries that cover 
 and probed: the LLM writes a question about the link; if the flat entries already answer it the edge
 is implicit and dropped; otherwise the link is checked against the dialogue and kept only if supported.
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
-once), so relation checking costs three requests per session rather than three per edge.
+once), so relation checking costs three requests per session rather than three per edge. The three prompts
+start with the same numbered entries (probe and verification also with the same links, named by entry
+number), so a prefix cache prefills them once: the entries' text is not repeated in every link.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -86,53 +89,58 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     ctx.stats.bump("edges_cleaned_away", len(src) - len(edges))
     if not edges:
         return []
-    questions = yield from _each(ctx, "probe", len(edges), dict(links="\n".join(
-        link_line(k, nodes[s].text, nodes[t].text, r) for k, (s, r, t) in enumerate(edges))), view,
-        [f"edge {s} -{r}-> {t}" for s, r, t in edges])
-    asked = [(edge, q["question"]) for edge, q in zip(edges, questions) if q is not None]
-    flat = numbered([n.text for n in nodes])
-    answers = yield from _each(ctx, "answer_flat", len(asked), dict(
-        entries=flat, questions=numbered([q for _, q in asked])), view, [q for _, q in asked])
-    open_questions: list[tuple[tuple[int, str, int], str]] = []
-    for (edge, question), result in zip(asked, answers):
+    entries = numbered([n.text for n in nodes])
+    links = "\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges))
+    questions = yield from _each(ctx, "probe", range(len(edges)), dict(entries=entries, links=links), view,
+                                 [f"edge {s} -{r}-> {t}" for s, r, t in edges])
+    asked = {k: q["question"] for k, q in enumerate(questions) if q is not None}
+    answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
+                               view, list(asked.values()))
+    open_links: list[int] = []
+    for k, result in zip(asked, answers):
         if result is None:
             continue
         if result["answerable"]:
             ctx.stats.bump("edges_implicit")
         else:
-            open_questions.append((edge, question))
+            open_links.append(k)
+    shared = dict(entries=entries, links=links)
     if view.shows_dialogue:
-        verdicts = yield from _each(ctx, "verify_relation", len(open_questions), dict(links="\n".join(
-            link_line(k, nodes[s].text, nodes[t].text, r, q) for k, ((s, r, t), q) in enumerate(open_questions))),
-            view, [q for _, q in open_questions])
+        verdicts = yield from _each(ctx, "verify_relation", open_links, dict(
+            shared, questions=numbered({k: asked[k] for k in open_links})), view, [asked[k] for k in open_links])
     else:  # each link with the part of the dialogue near its two facts: one request per link
         label = "The dialogue near the two facts"
         budget = ctx.prompt_budget("verify_relation", render("verify_relation", view.block, user=view.owner,
-                                                             text=part_before(label, ""), links=""))
+                                                             text=part_before(label, ""), questions="", **shared))
         singles = []
-        for (s, r, t), question in open_questions:
-            line = link_line(0, nodes[s].text, nodes[t].text, r, question)
+        for k in open_links:
+            s, _, t = edges[k]
+            question = numbered({k: asked[k]})
             near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
-                            budget - ctx.text_tokens("verify_relation", line))
-            singles.append(_each(ctx, "verify_relation", 1, dict(text=part_before(label, near), links=line),
-                                 view, [question]))
+                            budget - ctx.text_tokens("verify_relation", question))
+            singles.append(_each(ctx, "verify_relation", [k], dict(shared, text=part_before(label, near),
+                                                                   questions=question), view, [asked[k]]))
         verdicts = [v for (v,) in (yield from gather(*singles))]
     out: list[Edge] = []
-    for ((s, r, t), question), result in zip(open_questions, verdicts):
+    for k, result in zip(open_links, verdicts):
         if result is None:
             continue
+        s, r, t = edges[k]
         if result["supported"]:
-            out.append(Edge(source=s, target=t, relation=r, probe=question))
+            out.append(Edge(source=s, target=t, relation=r, probe=asked[k]))
         else:
             ctx.stats.bump("edges_unsupported")
     ctx.stats.bump("edges_kept", len(out))
     return out
 
 
-def _each(ctx: RunContext, role: str, n: int, fields: dict[str, str], view: DialogueView,
+def _each(ctx: RunContext, role: str, numbers: Sequence[int], fields: dict[str, str], view: DialogueView,
           items: list[str]) -> Program[list[dict[str, Any] | None]]:
-    """The answers to ``n`` numbered items asked in one request, in item order (None for every item when the
-    request failed, its failure recorded). A reply must answer each item once, else it is asked again."""
+    """The answers to the items ``numbers`` (links or questions, by their numbers in the prompt) asked in one
+    request, in that order (None for every item when the request failed, its failure recorded). A reply must
+    answer each of them once, else it is asked again."""
+    numbers = list(numbers)
+    n = len(numbers)
     if n == 0:
         return []
     cp = ctx.config.pipeline
@@ -140,14 +148,15 @@ def _each(ctx: RunContext, role: str, n: int, fields: dict[str, str], view: Dial
 
     def check(value: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
         by_number = {a[index]: a for a in value[key]}
-        if sorted(by_number) != list(range(n)):
-            raise ReplyError(f"{key} must answer items 0..{n - 1} once each, got {sorted(by_number)}")
-        return [by_number[i] for i in range(n)], []
+        if len(value[key]) != n or sorted(by_number) != sorted(numbers):
+            raise ReplyError(f"{key} must answer items {sorted(numbers)} once each, "
+                             f"got {sorted(a[index] for a in value[key])}")
+        return [by_number[i] for i in numbers], []
 
     messages = render(role, view.block, user=view.owner, **fields)
     room = ctx.services.context_length(role) - ctx.services.count_tokens(role, messages) - 16
     (result,) = yield from ask_whole(ctx, [Generate(
-        stage="rel", role=role, schema=schema_for(role, n_items=n), messages=messages, check=check,
+        stage="rel", role=role, schema=schema_for(role, numbers=numbers), messages=messages, check=check,
         max_tokens=max(cp.max_tokens[role], min(cp.max_tokens[role] * n, room)),
         item=items[0] if n == 1 else f"{n} items: {items[0]} ...")])
     if isinstance(result, Failure):

@@ -81,7 +81,7 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
         head = DIALOGUE.split("{", 1)[0]
         block["dialogue"] = shown[len(head):] if shown.startswith(head) else ""
         for role, template in TEMPLATES.items():
-            if not user.startswith(template.task.split("{", 1)[0]):
+            if not user.startswith(template.user.split("{", 1)[0]):
                 continue
             fields = _match(template.user, user, block)
             if fields is not None:
@@ -97,21 +97,34 @@ def parse_rendered(messages: Sequence[Message]) -> tuple[str, dict[str, str]] | 
     return None
 
 
-_LINK = re.compile(r"^(?P<n>\d+)\. Entry A: (?P<source>.*?) \| Entry B: (?P<target>.*?) \| Proposed relation: "
-                   r"(?P<relation>\S+) \((?P<meaning>.*?)\)(?: \| Question about the link: (?P<question>.*))?$", re.M)
-_NUMBERED = re.compile(r"^(?P<n>\d+)\. (?P<question>.*)$", re.M)
+_LINK = re.compile(r"^(?P<n>\d+)\. source: entry (?P<source>\d+), target: entry (?P<target>\d+), relation: "
+                   r"(?P<relation>\S+) \((?P<meaning>.*?)\)$", re.M)
+_NUMBERED = re.compile(r"^(?P<n>\d+)\. (?P<text>.*)$", re.M)
+
+
+def _by_number(lines: str) -> dict[int, str]:
+    return {int(m.group("n")): m.group("text") for m in _NUMBERED.finditer(lines)}
 
 
 def each_item(role: str, fields: dict[str, str], rule: Rule) -> dict[str, Any]:
-    """A reply to a prompt of numbered items (links, questions): ``rule`` answers each item from the fields
-    that item's line gives, with the prompt's other fields."""
+    """A reply to a prompt of numbered items (links, questions): ``rule`` answers each item asked from the
+    fields that item's line gives (a link's two entries looked up by number, its question when the prompt has
+    one), with the prompt's other fields. Verification answers only the links the prompt asks a question of."""
     key, index, _ = PER_ITEM[role]
-    found = _NUMBERED.finditer(fields["questions"]) if role == "answer_flat" else _LINK.finditer(fields["links"])
-    answers = []
-    for m in found:
-        item = {k: v for k, v in m.groupdict().items() if v is not None and k != "n"}
-        answers.append({index: int(m.group("n")), **rule({**fields, **item})})
-    return {key: answers}
+    questions = _by_number(fields.get("questions", ""))
+    if role == "answer_flat":
+        items = {k: {"question": q} for k, q in questions.items()}
+    else:
+        entries = _by_number(fields["entries"])
+        items = {}
+        for m in _LINK.finditer(fields["links"]):
+            k = int(m.group("n"))
+            if role == "verify_relation" and k not in questions:
+                continue
+            items[k] = {"source": entries[int(m.group("source"))], "target": entries[int(m.group("target"))],
+                        "relation": m.group("relation"), "meaning": m.group("meaning"),
+                        **({"question": questions[k]} if k in questions else {})}
+    return {key: [{index: k, **rule({**fields, **item})} for k, item in items.items()]}
 
 
 def shown_text(fields: dict[str, str]) -> str:
@@ -335,8 +348,8 @@ def _answer_flat(fields: dict[str, str]) -> dict[str, Any]:
             if entry.rstrip(".") in parts:
                 continue
             if coverage(parts[0], entry) >= 0.6 and coverage(parts[1], entry) >= 0.6:
-                return {"answerable": True, "answer": entry}
-    return {"answerable": False, "answer": None}
+                return {"answerable": True}
+    return {"answerable": False}
 
 
 def _verify(fields: dict[str, str]) -> dict[str, bool]:
