@@ -21,7 +21,9 @@ Gains are attributed apart: the **driver** (``round``: every round sends each se
 waits for the slowest reply, the engine's CPU work of the round in between; ``continuous``: each session
 posts its next wave as soon as its own replies are in) at the same window, then the **window** alone (the
 continuous driver at the window sized from the KV cache over the working set measured on this stream, as
-the engine does with ``max_in_flight: 0``, against the fixed 5,000-token estimate and against 512).
+the engine does with ``max_in_flight: 0``, against the fixed 5,000-token estimate and against 512). Two
+levers for a GPU run to check are projected apart, neither the gpu profile's setting: a small chunked-prefill
+budget, and an FP8 KV cache (twice the tokens in the same memory, so a window twice as wide).
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ GPUS = (GPU("H200", 4.8e12, 989e12, 141e9), GPU("H100", 3.35e12, 989e12, 80e9), 
 PARAMS = 8.03e9
 WEIGHT_BYTES = 2 * PARAMS
 LAYERS, HIDDEN = 32, 4096
-KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
-"""Llama-3.1-8B in bf16 (perf-facts.md): 128 KiB of K and V per token."""
+KV_VALUES_PER_TOKEN = 2 * 32 * 8 * 128
+"""Llama-3.1-8B (perf-facts.md): K and V of 32 layers, 8 KV heads of 128 per token (128 KiB in bf16)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ class Assumed:
     """The round driver's cap on requests per blocking call (EngineConfig.max_batch_size)."""
     window: int = 512
     """The fixed window the sized one is set against (the gpu profile's before it became auto)."""
+    kv_bytes: int = 2
+    """Bytes per KV value: 2 for vLLM's ``kv_cache_dtype="auto"`` (the model's bf16, the gpu profile's), 1 for
+    ``"fp8"`` (the ``continuous_kv_fp8`` row; set through ``llm.options``)."""
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return KV_VALUES_PER_TOKEN * self.kv_bytes
 
 
 def vllm_batch_defaults(gpu: GPU) -> dict[str, int]:
@@ -109,7 +118,7 @@ SMALL_CHUNK = 1024
 def scheduler(gpu: GPU, a: Assumed) -> Scheduler:
     """vLLM v1's scheduler and block pool (:mod:`vllm_blocks`) on ``gpu``'s KV cache, at the assumed shares."""
     costs = Costs(gpu.bandwidth * a.bandwidth_efficiency, gpu.flops * a.compute_efficiency, WEIGHT_BYTES, PARAMS,
-                  KV_BYTES_PER_TOKEN, 4 * LAYERS * HIDDEN, a.step_overhead_s)
+                  a.kv_bytes_per_token, 4 * LAYERS * HIDDEN, a.step_overhead_s)
     return Scheduler(kv_tokens(gpu, a) // BLOCK_TOKENS, costs, a.max_num_seqs, a.max_num_batched_tokens)
 
 
@@ -226,7 +235,7 @@ def run(gpu: GPU, a: Assumed, base: list[list[list[Req]]], n: int, driver: str, 
 
 def kv_tokens(gpu: GPU, a: Assumed) -> int:
     """The KV cache in tokens: the memory vLLM takes at the profile's utilisation, less the weights."""
-    return int((gpu.memory * a.gpu_memory_utilization - WEIGHT_BYTES) / KV_BYTES_PER_TOKEN)
+    return int((gpu.memory * a.gpu_memory_utilization - WEIGHT_BYTES) / a.kv_bytes_per_token)
 
 
 def measured_working_set(base: list[list[list[Req]]]) -> float:
@@ -242,7 +251,7 @@ def inputs(gpu: GPU, a: Assumed) -> dict[str, Any]:
                                               + a.step_overhead_s)
     decode = {}
     for batch, ctx in ((1, 2048), (64, 4096), (256, 4096)):
-        mem = (WEIGHT_BYTES + batch * ctx * KV_BYTES_PER_TOKEN) / (gpu.bandwidth * a.bandwidth_efficiency)
+        mem = (WEIGHT_BYTES + batch * ctx * a.kv_bytes_per_token) / (gpu.bandwidth * a.bandwidth_efficiency)
         comp = (2 * PARAMS * batch + 4 * LAYERS * HIDDEN * ctx * batch) / (gpu.flops * a.compute_efficiency)
         decode[f"batch{batch}_ctx{ctx}_ms"] = round((max(mem, comp) + a.step_overhead_s) * 1e3, 2)
     return {"prefill_tokens_per_s": round(prefill_tps), "decode_step_ms": decode}
@@ -252,7 +261,7 @@ def analytic(gpu: GPU, a: Assumed, tokens: dict[str, float], window: int) -> dic
     """The second formulation (:func:`roofline.project`) at the same assumptions and window."""
     return roofline.project(tokens, bandwidth=gpu.bandwidth * a.bandwidth_efficiency,
                             flops=gpu.flops * a.compute_efficiency, weight_bytes=WEIGHT_BYTES, params=PARAMS,
-                            kv_bytes_per_token=KV_BYTES_PER_TOKEN, attention=4 * LAYERS * HIDDEN,
+                            kv_bytes_per_token=a.kv_bytes_per_token, attention=4 * LAYERS * HIDDEN,
                             overhead_s=a.step_overhead_s, max_num_seqs=a.max_num_seqs,
                             max_num_batched_tokens=a.max_num_batched_tokens, kv_cache_tokens=kv_tokens(gpu, a),
                             window=window)
@@ -285,6 +294,13 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["continuous_chunk_budget_small"] = {"max_num_batched_tokens": SMALL_CHUNK, **run(
         gpu, small, waves, n, "continuous", cpu_s)}
     row["roofline"] = analytic(gpu, a, tokens, sized)
+    # a lever to check on a GPU, not the profile's setting: an FP8 KV cache holds twice the tokens, so the
+    # engine's auto window (sized from the blocks vLLM reports) doubles and more sequences decode per step
+    fp8 = replace(a, kv_bytes=1)
+    fp8_window = auto_window(kv_tokens(gpu, fp8), working_set)
+    row["continuous_kv_fp8"] = {"window": fp8_window, **run(gpu, replace(fp8, window=fp8_window), waves, n,
+                                                              "continuous", cpu_s)}
+    row["roofline_kv_fp8"] = analytic(gpu, fp8, tokens, fp8_window)
     fig = row["continuous"]["sessions_per_hour"]
     row["driver_gain_same_window"] = round(fig / row["round"]["sessions_per_hour"], 2)
     row["driver_gain_same_window_gpu_only"] = round(fig / row["round_without_cpu"]["sessions_per_hour"], 2)
@@ -294,7 +310,9 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["floor_share"] = {"scheduler_model": round(fig / floor, 3),
                           "scheduler_model_small_chunk_budget": round(
                               row["continuous_chunk_budget_small"]["sessions_per_hour"] / floor, 3),
-                          "roofline": round(row["roofline"]["sessions_per_hour"] / floor, 3)}
+                          "roofline": round(row["roofline"]["sessions_per_hour"] / floor, 3),
+                          "scheduler_model_kv_fp8": round(row["continuous_kv_fp8"]["sessions_per_hour"] / floor, 3),
+                          "roofline_kv_fp8": round(row["roofline_kv_fp8"]["sessions_per_hour"] / floor, 3)}
     return row
 
 
@@ -317,11 +335,17 @@ def summarise(out: dict[str, Any]) -> None:
                      f"({row['floor_share']['scheduler_model_small_chunk_budget']:.0%}) at a {SMALL_CHUNK:,}-token "
                      "chunk budget",
                      f"{row['roofline']['sessions_per_hour']:,}/h ({row['floor_share']['roofline']:.0%}, "
-                     f"{row['roofline']['bound']}-bound)", f"{out['floor_sessions_per_hour']:,}/h"])
+                     f"{row['roofline']['bound']}-bound)",
+                     f"window {row['continuous_kv_fp8']['window']}: "
+                     f"{row['continuous_kv_fp8']['sessions_per_hour']:,}/h "
+                     f"({row['floor_share']['scheduler_model_kv_fp8']:.0%}); roofline "
+                     f"{row['roofline_kv_fp8']['sessions_per_hour']:,}/h ({row['floor_share']['roofline_kv_fp8']:.0%})",
+                     f"{out['floor_sessions_per_hour']:,}/h"])
     out.setdefault("tables", {})["projection"] = {
         "columns": ["GPU", "round driver, sized window", "continuous driver, same window (driver gain)",
                     "window alone: fixed, 5,000-token estimate → sized (gain)",
                     "scheduler model (share of floor)", "roofline model (share of floor)",
+                    "FP8 KV cache: sized window, scheduler and roofline models (share of floor)",
                     "compute floor (the H200's 790 TFLOP/s)"],
         "rows": rows}
 
