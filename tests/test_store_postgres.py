@@ -327,3 +327,56 @@ def test_pgvector_search_width_follows_the_users_size_and_the_configuration(pg_u
         PostgresPersistence(pg_url, narrow_width=0)
     with pytest.raises(ConfigError, match="pg_ef_search must lie in 1..1000"):
         dataclasses.replace(scripted_config(), pg_ef_search=1001).validate()
+
+
+def _index_options(url: str) -> tuple[list[str] | None, list[str]]:
+    """The vector index's storage options as PostgreSQL's catalogue holds them, and every index on ``nodes``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'nodes_vector'").fetchone()
+        names = [r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'nodes' "
+                                            "ORDER BY indexname").fetchall()]
+    return (None if row is None else row[0]), names
+
+
+def test_migrate_builds_the_vector_index_again_with_other_hnsw_parameters(tmp_path: Path, pg_url: str) -> None:
+    """pgvector's build parameters bound what a search at any width can find in a large user (bench_pg_search);
+    ``promem migrate --hnsw-m/--hnsw-ef-construction`` records new ones and builds the index again beside the
+    old one, after which searches find what they found before; an index made later uses them too."""
+    import psycopg
+
+    env = {"PROMEM_DB_URL": pg_url}
+    # no vectors yet: the parameters are recorded, and the first fill's index is built with them
+    first = promem("migrate", "--hnsw-m", "8", "--hnsw-ef-construction", "40", env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1].endswith("no vectors indexed yet: the index will be built with m = 8, "
+                                                  "ef_construction = 40")
+    config = scripted_config()
+    config.search_approximate_min = 1  # every search walks the index
+    with open_store(pg_url, config) as store:
+        fill(store)
+        before = [h.text for h in store.search("Maya", "where does Maya work?", k=3)]
+    assert _index_options(pg_url)[0] == ["m=8", "ef_construction=40"]
+    # built again, while the old index serves; the half-built one of an interrupted try is dropped first
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE INDEX nodes_vector_next ON nodes (id)")
+    again = promem("migrate", "--hnsw-m", "12", "--hnsw-ef-construction", "48", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "vector index built again in" in again.stdout and "with m = 12, ef_construction = 48" in again.stdout
+    options, indexes = _index_options(pg_url)
+    assert options == ["m=12", "ef_construction=48"] and "nodes_vector_next" not in indexes
+    with open_store(pg_url, config) as store:
+        assert [h.text for h in store.search("Maya", "where does Maya work?", k=3)] == before
+        assert store.db.index_build() == {"m": 12, "ef_construction": 48}
+    # faults: one line each, the store unchanged
+    for args, message in ((("--hnsw-m", "12"), "--hnsw-m and --hnsw-ef-construction go together"),
+                          (("--hnsw-m", "20", "--hnsw-ef-construction", "30"),
+                           "hnsw ef_construction 30: pgvector accepts 4 to 1000, and at least twice m (40)"),
+                          (("--hnsw-m", "1", "--hnsw-ef-construction", "30"), "hnsw m 1: pgvector accepts 2 to 100")):
+        wrong = promem("migrate", *args, env=env)
+        assert wrong.returncode == 2 and message in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
+    assert _index_options(pg_url)[0] == ["m=12", "ef_construction=48"]
+    sqlite = promem("migrate", "--db", str(tmp_path / "m.db"), "--hnsw-m", "8", "--hnsw-ef-construction", "40")
+    assert sqlite.returncode == 2 and "HNSW build parameters are pgvector's, for a PostgreSQL store" in sqlite.stderr
+    assert not (tmp_path / "m.db").exists()  # refused before anything was made

@@ -1,8 +1,8 @@
 """One user's search on the two persistence backends: pgvector's HNSW index in PostgreSQL against SQLite's
 grouped HNSW index in process, recall@10 and single-query latency (p50, p99), side by side in one run.
 
-Run: ``python -m benchmarks.runs.bench_pg_search [--sizes 100000] [--queries 300] [--ef-search 200 400]``
-(writes ``results/bench_pg_search.json`` through :func:`benchmarks.tools.figures.write_result`). PostgreSQL is
+Run: ``python -m benchmarks.runs.bench_pg_search [--sizes 100000] [--queries 300] [--ef-search 200 400]
+[--name bench_pg_search]`` (writes ``results/NAME.json`` through :func:`benchmarks.tools.figures.write_result`). PostgreSQL is
 the server ``PROMEM_TEST_PG_URL`` names, else one started from the pgserver wheel in a temporary folder.
 
 The vectors (384 dims, normalised) are noisy copies of 2,000 random centres at cosine about 0.9 to their
@@ -15,7 +15,10 @@ counts the ids of each backend's top 10 found in the exact top 10 (numpy, float6
 query, the order turned by one each query (a query's first store reads the pages the next ones find cached).
 ``--ef-search`` adds pgvector's search width at other values, one width for the user whatever its size, beside
 the product's, which follows the user's size (``postgresql_efN``: the same database and index, another
-connection pool, timed in the same alternation).
+connection pool, timed in the same alternation). ``--builds 16:128`` then builds the product's index again
+with other pgvector build parameters (``m``, ``ef_construction``), as ``promem migrate --hnsw-m
+--hnsw-ef-construction`` does, and searches it alone (``postgresql_mM_efcN``: not alternated with the others;
+``build_s`` is the concurrent rebuild).
 """
 
 from __future__ import annotations
@@ -76,16 +79,32 @@ def exact_top(asked: np.ndarray, data: np.ndarray) -> np.ndarray:
     return np.concatenate(tops)
 
 
+def timed_searches(db: object, asked: np.ndarray, exact: np.ndarray) -> dict[str, float]:
+    """Recall@10 and p50/p99 of ``db``'s searches of ``asked``, one after another."""
+    times, hits = [], 0
+    for row, query in enumerate(asked):
+        started = time.perf_counter()
+        ids, _ = db.nearest(1, query, K)  # type: ignore[attr-defined]
+        times.append(time.perf_counter() - started)
+        hits += len(set(ids.tolist()) & set(exact[row].tolist()))
+    return summary(sorted(times), hits, len(asked))
+
+
+def summary(ordered: list[float], hits: int, queries: int) -> dict[str, float]:
+    return {"recall_at_10": round(hits / (K * queries), 4), "p50_ms": round(1000 * statistics.median(ordered), 2),
+            "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2)}
+
+
 def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.Generator,
-            widths: list[int]) -> dict[str, object]:
+            widths: list[int], builds: list[tuple[int, int]], sqlite: bool = True) -> dict[str, object]:
     centres = rng.normal(size=(CENTRES, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     data = vectors(size, centres, rng)
     asked = vectors(queries, centres, rng)
     exact = exact_top(asked, data)
     out: dict[str, object] = {"nodes": size, "queries": queries}
-    stores = {"sqlite": open_persistence(folder / f"bench-{size}.db", search_approximate_min=1),
-              "postgresql": open_persistence(pg_url, search_approximate_min=1)}
+    stores = {"sqlite": open_persistence(folder / f"bench-{size}.db", search_approximate_min=1)} if sqlite else {}
+    stores["postgresql"] = open_persistence(pg_url, search_approximate_min=1)
     try:
         for name, db in stores.items():
             started = time.perf_counter()
@@ -116,11 +135,15 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
                 times[name].append(time.perf_counter() - started)
                 hits[name] += len(set(ids.tolist()) & set(exact[row].tolist()))
         for name in stores:
-            ordered = sorted(times[name])
-            out[name].update({  # type: ignore[union-attr]
-                "recall_at_10": round(hits[name] / (K * queries), 4),
-                "p50_ms": round(1000 * statistics.median(ordered), 2),
-                "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2)})
+            out[name].update(summary(sorted(times[name]), hits[name], queries))  # type: ignore[union-attr]
+        pg = stores["postgresql"]
+        for m, ef_construction in builds:  # the product's index built again (promem migrate --hnsw-...)
+            started = time.perf_counter()
+            pg.rebuild_index(m, ef_construction)  # type: ignore[attr-defined]
+            pg.analyze()  # type: ignore[attr-defined]
+            out[f"postgresql_m{m}_efc{ef_construction}"] = {
+                "ef_search": out["postgresql"]["ef_search"], "load_s": None,  # type: ignore[index]
+                "build_s": round(time.perf_counter() - started, 1), **timed_searches(pg, asked, exact)}
     finally:
         for db in stores.values():
             db.close()
@@ -128,16 +151,17 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
     return out
 
 
-def write(results: list[dict[str, object]], command: str) -> None:
-    """``results/bench_pg_search.json``: per size and backend, recall@10, p50/p99 and the seconds to load and
+def write(results: list[dict[str, object]], command: str, file_name: str = "bench_pg_search") -> None:
+    """``results/NAME.json``: per size and backend, recall@10, p50/p99 and the seconds to load and
     index, as figures and one table."""
     found: dict[str, object] = {}
     rows = []
     for result in results:
         size = result["nodes"]
         found[f"{size}.load_average"] = result["load_average"]
-        for name in ["sqlite", "postgresql", *sorted((k for k in result if k.startswith("postgresql_ef")),
-                                                     key=lambda k: int(k.removeprefix("postgresql_ef")))]:
+        for name in [*(["sqlite"] if "sqlite" in result else []), "postgresql", *sorted((k for k in result if k.startswith("postgresql_ef")),
+                                                     key=lambda k: int(k.removeprefix("postgresql_ef"))),
+                     *(k for k in result if k.startswith("postgresql_m"))]:
             for key, value in result[name].items():  # type: ignore[union-attr]
                 if value is not None:
                     found[f"{size}.{name}.{key}"] = value
@@ -145,7 +169,7 @@ def write(results: list[dict[str, object]], command: str) -> None:
             rows.append([f"{size:,}", name, *("—" if v is None else v for v in (  # type: ignore[index]
                 got["ef_search"], got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
                 got["load_s"], got["build_s"])), result["load_average"]])  # type: ignore[index]
-    figures.write_result("bench_pg_search", found, command, tables={"main": {
+    figures.write_result(file_name, found, command, tables={"main": {
         "columns": ["nodes", "backend", "ef_search", "recall@10", "p50 ms", "p99 ms", "load s", "index s",
                     "load average"],
         "rows": rows}},
@@ -153,7 +177,9 @@ def write(results: list[dict[str, object]], command: str) -> None:
              "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW at the ef_search "
              f"of each row (the product's follows the user's size, up to {EF_SEARCH}), built with "
              f"maintenance_work_mem {BUILD_MEMORY} and one parallel worker); queries timed alternately, in a turning "
-             "order, on 2 CPU cores; the load average at the end of each size is a figure.")
+             "order, on 2 CPU cores; rows postgresql_mM_efcN: the index built again with pgvector's m and "
+             "ef_construction after the alternated queries, then searched alone; the load average at the end of "
+             "each size is a figure.")
 
 
 def main() -> int:
@@ -162,6 +188,12 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--ef-search", type=int, nargs="*", default=[],
                         help="pgvector search widths measured beside the product's")
+    parser.add_argument("--builds", nargs="*", default=[], metavar="M:EF_CONSTRUCTION",
+                        help="after the side-by-side queries, build the PostgreSQL index again with these "
+                             "pgvector build parameters, one after another, and search it alone at the product's width")
+    parser.add_argument("--without-sqlite", action="store_true",
+                        help="PostgreSQL alone (the SQLite side's figures are in another run's file)")
+    parser.add_argument("--name", default="bench_pg_search", help="the result file (results/NAME.json)")
     args = parser.parse_args()
     from promem_fast.testing.pg_server import Server  # PROMEM_TEST_PG_URL, else the pgserver wheel
 
@@ -174,10 +206,12 @@ def main() -> int:
                 url = server.fresh_database()
                 for setting in (f"maintenance_work_mem = '{BUILD_MEMORY}'", "max_parallel_maintenance_workers = 1"):
                     server.alter_database(url, setting)
-                results.append(measure(size, args.queries, url, Path(folder), rng, args.ef_search))
+                builds = [tuple(int(x) for x in b.split(":")) for b in args.builds]
+                results.append(measure(size, args.queries, url, Path(folder), rng, args.ef_search,
+                                       builds, sqlite=not args.without_sqlite))  # type: ignore[arg-type]
                 server.drop(url)
                 print(json.dumps(results[-1]), flush=True)
-                write(results, "python -m benchmarks.runs.bench_pg_search " + " ".join(sys.argv[1:]))
+                write(results, "python -m benchmarks.runs.bench_pg_search " + " ".join(sys.argv[1:]), args.name)
     finally:
         server.close()
     return 0

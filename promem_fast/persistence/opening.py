@@ -55,3 +55,27 @@ def migrate(location: str | Path, *, key_file: str | Path | None = None) -> tupl
         before = 0
     connect(path, key_file=key_file).close()
     return before, SCHEMA_VERSION
+
+
+def check_index_build(location: str | Path, m: int, ef_construction: int) -> None:
+    """Refuse HNSW build parameters for an SQLite store or outside pgvector's ranges, in one line each."""
+    from .connection import StoreError
+    from .pg_schema import check_hnsw_build
+
+    if not is_url(location):
+        raise StoreError(f"{location}: HNSW build parameters are pgvector's, for a PostgreSQL store; an SQLite "
+                         "store's index is built in process (search_approximate_min, its index kind)")
+    check_hnsw_build(m, ef_construction)
+
+
+def rebuild_index(location: str | Path, m: int, ef_construction: int) -> bool:
+    """Build a PostgreSQL store's vector index again with pgvector's build parameters ``m`` and
+    ``ef_construction``, which an index made later uses too; returns whether there were vectors to index."""
+    check_index_build(location, m, ef_construction)
+    from .postgres import PostgresPersistence
+
+    db = PostgresPersistence(str(location))
+    try:
+        return db.rebuild_index(m, ef_construction)
+    finally:
+        db.close()

@@ -200,11 +200,71 @@ def migrate(conn: Any, where: str, *, read_only: bool, target: int = SCHEMA_VERS
     return version
 
 
+HNSW_DEFAULTS = {"m": 16, "ef_construction": 64}
+"""pgvector's own build parameters, used until ``promem migrate --hnsw-m/--hnsw-ef-construction`` records others."""
+
+
+def hnsw_build(conn: Any) -> dict[str, int]:
+    """The HNSW build parameters of this store: those recorded in ``meta`` (``hnsw_m``,
+    ``hnsw_ef_construction``), else pgvector's defaults."""
+    found = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('hnsw_m', 'hnsw_ef_construction')")
+                 .fetchall())
+    return {name: int(found.get(f"hnsw_{name}", default)) for name, default in HNSW_DEFAULTS.items()}
+
+
+def check_hnsw_build(m: int, ef_construction: int) -> None:
+    """pgvector's ranges (m 2..100, ef_construction 4..1000 and at least twice m), each fault in one line."""
+    if not 2 <= m <= 100:
+        raise StoreError(f"hnsw m {m}: pgvector accepts 2 to 100")
+    if not 4 <= ef_construction <= 1000 or ef_construction < 2 * m:
+        raise StoreError(f"hnsw ef_construction {ef_construction}: pgvector accepts 4 to 1000, and at least "
+                         f"twice m ({2 * m})")
+
+
+def _index_sql(name: str, build: dict[str, int], concurrently: bool = False) -> str:
+    how = "CONCURRENTLY " if concurrently else ""
+    return (f"CREATE INDEX {how}{name} ON nodes USING hnsw (vector vector_cosine_ops) "
+            f"WITH (m = {int(build['m'])}, ef_construction = {int(build['ef_construction'])})")
+
+
 def type_vectors(conn: Any, dim: int) -> None:
-    """Type the ``vector`` column to the store's dimension and index it (HNSW, cosine), once."""
+    """Type the ``vector`` column to the store's dimension and index it (HNSW, cosine, at the store's build
+    parameters: :func:`hnsw_build`), once."""
     found = conn.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = 'nodes'::regclass AND "
                          "attname = 'vector'").fetchone()
     if found is not None and int(found[0]) == dim:
         return
     conn.execute(f"ALTER TABLE nodes ALTER COLUMN vector TYPE vector({int(dim)})")
-    conn.execute("CREATE INDEX IF NOT EXISTS nodes_vector ON nodes USING hnsw (vector vector_cosine_ops)")
+    if conn.execute("SELECT to_regclass('nodes_vector') IS NULL").fetchone()[0]:
+        conn.execute(_index_sql("nodes_vector", hnsw_build(conn)))
+
+
+def rebuild_vector_index(conn: Any, m: int, ef_construction: int) -> bool:
+    """Record new HNSW build parameters and, when the vectors are indexed already, build the index again with
+    them; returns whether an index was built. The new index is built beside the old one
+    (``CREATE INDEX CONCURRENTLY``: searches and writes go on meanwhile, against the old index) and swapped in
+    in one short transaction, so an interrupted rebuild leaves the old index serving (the half-built one is
+    dropped by the next try). ``conn`` is in autocommit mode."""
+    check_hnsw_build(m, ef_construction)
+    build = {"m": m, "ef_construction": ef_construction}
+    conn.execute("INSERT INTO meta (key, value) VALUES ('hnsw_m', %s), ('hnsw_ef_construction', %s) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(m), str(ef_construction)))
+    if conn.execute("SELECT to_regclass('nodes_vector') IS NULL").fetchone()[0]:
+        return False
+    conn.execute("DROP INDEX IF EXISTS nodes_vector_next")
+    conn.execute(_index_sql("nodes_vector_next", build, concurrently=True))
+    with conn.transaction():
+        conn.execute("DROP INDEX nodes_vector")
+        conn.execute("ALTER INDEX nodes_vector_next RENAME TO nodes_vector")
+    return True
+
+
+def index_build_of(conn: Any) -> dict[str, int] | None:
+    """The build parameters the vector index was made with (from its storage options; pgvector's defaults
+    where it names none), or None while the vectors are not indexed."""
+    row = conn.execute("SELECT c.reloptions FROM pg_class c WHERE c.relname = 'nodes_vector' AND "
+                       "c.relnamespace = current_schema()::regnamespace").fetchone()
+    if row is None:
+        return None
+    options = dict(item.split("=", 1) for item in (row[0] or []))
+    return {name: int(options.get(name, default)) for name, default in HNSW_DEFAULTS.items()}

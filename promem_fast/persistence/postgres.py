@@ -31,7 +31,7 @@ from promem_fast.config import EngineConfig
 
 from .api import Rows, shown
 from .connection import StoreError
-from .pg_schema import migrate, schema_version, type_vectors
+from .pg_schema import index_build_of, migrate, rebuild_vector_index, schema_version, type_vectors
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +319,24 @@ class PostgresPersistence:
         in time, but not one an import has just filled."""
         with self._pool.connection() as conn:
             conn.execute("ANALYZE nodes, details, sessions, users")
+
+    def rebuild_index(self, m: int, ef_construction: int) -> bool:
+        """Build the vector index again with pgvector's build parameters ``m`` and ``ef_construction`` (recorded
+        for an index built later too); returns whether there were vectors to index. Searches and writes go on
+        meanwhile (:func:`~.pg_schema.rebuild_vector_index`)."""
+        if self.read_only:
+            raise StoreError(f"{self.location}: opened read-only; the index is rebuilt by a writer")
+        try:
+            with self._pool.connection() as conn:
+                return rebuild_vector_index(conn, m, ef_construction)
+        except self.psycopg.Error as exc:
+            raise StoreError(f"{self.location}: the index rebuild failed ({_first_line(exc)}); the index it "
+                             "had still serves") from None
+
+    def index_build(self) -> dict[str, int] | None:
+        """The build parameters of the vector index (None before the first vectors are indexed)."""
+        with self._pool.connection() as conn:
+            return index_build_of(conn)
 
     def close(self) -> None:
         self._pool.close()
