@@ -90,8 +90,8 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     if not edges:
         return []
     entries = numbered([n.text for n in nodes])
-    links = "\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges))
-    questions = yield from _each(ctx, "probe", range(len(edges)), dict(entries=entries, links=links), view,
+    shared = dict(entries=entries, links="\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges)))
+    questions = yield from _each(ctx, "probe", range(len(edges)), shared, view,
                                  [f"edge {s} -{r}-> {t}" for s, r, t in edges])
     asked = {k: q["question"] for k, q in enumerate(questions) if q is not None}
     answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
@@ -104,7 +104,6 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
             ctx.stats.bump("edges_implicit")
         else:
             open_links.append(k)
-    shared = dict(entries=entries, links=links)
     if view.shows_dialogue:
         verdicts = yield from _each(ctx, "verify_relation", open_links, dict(
             shared, questions=numbered({k: asked[k] for k in open_links})), view, [asked[k] for k in open_links])
