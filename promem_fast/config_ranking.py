@@ -33,7 +33,8 @@ class RankingConfig:
     """Cosine at and above which two memories count as saying the same thing."""
     when: bool = True
     """Read dates and relative times in the question ("last May", "in 2023", "two weeks ago") as a window
-    relative to the question's time; memories said in it are ranked up (a third ranking in the fusion)."""
+    relative to the question's time; memories said in it are ranked up (a third ranking in the fusion), and
+    the time phrase itself is left out of what the dense and lexical sides read."""
     relevance_floor: float = 0.2
     """An answer abstains ("memory holds nothing on it") when no memory reaches this cosine with the
     question (as embedded, names left out) and none shares a content word with it. The cosine is the

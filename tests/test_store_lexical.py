@@ -194,3 +194,31 @@ def test_a_word_in_most_memories_leaves_the_ranking_to_the_rare_ones(store_at: s
         assert store.search("Ann", "coffee", k=5) == []
         assert [h.text for h in store.search("Ann", "coffee for the quokka", k=5)] == [
             "Ann feeds a quokka at the zoo."]
+
+
+def test_the_day_a_question_names_is_a_window_not_a_search_word(store_at: str) -> None:
+    moved = graph("a4", "Ann", ["Ann moved to York in May 2025.", "Ann drinks green tea."],
+                  timestamp="2025-06-02T09:00:00")
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
+    question = "What does Ann drink as of May 20, 2025?"
+    with open_store(store_at, lexical) as store:
+        store.add([moved])
+        found = [h.text for h in store.search("Ann", question, k=5)]
+    with open_store(store_at, lexical.with_overrides(["ranking.when=false"])) as store:
+        literal = [h.text for h in store.search("Ann", question, k=5)]
+    # the window reads the day; "May" and "2025" would otherwise match the move, which says nothing on drinks
+    assert found == ["Ann drinks green tea."]
+    assert sorted(literal) == ["Ann drinks green tea.", "Ann moved to York in May 2025."]  # read as words
+
+
+def test_the_time_phrases_the_window_reads_leave_the_question() -> None:
+    from promem_fast.store.when import without_times
+
+    assert without_times("What is Martin's pet preference as of Mar 23, 2032?") == "What is Martin's pet preference?"
+    assert without_times("What did Melanie paint last May?") == "What did Melanie paint?"
+    assert without_times("Where did she go two weeks ago?") == "Where did she go?"
+    assert without_times("What did Ann cook on 8 May 2023 and in 2024?") == "What did Ann cook on and?"
+    assert without_times("Did he feel optimistic before June 2029?") == "Did he feel optimistic before?"
+    # nothing left but the time: the question stays whole, so the dense side still has text to embed
+    assert without_times("May 2023?") == "May 2023?"
+    assert without_times("Why did Caroline march in the parade?") == "Why did Caroline march in the parade?"

@@ -18,7 +18,10 @@ the product's, which follows the user's size (``postgresql_efN``: the same datab
 connection pool, timed in the same alternation). ``--builds 16:128`` then builds the product's index again
 with other pgvector build parameters (``m``, ``ef_construction``), as ``promem migrate --hnsw-m
 --hnsw-ef-construction`` does, and searches it alone (``postgresql_mM_efcN``: not alternated with the others;
-``build_s`` is the concurrent rebuild).
+``build_s`` is the concurrent rebuild). After each PostgreSQL index is searched, ``--inserts N`` sessions of
+:data:`INSERTED_NODES` new vectors are written one by one into it, as extraction adds them (``insert_ms``: the
+median session's commit, the index updated in it; ``insert_p99_ms``), then deleted again, so the next build
+indexes the same rows.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from promem_fast.persistence.postgres import EF_SEARCH, PostgresPersistence, sea
 DIM = 384
 CENTRES = 2000
 K = 10
+INSERTED_NODES = 40
+"""Nodes per inserted session (``--inserts``): about what one extracted session adds."""
 BUILD_MEMORY = "4GB"
 """``maintenance_work_mem`` for the index build: 1M vectors of 384 dims and their links take about 2 GB."""
 
@@ -52,18 +57,37 @@ def vectors(n: int, centres: np.ndarray, rng: np.random.Generator) -> np.ndarray
     return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
 
 
+def record(session_id: str, first: int, count: int) -> dict[str, object]:
+    return {"session_id": session_id, "timestamp": None, "mode": "promem",
+            "nodes": [{"id": i, "text": f"memory {first + i}", "turn_ids": [], "details": []} for i in range(count)],
+            "edges": [], "details": [], "events": [], "stats": {}}
+
+
 def fill(db: object, data: np.ndarray) -> None:
     with db.transaction() as tx:  # type: ignore[attr-defined]
         tx.execute("INSERT INTO meta (key, value) VALUES ('dim', ?) ON CONFLICT DO NOTHING", (str(DIM),))
         user = rows.ensure_user(tx, "bench", "u")
     for start in range(0, len(data), 1000):
         block = data[start:start + 1000]
-        record = {"session_id": f"s{start // 1000}", "timestamp": None, "mode": "promem",
-                  "nodes": [{"id": i, "text": f"memory {start + i}", "turn_ids": [], "details": []}
-                            for i in range(len(block))],
-                  "edges": [], "details": [], "events": [], "stats": {}}
         with db.transaction() as tx:  # type: ignore[attr-defined]
-            rows.insert_session(tx, user, record, block)
+            rows.insert_session(tx, user, record(f"s{start // 1000}", start, len(block)), block)
+
+
+def timed_inserts(db: object, sessions: int, centres: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
+    """Median and p99 milliseconds to commit one session of :data:`INSERTED_NODES` new vectors into the
+    indexed table, one session after another; the sessions are deleted afterwards."""
+    times = []
+    for n in range(sessions):
+        block = vectors(INSERTED_NODES, centres, rng)
+        started = time.perf_counter()
+        with db.transaction() as tx:  # type: ignore[attr-defined]
+            rows.insert_session(tx, 1, record(f"added{n}", n * INSERTED_NODES, INSERTED_NODES), block)
+        times.append(time.perf_counter() - started)
+    with db.transaction() as tx:  # type: ignore[attr-defined]
+        tx.execute("DELETE FROM sessions WHERE session_id LIKE 'added%'")
+    ordered = sorted(times)
+    return {"insert_ms": round(1000 * statistics.median(ordered), 1),
+            "insert_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1)}
 
 
 def exact_top(asked: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -96,7 +120,8 @@ def summary(ordered: list[float], hits: int, queries: int) -> dict[str, float]:
 
 
 def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.Generator,
-            widths: list[int], builds: list[tuple[int, int]], sqlite: bool = True) -> dict[str, object]:
+            widths: list[int], builds: list[tuple[int, int]], sqlite: bool = True, inserts: int = 0
+            ) -> dict[str, object]:
     centres = rng.normal(size=(CENTRES, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     data = vectors(size, centres, rng)
@@ -137,6 +162,8 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
         for name in stores:
             out[name].update(summary(sorted(times[name]), hits[name], queries))  # type: ignore[union-attr]
         pg = stores["postgresql"]
+        if inserts:
+            out["postgresql"].update(timed_inserts(pg, inserts, centres, rng))  # type: ignore[union-attr]
         for m, ef_construction in builds:  # the product's index built again (promem migrate --hnsw-...)
             started = time.perf_counter()
             pg.rebuild_index(m, ef_construction)  # type: ignore[attr-defined]
@@ -144,6 +171,9 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
             out[f"postgresql_m{m}_efc{ef_construction}"] = {
                 "ef_search": out["postgresql"]["ef_search"], "load_s": None,  # type: ignore[index]
                 "build_s": round(time.perf_counter() - started, 1), **timed_searches(pg, asked, exact)}
+            if inserts:
+                out[f"postgresql_m{m}_efc{ef_construction}"].update(  # type: ignore[union-attr]
+                    timed_inserts(pg, inserts, centres, rng))
     finally:
         for db in stores.values():
             db.close()
@@ -168,18 +198,20 @@ def write(results: list[dict[str, object]], command: str, file_name: str = "benc
             got = result[name]
             rows.append([f"{size:,}", name, *("—" if v is None else v for v in (  # type: ignore[index]
                 got["ef_search"], got["recall_at_10"], got["p50_ms"], got["p99_ms"],  # type: ignore[index]
-                got["load_s"], got["build_s"])), result["load_average"]])  # type: ignore[index]
+                got["load_s"], got["build_s"], got.get("insert_ms"), got.get("insert_p99_ms"))),  # type: ignore[index]
+                result["load_average"]])
     figures.write_result(file_name, found, command, tables={"main": {
         "columns": ["nodes", "backend", "ef_search", "recall@10", "p50 ms", "p99 ms", "load s", "index s",
-                    "load average"],
+                    "insert ms", "insert p99 ms", "load average"],
         "rows": rows}},
         note="One user; synthetic clustered vectors (2,000 centres, cosine about 0.9), 384 dims; both backends "
              "approximate (SQLite: grouped HNSW in process; PostgreSQL: pgvector 0.6 HNSW at the ef_search "
              f"of each row (the product's follows the user's size, up to {EF_SEARCH}), built with "
              f"maintenance_work_mem {BUILD_MEMORY} and one parallel worker); queries timed alternately, in a turning "
              "order, on 2 CPU cores; rows postgresql_mM_efcN: the index built again with pgvector's m and "
-             "ef_construction after the alternated queries, then searched alone; the load average at the end of "
-             "each size is a figure.")
+             "ef_construction after the alternated queries, then searched alone; insert ms: one session of "
+             f"{INSERTED_NODES} new vectors committed into that index (median, p99 of --inserts sessions, then "
+             "deleted); the load average at the end of each size is a figure.")
 
 
 def main() -> int:
@@ -193,6 +225,8 @@ def main() -> int:
                              "pgvector build parameters, one after another, and search it alone at the product's width")
     parser.add_argument("--without-sqlite", action="store_true",
                         help="PostgreSQL alone (the SQLite side's figures are in another run's file)")
+    parser.add_argument("--inserts", type=int, default=0,
+                        help=f"sessions of {INSERTED_NODES} vectors timed into each PostgreSQL index, then deleted")
     parser.add_argument("--name", default="bench_pg_search", help="the result file (results/NAME.json)")
     args = parser.parse_args()
     from promem_fast.testing.pg_server import Server  # PROMEM_TEST_PG_URL, else the pgserver wheel
@@ -208,7 +242,8 @@ def main() -> int:
                     server.alter_database(url, setting)
                 builds = [tuple(int(x) for x in b.split(":")) for b in args.builds]
                 results.append(measure(size, args.queries, url, Path(folder), rng, args.ef_search,
-                                       builds, sqlite=not args.without_sqlite))  # type: ignore[arg-type]
+                                       builds, sqlite=not args.without_sqlite,  # type: ignore[arg-type]
+                                       inserts=args.inserts))
                 server.drop(url)
                 print(json.dumps(results[-1]), flush=True)
                 write(results, "python -m benchmarks.runs.bench_pg_search " + " ".join(sys.argv[1:]), args.name)

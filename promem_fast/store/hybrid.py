@@ -20,7 +20,8 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.lexical import terms
 
 from .ranking import collapse, fuse, prepare
-from .when import window, within
+from .when import said_within
+from .when import window
 
 if TYPE_CHECKING:
     from .protocol import StoreView
@@ -54,7 +55,7 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     dense = _dense(store, user_pk, vector, depth, where, params) if config.dense else []
     lexical: list[int] = []
     if config.lexical:
-        found = [node for node, _ in store.db.lexical(user_pk, terms(query, prepared.dropped), depth)]
+        found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.words, prepared.dropped), depth)]
         lexical = rows.in_scope(store.db, found, where, params)[:depth] if found else []
     return vector, dense, lexical
 
@@ -110,7 +111,7 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
         chunks = (pool[lo:lo + 500] for lo in range(0, len(pool), 500))
         said = {node: valid_from for chunk in chunks for node, valid_from in store.db.execute(
             f"SELECT id, valid_from FROM nodes WHERE id IN ({rows.placeholders(len(chunk))})", chunk)}
-        timed = [n for n in (dense or lexical) if within(said.get(n), days)]
+        timed = said_within(dense or lexical, said.get, days)
     order = fuse(dense, lexical, config, timed=timed)
     read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)
     best = collapse(order, read.vector, config, k, text_of=read.text)

@@ -18,7 +18,8 @@ from promem_fast.config_ranking import RankingConfig
 from promem_fast.times import iso_time
 
 from .ranking import Query, collapse, fuse
-from .when import window, within
+from .when import said_within
+from .when import window
 
 
 @dataclass
@@ -72,7 +73,7 @@ def rank_pool(question: str, question_time: str | None, query: Query, vector: np
     days = window(question, _day(question_time)) if config.when else None
     if days is not None:
         said = {i: iso_time(pool[i][2]) if pool[i][2] else None for i in dense}
-        timed = [i for i in (dense if config.dense else lexed) if within(said[i], days)]
+        timed = said_within(dense if config.dense else lexed, said.__getitem__, days)
     owner = None if owner_of is None else (lambda i: owner_of(pool[i][0]))
     order = fuse(dense, lexed, config, timed=timed, owner_of=owner, speaker=query.speaker)
     ranked.order = collapse(order, lambda i: keys[i], config, depth, text_of=lambda i: pool[i][1])

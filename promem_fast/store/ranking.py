@@ -32,6 +32,8 @@ from promem_fast.config_ranking import RankingConfig
 
 from promem_fast.persistence.lexical import name_words, terms, words
 
+from .when import without_times
+
 K = TypeVar("K", bound=Hashable)
 
 OTHER_SPEAKER_FACTOR = 0.5
@@ -43,7 +45,11 @@ class Query:
     """A question prepared for ranking: the text to embed, the lexical terms, the named speaker."""
 
     text: str
-    """The question, the owners' names left out when ``names`` is on (what the dense side embeds)."""
+    """The question, the owners' names left out when ``names`` is on and its time phrases when ``when`` is on
+    (what the dense side embeds)."""
+    words: str
+    """The question as the lexical side reads it: its time phrases left out when ``when`` is on (the names
+    are left out by ``dropped``)."""
     dropped: frozenset[str]
     """Name words the lexical side leaves out."""
     speaker: str | None
@@ -55,12 +61,13 @@ def prepare(question: str, owners: Sequence[str], config: RankingConfig) -> Quer
     owners = [o for o in dict.fromkeys(owners) if o]
     named = [o for o in owners if name_words([o]) & set(words(question))]
     speaker = named[0] if config.speaker and len(named) == 1 and len(owners) > 1 else None
+    timeless = without_times(question) if config.when else question
     if not config.names:
-        return Query(question, frozenset(), speaker)
+        return Query(timeless, timeless, frozenset(), speaker)
     drop = name_words(owners)
-    kept = [w for w in question.split() if not (set(words(w)) - {"s"} and set(words(w)) - {"s"} <= drop)]
-    text = " ".join(kept) if kept else question
-    return Query(text, frozenset(drop), speaker)
+    kept = [w for w in timeless.split() if not (set(words(w)) - {"s"} and set(words(w)) - {"s"} <= drop)]
+    text = " ".join(kept) if kept else timeless
+    return Query(text, timeless, frozenset(drop), speaker)
 
 
 def fuse(dense: Sequence[K], lexical: Sequence[K], config: RankingConfig, *, timed: Sequence[K] = (),
