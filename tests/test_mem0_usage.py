@@ -135,6 +135,7 @@ def test_metadata_travels_through_export_and_import_and_older_stores_gain_it(tmp
         raw.execute(f"DROP TRIGGER memory_fts_{trigger}")
     raw.execute("DROP TABLE memory_fts_vocab")
     raw.execute("DROP TABLE memory_fts")
+    raw.execute("DROP INDEX nodes_merged")  # nor the index of version 5
     raw.execute("PRAGMA user_version = 2")
     raw.commit()
     raw.close()

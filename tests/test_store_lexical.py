@@ -18,7 +18,10 @@ from conftest import scripted_config
 from store_helpers import TopicEmbedder, graph
 from promem_fast.config import EngineConfig
 from promem_fast.store import MemoryStore
-from promem_fast.persistence.schema import MIGRATIONS, SCHEMA_VERSION
+from promem_fast.persistence.schema import MIGRATIONS
+
+FTS_VERSION = 4
+"""The schema version that added the full-text table."""
 
 ANN_1 = graph("a1", "Ann", ["Ann works as a nurse in Leeds.", "Ann plays chess on Sundays."],
               details=[["night shifts"], ["club in Headingley"]], timestamp="2025-03-10T09:00:00")
@@ -96,9 +99,9 @@ def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
 
     db = tmp_path / "old.db"
     raw = open_db(db)
-    for step in range(1, SCHEMA_VERSION):  # the file as the version before wrote it
+    for step in range(1, FTS_VERSION):  # the file as the version before the full-text table wrote it
         MIGRATIONS[step](raw)
-    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    raw.execute(f"PRAGMA user_version = {FTS_VERSION - 1}")
     user = ensure_user(Raw(raw), "default", "Ann")  # type: ignore[arg-type]
     insert_session(Raw(raw), user, graph_record(ANN_1),  # type: ignore[arg-type]
                    TopicEmbedder().embed([n.text for n in ANN_1.nodes]))

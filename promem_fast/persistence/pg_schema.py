@@ -19,7 +19,7 @@ from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version this code writes; a database with a lower version is migrated on open (by a writer)."""
 
 MIGRATION_LOCK = 0x70726F6D
@@ -165,7 +165,15 @@ CREATE INDEX nodes_words ON nodes USING gin (words);
 (``english``), as SQLite's Porter tokenizer stems, so a question's "lives" finds a memory's "live"."""
 
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3)}
+_V4 = """
+CREATE INDEX nodes_merged ON nodes (merged_into);
+"""
+"""The index of ``merged_into`` (as SQLite's version 5): deleting a node sets the column to NULL in the rows
+merged into it, which without an index scans the whole table once per node deleted (seconds per session at
+a million memories)."""
+
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4)}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 

@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -144,11 +144,19 @@ def _v4(db: sqlite3.Connection) -> None:
     db.execute(FILL_FTS)
 
 
+_V5 = """
+CREATE INDEX nodes_merged ON nodes (merged_into);
+"""
+"""The index of ``merged_into``: deleting a node sets the column to NULL in the rows merged into it (its foreign
+key's action), which without an index reads every node of the file, once per node deleted."""
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
     3: _run_script(_V3),
     4: _v4,
+    5: _run_script(_V5),
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 
