@@ -20,8 +20,7 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.lexical import terms
 
 from .ranking import collapse, fuse, prepare
-from .when import said_within
-from .when import window
+from .when import said_within, window
 
 if TYPE_CHECKING:
     from .protocol import StoreView
@@ -55,7 +54,7 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     dense = _dense(store, user_pk, vector, depth, where, params) if config.dense else []
     lexical: list[int] = []
     if config.lexical:
-        found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.words, prepared.dropped), depth)]
+        found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.lexical_text, prepared.dropped), depth)]
         lexical = rows.in_scope(store.db, found, where, params)[:depth] if found else []
     return vector, dense, lexical
 

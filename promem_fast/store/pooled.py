@@ -18,8 +18,7 @@ from promem_fast.config_ranking import RankingConfig
 from promem_fast.times import iso_time
 
 from .ranking import Query, collapse, fuse
-from .when import said_within
-from .when import window
+from .when import said_within, window
 
 
 @dataclass

@@ -188,7 +188,7 @@ def prepared_query(question: Asked, user: str, index: RetrievalIndex, config: Ra
 def rank(question: Asked, index: RetrievalIndex, pool: Pool, query: Query, vector: np.ndarray,
          config: RankingConfig, depth: int) -> Ranked:
     """``pool`` ranked for ``question`` by the hybrid rule (:mod:`.pooled`); ``vector`` embeds ``query.text``."""
-    lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(query.words, query.dropped))
+    lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(query.lexical_text, query.dropped))
                if sid in pool.start]
     entries = [(unit.session_id, unit.body, date) for unit, date, _ in pool.entries]
     return rank_pool(question.question, question.question_time, query, vector, entries, pool.keys, lexical, config,

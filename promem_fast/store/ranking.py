@@ -47,7 +47,7 @@ class Query:
     text: str
     """The question, the owners' names left out when ``names`` is on and its time phrases when ``when`` is on
     (what the dense side embeds)."""
-    words: str
+    lexical_text: str
     """The question as the lexical side reads it: its time phrases left out when ``when`` is on (the names
     are left out by ``dropped``)."""
     dropped: frozenset[str]
