@@ -18,25 +18,17 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.runs.bench_pg_search import CENTRES, DIM, INSERTED_NODES, fill, record, vectors
+from benchmarks.runs.bench_pg_search import CENTRES, DIM, INSERTED_NODES, fill, record, timed_deletes, vectors
 from benchmarks.tools import figures
 from promem_fast.persistence import rows
 from promem_fast.persistence.opening import open_persistence
 
 
-def timed_deletes(db: object, first: int, count: int) -> float:
-    """Median milliseconds to delete sessions ``added{first}`` … one by one."""
-    times = []
-    for n in range(first, first + count):
-        started = time.perf_counter()
-        with db.transaction() as tx:  # type: ignore[attr-defined]
-            tx.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (1, f"added{n}"))
-        times.append(time.perf_counter() - started)
+def median_ms(times: list[float]) -> float:
     return round(1000 * statistics.median(times), 1)
 
 
@@ -50,10 +42,10 @@ def measure(db: object, size: int, sessions: int, rng: np.random.Generator) -> d
                                 vectors(INSERTED_NODES, centres, rng))
     with db.transaction() as tx:  # type: ignore[attr-defined]
         tx.execute("DROP INDEX nodes_merged")
-    without = timed_deletes(db, 0, sessions)
+    without = median_ms(timed_deletes(db, range(sessions)))
     with db.transaction() as tx:  # type: ignore[attr-defined]
         tx.execute("CREATE INDEX nodes_merged ON nodes (merged_into)")
-    indexed = timed_deletes(db, sessions, sessions)
+    indexed = median_ms(timed_deletes(db, range(sessions, 2 * sessions)))
     return {"delete_ms_without_index": without, "delete_ms": indexed, "speedup": round(without / indexed, 1)}
 
 

@@ -75,22 +75,30 @@ def fill(db: object, data: np.ndarray) -> None:
 
 def timed_inserts(db: object, sessions: int, centres: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
     """Median and p99 milliseconds to commit one session of :data:`INSERTED_NODES` new vectors into the
-    indexed table, one session after another, then the median to delete one of them again as the store
-    deletes a session (one statement; the nodes, their links and their full text go by cascade)."""
-    added, deleted = [], []
+    indexed table, one session after another, then the median to delete one of them again
+    (:func:`timed_deletes`)."""
+    added = []
     for n in range(sessions):
         block = vectors(INSERTED_NODES, centres, rng)
         started = time.perf_counter()
         with db.transaction() as tx:  # type: ignore[attr-defined]
             rows.insert_session(tx, 1, record(f"added{n}", n * INSERTED_NODES, INSERTED_NODES), block)
         added.append(time.perf_counter() - started)
-    for n in range(sessions):
+    deleted = timed_deletes(db, range(sessions))
+    return {"insert_ms": round(1000 * statistics.median(added), 1), "insert_p99_ms": round(1000 * percentile(added), 1),
+            "delete_ms": round(1000 * statistics.median(deleted), 1)}
+
+
+def timed_deletes(db: object, numbers: range) -> list[float]:
+    """Seconds to delete each session ``added{n}`` of the first user, one by one, as the store deletes a
+    session (one statement; the nodes, their links and their full text go by cascade)."""
+    times = []
+    for n in numbers:
         started = time.perf_counter()
         with db.transaction() as tx:  # type: ignore[attr-defined]
             tx.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (1, f"added{n}"))
-        deleted.append(time.perf_counter() - started)
-    return {"insert_ms": round(1000 * statistics.median(added), 1), "insert_p99_ms": round(1000 * percentile(added), 1),
-            "delete_ms": round(1000 * statistics.median(deleted), 1)}
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def percentile(times: list[float], share: float = 0.99) -> float:

@@ -162,16 +162,16 @@ def without_times(question: str) -> str:
 def said_within(candidates: Sequence[K], said_of: Callable[[K], str | None], days: Window) -> list[K]:
     """The candidates said within ``days``: those said in the period it names first, in their given order,
     then the others by how many days from it."""
-    kept = [key for key in candidates if within(said_of(key), days)]
-    return sorted(kept, key=lambda key: days.distance(date.fromisoformat(str(said_of(key))[:10])))
+    on = {key: said_on(said_of(key)) for key in candidates}
+    kept = {key: day for key, day in on.items() if day is not None and days.first <= day <= days.last}
+    return sorted(kept, key=lambda key: days.distance(kept[key]))
 
 
-def within(said: str | None, days: Window) -> bool:
-    """Whether an ISO time (or day) ``said`` falls on one of the window's days."""
+def said_on(said: str | None) -> date | None:
+    """The day of an ISO time (or day), None when there is none or it is not one."""
     if not said:
-        return False
+        return None
     try:
-        day = date.fromisoformat(said[:10])
+        return date.fromisoformat(said[:10])
     except ValueError:
-        return False
-    return days.first <= day <= days.last
+        return None
