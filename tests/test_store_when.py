@@ -40,6 +40,8 @@ def test_a_questions_time_is_read_as_the_days_it_names(question: str, first: dat
 def test_a_time_relative_to_the_story_names_no_days() -> None:
     assert window("What did she do before she moved?", ASKED) is None
     assert window("What did she paint last May?", None) is None  # "last May" needs the day it is asked
+    # year 0 is on no calendar: no window, not an error
+    assert window("What happened in 0000?", ASKED) is None and window("A trip in May 0000?", None) is None
 
 
 def test_the_period_named_ranks_first_then_the_days_nearest_it() -> None:

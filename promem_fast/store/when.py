@@ -129,7 +129,7 @@ def window(question: str, today: date | None) -> Window | None:
             if found_day is not None:
                 return _bounded(found_day, _bound_before(question, match))
     match = _MONTH_YEAR.search(question)
-    if match:
+    if match and int(match.group(2)) >= date.min.year:  # "May 0000" names no day of the calendar
         days = _month(int(match.group(2)), _MONTHS[match.group(1).lower().rstrip(".")])
         return _bounded(days, _bound_before(question, match))
     if today is not None:
@@ -140,7 +140,7 @@ def window(question: str, today: date | None) -> Window | None:
             year = today.year if month < today.month or (month == today.month and not last) else today.year - 1
             return _month(year, month)
     match = _YEAR.search(question)
-    if match:
+    if match and int(match.group(2)) >= date.min.year:
         year = int(match.group(2))
         return _bounded(Window.of(date(year, 1, 1), date(year, 12, 31)), match.group(1).lower())
     return None if today is None else _relative(question, today)
