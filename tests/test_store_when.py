@@ -31,6 +31,9 @@ EVER, NEVER = date.min, date.max
     ("How has his income changed by April 25, 2033?", EVER, date(2033, 4, 25)),
     ("What might he wear after Dec 20, 2031?", date(2031, 12, 20), NEVER),
     ("Which hobbies has she taken up since 2023?", date(2023, 1, 1), NEVER),
+    ("Where did he live till 2030?", EVER, date(2030, 12, 31)),
+    ("What did she own prior to  2021?", EVER, date(2021, 12, 31)),
+    ("What did she save up to 2024?", EVER, date(2024, 12, 31)),
 ])
 def test_a_questions_time_is_read_as_the_days_it_names(question: str, first: date, last: date) -> None:
     found = window(question, ASKED)

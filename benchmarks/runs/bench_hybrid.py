@@ -8,7 +8,9 @@ The corpus: the real chit-chat sentences :mod:`~benchmarks.common.index_corpus` 
 all-MiniLM-L6-v2 (run it first: ``python -m benchmarks.common.index_corpus``), each memory's text and its
 own vector; past their number, *noisy copies* as ``bench_index`` makes them (a real sentence's vector plus
 Gaussian noise at cosine ``bench_index.COPY_COSINE`` to it), whose text is that sentence joined to another
-random one (a restated fact with something added), labelled in the results. For each size a store file
+random one (a restated fact with something added), labelled in the results. Each memory's source (the
+owner's words it was taken from, which the lexical side reads too) is its own text and the next memory's, as a
+turn holds a few sentences (:func:`said`). For each size a store file
 (the real schema, so the real FTS5 table and its triggers) is filled with them in one transaction, its
 grouped HNSW index built by the store's own first search and saved beside it, both kept in the git-ignored
 ``benchmarks/.cache/bench_hybrid/`` (a rerun measures them again without the hours of building).
@@ -109,6 +111,11 @@ def corpus(texts: list[str], vectors: np.ndarray, n: int) -> tuple[list[str], np
     return texts[:real] + [f"{texts[s]} {texts[o]}" for s, o in zip(source, other, strict=True)], out
 
 
+def said(texts: list[str], i: int) -> str:
+    """Memory ``i``'s source: its text and the next memory's (the turn it came from, about two sentences)."""
+    return f"{texts[i]} {texts[(i + 1) % len(texts)]}"
+
+
 def fill(path: Path, texts: list[str], vectors: np.ndarray) -> float:
     """One user's memories written straight into a fresh store (real schema and triggers); seconds taken."""
     from promem_fast.persistence.schema import connect
@@ -126,8 +133,9 @@ def fill(path: Path, texts: list[str], vectors: np.ndarray) -> float:
                              "recorded_at) VALUES (1, ?, ?, 'promem', '[]', '{}', ?, ?)",
                              (f"s{lo}", day, day, day)).lastrowid
         db.executemany("INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector, "
-                       "valid_from) VALUES (?, 1, ?, ?, NULL, ?, '{}', ?, ?)",
-                       [(session, i, text, day, vectors[lo + i].tobytes(), day) for i, text in enumerate(part)])
+                       "valid_from) VALUES (?, 1, ?, ?, NULL, ?, ?, ?, ?)",
+                       [(session, i, text, day, json.dumps({"source": said(texts, lo + i)}),
+                         vectors[lo + i].tobytes(), day) for i, text in enumerate(part)])
     db.execute("COMMIT")
     db.close()
     return time.perf_counter() - started
@@ -139,12 +147,13 @@ def built(n: int, real: int, texts: list[str], vectors: np.ndarray) -> tuple[Pat
     back from the cache's record on a rerun)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     path, record = CACHE / f"store-{n}.db", CACHE / f"store-{n}.json"
-    if path.exists() and record.exists() and json.loads(record.read_text())["real_sentences"] == real:
+    if (path.exists() and record.exists() and json.loads(record.read_text())["real_sentences"] == real
+            and json.loads(record.read_text()).get("sources")):
         return path, json.loads(record.read_text())
     for stale in CACHE.glob(f"store-{n}.db*"):
         if stale.is_file():
             stale.unlink()
-    facts = {"real_sentences": float(real), "store_fill_s": fill(path, texts, vectors)}
+    facts = {"real_sentences": float(real), "sources": 1.0, "store_fill_s": fill(path, texts, vectors)}
     log.info("store of %d memories written in %.0f s", n, facts["store_fill_s"])
     with MemoryStore(path, config(), embedder=FixedQueries(vectors.shape[1]), update_judge="off") as store:
         started = time.perf_counter()
@@ -310,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 "bench_hybrid", found, "python -m benchmarks.runs.bench_hybrid", tables={"main": table},
                 note=(f"One user; {len(real_vectors):,} real chit-chat sentences with their all-MiniLM-L6-v2 vectors "
                       f"(of {facts['sentences_available']:,}), then noisy copies at cosine {COPY_COSINE} (text: "
-                      f"the source sentence joined to another); the store's grouped HNSW index; {QUERIES} held-out "
+                      f"the source sentence joined to another; its source: its text and the next memory's); the store's "
+                      f"grouped HNSW index; {QUERIES} held-out "
                       f"sentences as queries, each asked {PASSES} times: p50/p99 of each query's fastest, and of "
                       "its first timing, with the store file in the page cache; then the cold start (file out of the "
                       "page cache, read-ahead off and on); one thread."))

@@ -9,7 +9,8 @@ The vectors (384 dims, normalised) are noisy copies of 2,000 random centres at c
 centre: clustered, as sentence embeddings of one person's memories are. Each backend holds one user of
 ``size`` vectors, written through :func:`~promem_fast.persistence.rows.insert_session` in sessions of 1,000
 nodes; the index is then built (the timed ``build_s``: pgvector's ``CREATE INDEX ... USING hnsw`` over the
-typed column and ``ANALYZE``, as an import ends; the grouped graph on SQLite's first search). Queries are further noisy copies; recall@10
+typed column and ``ANALYZE``, as an import ends, with the store's build parameters, recorded as ``hnsw``; the
+grouped graph on SQLite's first search). Queries are further noisy copies; recall@10
 counts the ids of each backend's top 10 found in the exact top 10 (numpy, float64). Latency is
 ``Persistence.nearest(user, query, 10)`` as the store calls it, both backends timed alternately query by
 query, the order turned by one each query (a query's first store reads the pages the next ones find cached).
@@ -160,6 +161,8 @@ def measure(size: int, queries: int, pg_url: str, folder: Path, rng: np.random.G
             width = search_width(size, EF_SEARCH, K + 16) if name == "postgresql" else None  # as nearest asks
             out[name] = {"ef_search": width, "load_s": round(loaded, 1),
                          "build_s": round(time.perf_counter() - started, 1)}
+            if name == "postgresql":
+                out[name]["hnsw"] = db.index_build()  # type: ignore[attr-defined]  # the store's, as built
         for width in sorted(set(widths)):  # the same index, searched at one width
             stores[f"postgresql_ef{width}"] = PostgresPersistence(pg_url, approximate_min=1, ef_search=width,
                                                                   narrow_width=width)

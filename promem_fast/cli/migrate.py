@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
                    help="PostgreSQL: build the vector index again with this pgvector m (links per vector; 16 "
                         "unless set before); needs --hnsw-ef-construction too")
     p.add_argument("--hnsw-ef-construction", type=int, metavar="N",
-                   help="PostgreSQL: ... and this ef_construction (64 unless set before); a larger one finds "
+                   help="PostgreSQL: ... and this ef_construction (128 unless set before); a larger one finds "
                         "more of the exact top k in a large user, for a slower build and slower inserts")
     p.set_defaults(func=cmd_migrate)
 

@@ -77,13 +77,17 @@ PARTS: tuple[str, ...] = ("lexical", "names", "speaker", "dedup", "when")
 def ranking_variants(config: RankingConfig) -> dict[str, RankingConfig]:
     """The rankings a retrieval run compares, by name: ``dense`` alone (the ranking before the hybrid one),
     ``lexical`` (BM25) alone, ``dense+PART`` (dense with one part), ``all`` (the configured ranking: every part
-    the config turns on) and ``all-PART`` (all but one part)."""
+    the config turns on) and ``all-PART`` (all but one part); the lexical side's reading of the memories'
+    sources is left out alone of BM25 alone (``lexical-source``) and of all (``all-source``)."""
     none = {part: False for part in PARTS}
     variants = {"dense": replace(config, **none), "lexical": replace(config, **(none | {"lexical": True}),
                                                                      dense=False)}
     variants |= {f"dense+{part}": replace(config, **(none | {part: True})) for part in PARTS}
     variants["all"] = config
     variants |= {f"all-{part}": replace(config, **{part: False}) for part in PARTS if getattr(config, part)}
+    if config.lexical and config.source:  # the source is a part of the lexical side: left out of it alone
+        variants["lexical-source"] = replace(variants["lexical"], source=False)
+        variants["all-source"] = replace(config, source=False)
     return variants
 
 

@@ -123,10 +123,12 @@ class Persistence(Database, Protocol):
         """How many vectors the user has (what :meth:`nearest` can return at most)."""
         ...
 
-    def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True
+                ) -> list[tuple[int, float]]:
         """The ``k`` nodes of the user (of every state) whose words best match any of ``terms`` (a question's
         content words, :func:`~.lexical.terms`), best first, as ``(node id, score)``, higher is better: SQLite's
-        BM25 over text and details, PostgreSQL's ``ts_rank`` over the text; nodes sharing no word are left out."""
+        BM25 over text, details and source, PostgreSQL's ``ts_rank`` over text and source; nodes sharing no word
+        are left out. ``source``: whether the words the memory was taken from count."""
         ...
 
     def dim_recorded(self, dim: int) -> None:

@@ -2,9 +2,10 @@
 
 Two indexes share one query rule (:func:`terms`, :func:`match_expression`) and SQLite's own BM25:
 
-- the store's ``memory_fts`` table (schema version 4, :data:`FTS_SCHEMA`): one row per node (its id), its
-  text and the text of its anchored details, kept in step with ``nodes`` by triggers (insert, update and
-  delete, the cascades of a session's or a user's removal included); a search keeps the user's rows;
+- the store's ``memory_fts`` table (schema version 6, :data:`FTS_SCHEMA`): one row per node (its id), its
+  text, the text of its anchored details and its source (the owner's words in the turns it was taken from),
+  kept in step with ``nodes`` by triggers (insert, update and delete, the cascades of a session's or a user's
+  removal included); a search keeps the user's rows;
 - :class:`PoolLexicon`, an in-memory FTS5 table over the units a question may be answered from (the answer
   program's pool, which may span several users of a tenant), built once per retrieval index.
 
@@ -12,6 +13,11 @@ A question's words are lower-cased, stop words and the memory owners' names left
 repeated in every memory would otherwise match all of them. The words are joined by OR, so a memory that
 shares any of them is a candidate and BM25 orders the candidates. PostgreSQL takes the same terms as a
 ``tsquery`` over its own ``tsvector`` column (:func:`ts_query`, :meth:`~.postgres.PostgresPersistence.lexical`).
+
+Why the source: a memory is a rewording. "Joan enjoys hiking" was said as "I spent the weekend on the trails
+above Tahoe", and a question asks in the words that were said ("Where did Joan go on the trails?") at least
+as often as in the memory's. The source's words find the memory; they weigh less than its own (:data:`WEIGHTS`),
+and ``ranking.source = false`` leaves them out (a column filter, :func:`match_expression`).
 """
 
 from __future__ import annotations
@@ -40,27 +46,40 @@ kind sort type any anything something things thing s t d ll m re ve like
 
 _DETAILS = ("(SELECT group_concat(d.text, ' ; ') FROM json_each({n}.data, '$.details') j "
             "JOIN details d ON d.session_pk = {n}.session_pk AND d.local_id = j.value)")
-_ROW = "INSERT INTO memory_fts (rowid, text, details) VALUES (new.id, new.text, {d});"
+_SOURCE = "json_extract({n}.data, '$.source')"
+_ROW = "INSERT INTO memory_fts (rowid, text, details, source) VALUES (new.id, new.text, {d}, {s});"
+_NEW_ROW = _ROW.format(d=_DETAILS.format(n="new"), s=_SOURCE.format(n="new"))
 
 FTS_SCHEMA: tuple[str, ...] = (
-    f"CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, tokenize = '{TOKENIZER}')",
-    "CREATE TRIGGER memory_fts_insert AFTER INSERT ON nodes BEGIN " + _ROW.format(d=_DETAILS.format(n="new"))
-    + " END",
+    f"CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, source, tokenize = '{TOKENIZER}')",
+    "CREATE TRIGGER memory_fts_insert AFTER INSERT ON nodes BEGIN " + _NEW_ROW + " END",
     "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, data ON nodes BEGIN DELETE FROM memory_fts WHERE "
-    "rowid = old.id; " + _ROW.format(d=_DETAILS.format(n="new")) + " END",
+    "rowid = old.id; " + _NEW_ROW + " END",
     "CREATE TRIGGER memory_fts_delete AFTER DELETE ON nodes BEGIN DELETE FROM memory_fts WHERE rowid = old.id; END",
-    "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
 )
-"""Schema version 4: the full-text table over nodes and the triggers that keep it in step. The vocabulary
-table (``memory_fts_vocab``, a view of the index that stores nothing) is no longer read (:func:`rows_holding`
-counts instead); it stays, since leaving it out would take a schema migration for what is written already."""
+"""The full-text table over nodes and the triggers that keep it in step (made by the migration to version 4,
+made again with the ``source`` column by the one to version 6)."""
 
-FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details) SELECT n.id, n.text, " + _DETAILS.format(n="n")
-            + " FROM nodes n")
-"""Fills the table from the nodes an older store already holds (the migration to version 4)."""
+DROP_FTS: tuple[str, ...] = (
+    "DROP TRIGGER IF EXISTS memory_fts_insert", "DROP TRIGGER IF EXISTS memory_fts_update",
+    "DROP TRIGGER IF EXISTS memory_fts_delete", "DROP TABLE IF EXISTS memory_fts_vocab",
+    "DROP TABLE IF EXISTS memory_fts",
+)
+"""What version 6 takes away before it makes the table again: the earlier table, its triggers and the
+vocabulary view (``memory_fts_vocab``, which stored nothing and is no longer read: :func:`rows_holding` counts)."""
 
-WEIGHTS = "1.0, 0.5"
-"""BM25 column weights: details count half as much as the memory's own text."""
+FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details, source) SELECT n.id, n.text, " + _DETAILS.format(n="n")
+            + ", " + _SOURCE.format(n="n") + " FROM nodes n")
+"""Fills the table from the nodes a store already holds (the migrations to versions 4 and 6)."""
+
+WEIGHTS = "1.0, 0.5, 0.5"
+"""BM25 column weights: details and the source count half as much as the memory's own text."""
+
+POOL_WEIGHTS = "1.0, 0.5"
+""":class:`PoolLexicon`'s column weights: its text (the memory with its details), its source."""
+
+WITHOUT_SOURCE = "{text details}"
+"""The column filter of a search that leaves the source out (``ranking.source = false``)."""
 
 
 def words(text: str) -> list[str]:
@@ -80,16 +99,20 @@ def terms(question: str, drop: Iterable[str] = ()) -> list[str]:
     return list(dict.fromkeys(w for w in words(question) if (len(w) > 1 or w.isdigit()) and w not in left_out))
 
 
-def match_expression(question_terms: Sequence[str]) -> str | None:
-    """An FTS5 query matching any of the terms (each quoted, so no word is read as an operator); None if none."""
+def match_expression(question_terms: Sequence[str], columns: str | None = None) -> str | None:
+    """An FTS5 query matching any of the terms (each quoted, so no word is read as an operator), in the
+    ``columns`` filter given (``{text details}``) or in every column; None if no term."""
     if not question_terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in question_terms)
+    expression = " OR ".join('"' + t.replace('"', '""') + '"' for t in question_terms)
+    return expression if columns is None else f"{columns} : ({expression})"
 
 
-def ts_query(question_terms: Sequence[str]) -> str | None:
-    """The ``to_tsquery('english', ...)`` text matching any of the terms (each quoted); None if none."""
-    quoted = ["'" + t.replace("'", "") + "'" for t in question_terms if t.replace("'", "")]
+def ts_query(question_terms: Sequence[str], source: bool = True) -> str | None:
+    """The ``to_tsquery('english', ...)`` text matching any of the terms (each quoted), in the memory's text
+    only (weight A) unless ``source``; None if none."""
+    label = "" if source else ":A"
+    quoted = ["'" + t.replace("'", "") + "'" + label for t in question_terms if t.replace("'", "")]
     return " | ".join(quoted) or None
 
 
@@ -102,12 +125,13 @@ is kept; in a large one the commonest go first, whose BM25 weight (inverse docum
 and the dense side still reads the whole question."""
 
 
-def rows_holding(db: sqlite3.Connection, word: str, budget: int = POSTINGS_BUDGET) -> int:
+def rows_holding(db: sqlite3.Connection, word: str, budget: int = POSTINGS_BUDGET, columns: str | None = None
+                 ) -> int:
     """How many memories (of every user) hold the word, counted up to ``budget + 1`` at most: a word past the
     budget is common whatever its exact count. FTS5 reads a word's rows as the query asks for them, so the
     limit bounds the count's cost (about 0.1 ms at a million memories); the vocabulary table's count reads
     all of them (milliseconds for a common word)."""
-    match = match_expression([word])
+    match = match_expression([word], columns)
     if match is None:
         return 0
     return int(db.execute("SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
@@ -133,19 +157,22 @@ def rarest(question_terms: Sequence[str], rows_of: Callable[[str], int], budget:
     return kept
 
 
-def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: int = POSTINGS_BUDGET) -> list[str]:
+def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: int = POSTINGS_BUDGET,
+               columns: str | None = None) -> list[str]:
     """The question's words the store's BM25 search scores (:func:`rarest` by :func:`rows_holding`)."""
-    return rarest(question_terms, lambda word: rows_holding(db, word, budget), budget)
+    return rarest(question_terms, lambda word: rows_holding(db, word, budget, columns), budget)
 
 
-def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[str], limit: int
-                 ) -> list[tuple[int, float]]:
+def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[str], limit: int,
+                 source: bool = True) -> list[tuple[int, float]]:
     """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
     ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
     those in its scope. The rows of every user holding the words are scored (at most
     :data:`POSTINGS_BUDGET`) and the user's kept by a join on the node's id, in one statement: a user
-    filter inside the match would make BM25 weigh it as a phrase of a million rows."""
-    match = match_expression(rare_terms(db, question_terms))
+    filter inside the match would make BM25 weigh it as a phrase of a million rows. ``source``: whether the
+    words a memory was taken from count (see the module's docstring)."""
+    columns = None if source else WITHOUT_SOURCE
+    match = match_expression(rare_terms(db, question_terms, columns=columns), columns)
     if match is None or limit <= 0:
         return []
     found = db.execute(f"SELECT f.rowid, bm25(memory_fts, {WEIGHTS}) AS score FROM memory_fts f JOIN nodes n ON "
@@ -162,24 +189,29 @@ def purge_deleted(db: sqlite3.Connection) -> None:
 
 
 class PoolLexicon:
-    """BM25 over a fixed list of texts (ids are their positions), in an in-memory FTS5 table.
+    """BM25 over a fixed list of texts and their sources (ids are their positions), in an in-memory FTS5
+    table; the source weighs as in the store (:data:`WEIGHTS`: the text column there holds the details too).
 
     Thread-safe: the answer program may rank from several threads of the engine's driver.
     """
 
-    def __init__(self, texts: Sequence[str]) -> None:
+    def __init__(self, texts: Sequence[str], sources: Sequence[str] | None = None) -> None:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._lock = threading.Lock()
-        self._db.execute(f"CREATE VIRTUAL TABLE pool USING fts5(text, tokenize = '{TOKENIZER}')")
-        self._db.executemany("INSERT INTO pool (rowid, text) VALUES (?, ?)", enumerate(texts))
+        self._db.execute(f"CREATE VIRTUAL TABLE pool USING fts5(text, source, tokenize = '{TOKENIZER}')")
+        self._db.executemany("INSERT INTO pool (rowid, text, source) VALUES (?, ?, ?)",
+                             zip(range(len(texts)), texts, sources or [""] * len(texts), strict=True))
         self.size = len(texts)
 
-    def search(self, question_terms: Sequence[str], limit: int | None = None) -> list[tuple[int, float]]:
-        """The best texts by BM25 for the terms, best first, as ``(position, score)`` (higher is better)."""
-        match = match_expression(question_terms)
+    def search(self, question_terms: Sequence[str], limit: int | None = None, source: bool = True
+               ) -> list[tuple[int, float]]:
+        """The best texts by BM25 for the terms, best first, as ``(position, score)`` (higher is better);
+        ``source``: whether the sources' words count."""
+        match = match_expression(question_terms, None if source else "{text}")
         if match is None:
             return []
         with self._lock:
-            found = self._db.execute("SELECT rowid, bm25(pool) FROM pool WHERE pool MATCH ? ORDER BY rank LIMIT ?",
+            found = self._db.execute(f"SELECT rowid, bm25(pool, {POOL_WEIGHTS}) AS score FROM pool WHERE pool "
+                                     "MATCH ? ORDER BY score LIMIT ?",
                                      (match, self.size if limit is None else limit)).fetchall()
         return [(int(rowid), -float(score)) for rowid, score in found]

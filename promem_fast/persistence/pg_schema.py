@@ -19,7 +19,7 @@ from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version this code writes; a database with a lower version is migrated on open (by a writer)."""
 
 MIGRATION_LOCK = 0x70726F6D
@@ -173,7 +173,19 @@ merged into it, which without an index scans the whole table once per node delet
 a million memories)."""
 
 
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4)}
+_V5 = """
+DROP INDEX nodes_words;
+ALTER TABLE nodes DROP COLUMN words;
+ALTER TABLE nodes ADD COLUMN words tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', text), 'A') ||
+    setweight(to_tsvector('english', coalesce(data::jsonb ->> 'source', '')), 'B')) STORED;
+CREATE INDEX nodes_words ON nodes USING gin (words);
+"""
+"""The full text with each memory's source (as SQLite's version 6): the text's words weigh A and the source's
+B, which ``ts_rank`` counts 0.4 of an A; a search without the source asks for A only (``'word':A``)."""
+
+
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4),
+                                                5: _script(_V5)}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 
@@ -208,13 +220,19 @@ def migrate(conn: Any, where: str, *, read_only: bool, target: int = SCHEMA_VERS
     return version
 
 
-HNSW_DEFAULTS = {"m": 16, "ef_construction": 64}
-"""pgvector's own build parameters, used until ``promem migrate --hnsw-m/--hnsw-ef-construction`` records others."""
+PGVECTOR_DEFAULTS = {"m": 16, "ef_construction": 64}
+"""pgvector's own build parameters: what an index whose storage options name none was built with."""
+
+HNSW_DEFAULTS = {"m": 16, "ef_construction": 128}
+"""The build of a new store's vector index until ``promem migrate --hnsw-m/--hnsw-ef-construction`` records
+another: pgvector's ``m`` with twice its ``ef_construction``. At a user of 1M vectors pgvector's own build found
+0.94 of the exact top 10 at any search width; this one 0.997, for about 1.3x the time of a session's commit
+(``bench_pg_build`` in the benchmarks' results). An index built before keeps the build it was made with."""
 
 
 def hnsw_build(conn: Any) -> dict[str, int]:
     """The HNSW build parameters of this store: those recorded in ``meta`` (``hnsw_m``,
-    ``hnsw_ef_construction``), else pgvector's defaults."""
+    ``hnsw_ef_construction``), else :data:`HNSW_DEFAULTS`."""
     found = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('hnsw_m', 'hnsw_ef_construction')")
                  .fetchall())
     return {name: int(found.get(f"hnsw_{name}", default)) for name, default in HNSW_DEFAULTS.items()}
@@ -275,4 +293,4 @@ def index_build_of(conn: Any) -> dict[str, int] | None:
     if row is None:
         return None
     options = dict(item.split("=", 1) for item in (row[0] or []))
-    return {name: int(options.get(name, default)) for name, default in HNSW_DEFAULTS.items()}
+    return {name: int(options.get(name, default)) for name, default in PGVECTOR_DEFAULTS.items()}

@@ -274,7 +274,8 @@ class PostgresPersistence:
                 self.dim_recorded(dim)
 
     # ------------------------------------------------------------------------------------ words
-    def lexical(self, user_pk: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True
+                ) -> list[tuple[int, float]]:
         """The user's ``k`` best nodes by ``ts_rank``, for the question's rarer words only (:func:`~.lexical.
         rarest`, the rule SQLite's search keeps): ``ts_rank`` reads every row it ranks, so a word in many
         memories would make a search cost a read of each."""
@@ -282,7 +283,7 @@ class PostgresPersistence:
 
         if k <= 0:
             return []
-        text = ts_query(rarest(terms, self._rows_holding))
+        text = ts_query(rarest(terms, lambda word: self._rows_holding(word, source)), source)
         if text is None:
             return []
         found = self.execute(
@@ -290,11 +291,11 @@ class PostgresPersistence:
             "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
         return [(int(i), float(s)) for i, s in found]
 
-    def _rows_holding(self, word: str) -> int:
+    def _rows_holding(self, word: str, source: bool = True) -> int:
         """How many memories (of every user) hold the word, counted up to the budget's next row at most."""
         from .lexical import POSTINGS_BUDGET, ts_query
 
-        text = ts_query([word])
+        text = ts_query([word], source)
         if text is None:
             return 0
         return int(self.execute("SELECT count(*) FROM (SELECT 1 FROM nodes WHERE words @@ to_tsquery('english', ?) "

@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -151,12 +151,23 @@ CREATE INDEX nodes_merged ON nodes (merged_into);
 key's action), which without an index reads every node of the file, once per node deleted."""
 
 
+def _v6(db: sqlite3.Connection) -> None:
+    """The full-text table made again with the memories' sources as a third column (:mod:`.lexical`: a question
+    asks in the words that were said), filled from the nodes stored (each node's JSON holds its source)."""
+    from .lexical import DROP_FTS
+
+    for statement in DROP_FTS:
+        db.execute(statement)
+    _v4(db)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
     3: _run_script(_V3),
     4: _v4,
     5: _run_script(_V5),
+    6: _v6,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

@@ -54,7 +54,8 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     dense = _dense(store, user_pk, vector, depth, where, params) if config.dense else []
     lexical: list[int] = []
     if config.lexical:
-        found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.lexical_text, prepared.dropped), depth)]
+        found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.lexical_text, prepared.dropped), depth,
+                                                      source=config.source)]
         lexical = rows.in_scope(store.db, found, where, params)[:depth] if found else []
     return vector, dense, lexical
 

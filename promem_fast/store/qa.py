@@ -90,6 +90,8 @@ class Unit:
     """The text that is embedded for retrieval."""
     body: str
     """The text shown to the answerer (its date is added per question, since LongMemEval re-dates sessions)."""
+    source: str = ""
+    """The owner's words the memory was taken from: read by the lexical side only (``ranking.source``)."""
 
 
 def memory_units(graph: MemoryGraph) -> list[Unit]:
@@ -109,7 +111,7 @@ def memory_units(graph: MemoryGraph) -> list[Unit]:
     for node, details in graph.iter_anchored():
         facts = [d.text for d in details]
         units.append(Unit(graph.session_id, unit_key(node.text, facts),
-                          unit_body(node.text, facts, links.get(node.id, []))))
+                          unit_body(node.text, facts, links.get(node.id, [])), node.source or ""))
     return units
 
 
@@ -136,14 +138,15 @@ class RetrievalIndex:
     """Each session's memory owner, where known (the ranking leaves owners' names out of a question)."""
     _lexicon: tuple[PoolLexicon, list[tuple[str, int]]] | None = field(default=None, repr=False, compare=False)
 
-    def lexical(self, question_terms: Sequence[str]) -> list[tuple[str, int]]:
-        """Every unit sharing a word with the terms, by BM25 best first, as ``(session, position)``; the FTS5
-        table over all units is built at the first question."""
+    def lexical(self, question_terms: Sequence[str], source: bool = True) -> list[tuple[str, int]]:
+        """Every unit sharing a word with the terms (in its key, or its source when ``source``), by BM25 best
+        first, as ``(session, position)``; the FTS5 table over all units is built at the first question."""
         if self._lexicon is None:
             where = [(sid, j) for sid, items in self.units.items() for j in range(len(items))]
-            self._lexicon = PoolLexicon([self.units[sid][j].key for sid, j in where]), where
+            units = [self.units[sid][j] for sid, j in where]
+            self._lexicon = PoolLexicon([u.key for u in units], [u.source for u in units]), where
         lexicon, where = self._lexicon
-        return [where[i] for i, _ in lexicon.search(question_terms)]
+        return [where[i] for i, _ in lexicon.search(question_terms, source=source)]
 
 
 @dataclass
@@ -188,8 +191,8 @@ def prepared_query(question: Asked, user: str, index: RetrievalIndex, config: Ra
 def rank(question: Asked, index: RetrievalIndex, pool: Pool, query: Query, vector: np.ndarray,
          config: RankingConfig, depth: int) -> Ranked:
     """``pool`` ranked for ``question`` by the hybrid rule (:mod:`.pooled`); ``vector`` embeds ``query.text``."""
-    lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(query.lexical_text, query.dropped))
-               if sid in pool.start]
+    lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(query.lexical_text, query.dropped),
+                                                                source=config.source) if sid in pool.start]
     entries = [(unit.session_id, unit.body, date) for unit, date, _ in pool.entries]
     return rank_pool(question.question, question.question_time, query, vector, entries, pool.keys, lexical, config,
                      depth, owner_of=index.owners.get)

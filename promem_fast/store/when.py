@@ -36,14 +36,16 @@ _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d
 _MONTH_YEAR = re.compile(rf"\b{_MONTH}\s+(?:of\s+)?(\d{{4}})\b", re.I)
 _LAST_MONTH_NAME = re.compile(rf"\blast\s+{_MONTH}(?!\w)", re.I)
 _IN_MONTH = re.compile(rf"\b(?:in|during|this)\s+{_MONTH}(?!\w)", re.I)
-_YEAR = re.compile(r"\b(in|during|of|since|before|after|until|by)\s+(\d{4})\b", re.I)
+_YEAR = re.compile(r"\b(in|during|of|since|before|prior\s+to|after|until|till|up\s+to|by|as\s+of)\s+(\d{4})\b", re.I)
 _AGO = re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b", re.I)
 _AS_OF = re.compile(r"\bas of\b", re.I)
 _BOUND = re.compile(r"\b(before|prior to|until|till|up to|by|as of|after|since)\s+(?:the\s+)?$", re.I)
 _NAMED = re.compile(r"\b(?:yesterday|last\s+(?:week|month|year)|this\s+year)\b", re.I)
-_PHRASES = (_ISO, _DAY_MONTH_YEAR, _MONTH_DAY_YEAR, _MONTH_YEAR, _LAST_MONTH_NAME, _IN_MONTH, _YEAR, _AGO, _NAMED,
-            _AS_OF)
-"""What :func:`without_times` takes out: every phrase :func:`window` reads (longest forms first)."""
+_LEAD = r"(?:\b(?:before|prior to|until|till|up to|by|as of|after|since|on|in|during)\s+(?:the\s+)?)?"
+_PHRASES = tuple(re.compile(_LEAD + p.pattern, p.flags) for p in (
+    _ISO, _DAY_MONTH_YEAR, _MONTH_DAY_YEAR, _MONTH_YEAR, _LAST_MONTH_NAME, _IN_MONTH, _YEAR, _AGO, _NAMED, _AS_OF))
+"""What :func:`without_times` takes out: every phrase :func:`window` reads (longest forms first), with the bound
+word or preposition that leads it ("prior to", "till", "on"), which the window has read too."""
 
 
 class Window(NamedTuple):
@@ -142,7 +144,7 @@ def window(question: str, today: date | None) -> Window | None:
     match = _YEAR.search(question)
     if match and int(match.group(2)) >= date.min.year:
         year = int(match.group(2))
-        return _bounded(Window.of(date(year, 1, 1), date(year, 12, 31)), match.group(1).lower())
+        return _bounded(Window.of(date(year, 1, 1), date(year, 12, 31)), " ".join(match.group(1).lower().split()))
     return None if today is None else _relative(question, today)
 
 
