@@ -2,9 +2,9 @@
 open, a deleted memory's words leave the file, and search fuses it with the vectors by the documented rule.
 
 The FTS5 table's own behaviour (rows per node with their details, the migration, the rewrite on delete) is
-SQLite's and read from the file; the ranking tests run on both backends (PostgreSQL ranks its ``tsvector`` with
-``ts_rank`` over the memory's text and its source, where SQLite's BM25 also reads the details; both weigh the
-source and details at about half the text).
+SQLite's and read from the file; the ranking tests run on both backends (PostgreSQL ranks its ``tsvector`` of
+the memory's text, details and source with ``ts_rank``, SQLite its FTS5 columns with BM25; both weigh the
+details and the source at half the text).
 
 Memories are hand-written; :class:`TopicEmbedder` puts texts on the topics the tests choose, so which memory
 the dense side ranks first is known without running the code under test.
@@ -146,6 +146,15 @@ def test_a_memory_is_found_by_the_words_it_was_taken_from(store_at: str) -> None
         assert [h.text for h in store.search("Ann", "Oslo", k=5)] == ["Ann visited Oslo in May."]
 
 
+def test_a_memory_is_found_by_its_details_words_on_both_backends(store_at: str) -> None:
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])
+    with open_store(store_at, lexical) as store:
+        store.add([ANN_1])
+        assert [h.text for h in store.search("Ann", "Where is Headingley?", k=5)] == ["Ann plays chess on Sundays."]
+    with open_store(store_at, lexical.with_overrides(["ranking.source=false"])) as store:  # details stay
+        assert [h.text for h in store.search("Ann", "Where is Headingley?", k=5)] == ["Ann plays chess on Sundays."]
+
+
 def test_a_deleted_memorys_source_words_leave_the_file(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     with open_store(db) as store:
@@ -186,8 +195,10 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
     import psycopg
 
     with open_store(pg_url) as store:
-        store.add([HIKES])
+        store.add([HIKES, ANN_1])
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the words column as version 4 made it: text only
+        conn.execute("DROP TRIGGER nodes_words ON nodes")
+        conn.execute("DROP FUNCTION nodes_words()")
         conn.execute("DROP INDEX nodes_words")
         conn.execute("ALTER TABLE nodes DROP COLUMN words")
         conn.execute("ALTER TABLE nodes ADD COLUMN words tsvector GENERATED ALWAYS AS "
@@ -197,6 +208,7 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:
         assert [h.text for h in store.search("Ann", "Tahoe trails", k=5)] == ["Ann enjoys hiking."]
+        assert [h.text for h in store.search("Ann", "Headingley", k=5)] == ["Ann plays chess on Sundays."]
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)
 

@@ -127,7 +127,7 @@ class Persistence(Database, Protocol):
                 ) -> list[tuple[int, float]]:
         """The ``k`` nodes of the user (of every state) whose words best match any of ``terms`` (a question's
         content words, :func:`~.lexical.terms`), best first, as ``(node id, score)``, higher is better: SQLite's
-        BM25 over text, details and source, PostgreSQL's ``ts_rank`` over text and source; nodes sharing no word
+        BM25 over text, details and source, PostgreSQL's ``ts_rank`` over the same; nodes sharing no word
         are left out. ``source``: whether the words the memory was taken from count."""
         ...
 

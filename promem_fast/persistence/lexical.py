@@ -110,8 +110,8 @@ def match_expression(question_terms: Sequence[str], columns: str | None = None) 
 
 def ts_query(question_terms: Sequence[str], source: bool = True) -> str | None:
     """The ``to_tsquery('english', ...)`` text matching any of the terms (each quoted), in the memory's text
-    only (weight A) unless ``source``; None if none."""
-    label = "" if source else ":A"
+    and details only (weights A and C) unless ``source``; None if none."""
+    label = "" if source else ":AC"
     quoted = ["'" + t.replace("'", "") + "'" + label for t in question_terms if t.replace("'", "")]
     return " | ".join(quoted) or None
 

@@ -173,19 +173,46 @@ merged into it, which without an index scans the whole table once per node delet
 a million memories)."""
 
 
+_WORDS = """
+CREATE OR REPLACE FUNCTION nodes_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.words := setweight(to_tsvector('english', NEW.text), 'A')
+        || setweight(to_tsvector('english', coalesce((
+               SELECT string_agg(d.text, ' ; ' ORDER BY d.local_id) FROM details d
+               WHERE d.session_pk = NEW.session_pk AND d.local_id IN (
+                   SELECT value::int FROM jsonb_array_elements_text(NEW.data::jsonb -> 'details'))), '')), 'C')
+        || setweight(to_tsvector('english', coalesce(NEW.data::jsonb ->> 'source', '')), 'B');
+    RETURN NEW;
+END $$
+"""
+"""A node's words, as SQLite's full-text table holds them: its text (weight A), its anchored details (C; a
+session's details are stored before its nodes) and its source (B, the owner's words it was taken from)."""
+
 _V5 = """
 DROP INDEX nodes_words;
 ALTER TABLE nodes DROP COLUMN words;
-ALTER TABLE nodes ADD COLUMN words tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', text), 'A') ||
-    setweight(to_tsvector('english', coalesce(data::jsonb ->> 'source', '')), 'B')) STORED;
-CREATE INDEX nodes_words ON nodes USING gin (words);
+ALTER TABLE nodes ADD COLUMN words tsvector;
+CREATE TRIGGER nodes_words BEFORE INSERT OR UPDATE OF text, data ON nodes FOR EACH ROW EXECUTE FUNCTION nodes_words();
+UPDATE nodes SET text = text;
+CREATE INDEX nodes_words ON nodes USING gin (words)
 """
-"""The full text with each memory's source (as SQLite's version 6): the text's words weigh A and the source's
-B, which ``ts_rank`` counts 0.4 of an A; a search without the source asks for A only (``'word':A``)."""
+"""The full text with each memory's details and source (as SQLite's version 6), kept by a trigger where it was
+a generated column of the text alone (a generated column cannot read the details table); the nodes stored
+are filled by the trigger on the ``UPDATE``."""
+
+
+def _v5(conn: Any) -> None:
+    conn.execute(_WORDS)  # one statement whose body holds semicolons: not through _script's split
+    _script(_V5)(conn)
+
+
+WORD_WEIGHTS = "{0.1, 0.5, 0.5, 1.0}"
+"""``ts_rank``'s weights of the labels D, C, B, A: details (C) and source (B) count half the text (A), as
+SQLite's BM25 weighs its columns (:data:`~.lexical.WEIGHTS`)."""
 
 
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4),
-                                                5: _script(_V5)}
+                                                5: _v5}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 

@@ -11,8 +11,8 @@ Vectors are pgvector's type, cosine distance. A user below ``approximate_min`` v
 (a scan of their rows, as SQLite's exact index); from there on through the table's HNSW index, widened to
 exact when the index's filtered answer comes back short. The index's search width (``hnsw.ef_search``) is set
 for each query's transaction by the user's size (:func:`search_width`): wider costs time, and only a large user
-gains recall from it. Full text is PostgreSQL's own: a generated
-``tsvector`` (``english`` configuration) with a GIN index, ranked by ``ts_rank``.
+gains recall from it. Full text is PostgreSQL's own: a ``tsvector`` (``english`` configuration) of each node's
+text, details and source, kept by a trigger, with a GIN index, ranked by ``ts_rank``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from promem_fast.config import EngineConfig
 
 from .api import Rows, shown
 from .connection import StoreError
-from .pg_schema import index_build_of, migrate, rebuild_vector_index, schema_version, type_vectors
+from .pg_schema import WORD_WEIGHTS, index_build_of, migrate, rebuild_vector_index, schema_version, type_vectors
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class PostgresPersistence:
         if text is None:
             return []
         found = self.execute(
-            "SELECT n.id, ts_rank(n.words, q) AS score FROM nodes n, to_tsquery('english', ?) q "
+            f"SELECT n.id, ts_rank('{WORD_WEIGHTS}', n.words, q) AS score FROM nodes n, to_tsquery('english', ?) q "
             "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
         return [(int(i), float(s)) for i, s in found]
 
