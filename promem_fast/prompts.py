@@ -290,6 +290,12 @@ def link_line(number: int, source: int, target: int, relation: str) -> str:
             f"({relation_meaning(relation)})")
 
 
+def link_question(source: str, target: str, relation: str) -> str:
+    """The question verification asks about a link the probe wrote none for (its request failed): the link
+    itself, in the two entries' words."""
+    return f'Did what was said link "{source}" to "{target}" as {relation} ({relation_meaning(relation)})?'
+
+
 def relation_menu(types: Sequence[str]) -> str:
     """The allowed relation types, one a line with their direction."""
     return "\n".join(f"- {t}: {relation_meaning(t)}" for t in types)

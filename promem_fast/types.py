@@ -117,7 +117,8 @@ class Edge:
     target: int
     relation: str
     probe: str | None = None
-    """The probe question that showed the relation is not implicit in the flat entries."""
+    """The probe question that showed the relation is not implicit in the flat entries (None when the probe
+    failed and the link was checked against the dialogue without one)."""
 
 
 @dataclass(slots=True)
@@ -175,7 +176,8 @@ class RunStats:
     stages: dict[str, StageStats] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     """e.g. draft_entries, events, recovered, hv_checked, hv_entailed, hv_split, atomic_kept, revised,
-    discarded, edges_candidate, edges_implicit, edges_unsupported, edges_kept, details, details_anchored,
+    discarded, edges_candidate, edges_implicit, edges_untested, edges_unsupported, edges_kept, details,
+    details_anchored,
     draft_chunks, windowed_turns, repaired_replies, retried_requests, cut_continued, list_continuations,
     continued_items (items that only a continuation or a retry with a larger budget brought in)."""
     failures: list[StepFailure] = field(default_factory=list)

@@ -227,6 +227,42 @@ def test_relation_checks_read_the_entries_once_and_answer_only_the_links_asked()
     assert [line.split(".", 1)[0] for line in asked] == ["1", "2"]
 
 
+class _ProbeFails(ScriptedLLM):
+    """The scripted model whose probe replies are never valid JSON (as a reply stopped in a loop is not)."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for request in requests:
+            if (parse_rendered(request.messages) or ("?",))[0] == "probe":
+                out.append(Completion(text='{"questions": [{"link": 0, "question": "what what what',
+                                      prompt_tokens=10, completion_tokens=20, finish_reason="loop"))
+            else:
+                out.extend(super().generate([request]))
+        return out
+
+
+def test_a_link_whose_probe_failed_is_still_checked_against_the_dialogue() -> None:
+    case = _RelationCase()
+    edges = case.run(_ProbeFails(rules=case.rules()))
+    # no question, so no necessity test: every cleaned link goes to verification, which supports 0 -> 1 and
+    # 0 -> 2 and not 1 -> 2 (the rule above); before, a failed probe dropped all three unchecked
+    assert [(e.source, e.relation, e.target, e.probe) for e in edges] == [
+        (0, "causal", 1, None), (0, "causal", 2, None)]
+
+
+def test_a_link_whose_flat_answer_failed_is_still_checked_against_the_dialogue() -> None:
+    case = _RelationCase()
+
+    def unreadable(fields: dict[str, str]) -> str:
+        return "yes"  # never the JSON asked for: the flat-answer request fails after its tries
+
+    edges = case.run(ScriptedLLM(rules={**case.rules(), "answer_flat": unreadable}))
+    # 0 -> 1 would have been implicit (entry 3 says it) and is verified instead; each edge keeps its probe
+    assert [(e.source, e.relation, e.target, e.probe) for e in edges] == [
+        (0, "causal", 1, "Q[Maya hurt her knee.|Maya switched to swimming.]"),
+        (0, "causal", 2, "Q[Maya hurt her knee.|Maya likes jazz.]")]
+
+
 # ------------------------------------------------------------------------------------------ DA
 def test_details_anchor_to_entries_grounded_in_the_same_turn() -> None:
     details = [Detail("Biscuit", 0), Detail("beagle", 0), Detail("Lisbon", 1), Detail("Ana", 2)]

@@ -4,6 +4,9 @@ Candidate edges between events are carried onto the purified entries that cover 
 (self-loops, edges to discarded entries and duplicates removed, in one native call for the whole batch)
 and probed: the LLM writes a question about the link; if the flat entries already answer it the edge
 is implicit and dropped; otherwise the link is checked against the dialogue and kept only if supported.
+A link whose necessity test could not run (the probe or the flat answer found no valid reply) is not dropped
+for it: it goes to the dialogue check (``edges_untested``), with a question made from the link itself where
+the probe wrote none, so a failed step costs the necessity test, not the link.
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
 once), so relation checking costs three requests per session rather than three per edge. The three prompts
 start with the same numbered entries (probe and verification also with the same links, named by entry
@@ -21,7 +24,7 @@ from promem_fast.context import RunContext
 from promem_fast.pipeline.words import content_set
 from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import PER_ITEM, link_line, numbered, part_before, render, schema_for
+from promem_fast.prompts import PER_ITEM, link_line, link_question, numbered, part_before, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program, ReplyError
 from promem_fast.types import Edge, Event, MemoryEntry
 
@@ -96,14 +99,17 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     asked = {k: q["question"] for k, q in enumerate(questions) if q is not None}
     answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
                                view, list(asked.values()))
-    open_links: list[int] = []
-    for k, result in zip(asked, answers):
-        if result is None:
-            continue
-        if result["answerable"]:
-            ctx.stats.bump("edges_implicit")
-        else:
-            open_links.append(k)
+    open_links = [k for k, result in zip(asked, answers) if result is None or not result["answerable"]]
+    if len(open_links) < len(asked):
+        ctx.stats.bump("edges_implicit", len(asked) - len(open_links))
+    unprobed = [k for k, q in enumerate(questions) if q is None]
+    for k in unprobed:
+        s, r, t = edges[k]
+        asked[k] = link_question(nodes[s].text, nodes[t].text, r)
+    untested = len(unprobed) + sum(result is None for result in answers)
+    if untested:
+        ctx.stats.bump("edges_untested", untested)
+    open_links = sorted(open_links + unprobed)
     if view.shows_dialogue:
         verdicts = yield from _each(ctx, "verify_relation", open_links, dict(
             shared, questions=numbered({k: asked[k] for k in open_links})), view, [asked[k] for k in open_links])
@@ -126,7 +132,7 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
             continue
         s, r, t = edges[k]
         if result["supported"]:
-            out.append(Edge(source=s, target=t, relation=r, probe=asked[k]))
+            out.append(Edge(source=s, target=t, relation=r, probe=None if k in unprobed else asked[k]))
         else:
             ctx.stats.bump("edges_unsupported")
     ctx.stats.bump("edges_kept", len(out))
