@@ -147,9 +147,9 @@ def built(n: int, real: int, texts: list[str], vectors: np.ndarray) -> tuple[Pat
     back from the cache's record on a rerun)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     path, record = CACHE / f"store-{n}.db", CACHE / f"store-{n}.json"
-    if (path.exists() and record.exists() and json.loads(record.read_text())["real_sentences"] == real
-            and json.loads(record.read_text()).get("sources")):
-        return path, json.loads(record.read_text())
+    kept = json.loads(record.read_text()) if path.exists() and record.exists() else {}
+    if kept.get("real_sentences") == real and kept.get("sources"):
+        return path, kept
     for stale in CACHE.glob(f"store-{n}.db*"):
         if stale.is_file():
             stale.unlink()

@@ -175,13 +175,15 @@ a million memories)."""
 
 _WORDS = """
 CREATE OR REPLACE FUNCTION nodes_words() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    node jsonb := NEW.data::jsonb;
 BEGIN
     NEW.words := setweight(to_tsvector('english', NEW.text), 'A')
         || setweight(to_tsvector('english', coalesce((
                SELECT string_agg(d.text, ' ; ' ORDER BY d.local_id) FROM details d
                WHERE d.session_pk = NEW.session_pk AND d.local_id IN (
-                   SELECT value::int FROM jsonb_array_elements_text(NEW.data::jsonb -> 'details'))), '')), 'C')
-        || setweight(to_tsvector('english', coalesce(NEW.data::jsonb ->> 'source', '')), 'B');
+                   SELECT value::int FROM jsonb_array_elements_text(node -> 'details'))), '')), 'C')
+        || setweight(to_tsvector('english', coalesce(node ->> 'source', '')), 'B');
     RETURN NEW;
 END $$
 """
