@@ -144,7 +144,7 @@ def _types(schema: Mapping[str, Any]) -> tuple[str, ...]:
 def validate(value: Any, schema: Mapping[str, Any], repairs: list[str], path: str = "$") -> Any:
     """Check ``value`` against the subset of JSON Schema our prompts use, applying lossless repairs.
 
-    Supported: type (incl. lists of types), properties, required, items, enum, minItems, maxItems,
+    Supported: type (incl. lists of types), properties, required, items, prefixItems, enum, minItems, maxItems,
     minimum, maximum, minLength. Repairs: a bare list wrapped into the single array property of an
     object schema; integers written as strings; numbers where strings are wanted; an over-long list cut
     to ``maxItems``; list items of the wrong type dropped (each named).
@@ -188,21 +188,37 @@ def _bare_list(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], re
 
 
 def _object(value: dict[str, Any], schema: Mapping[str, Any], repairs: list[str], path: str) -> dict[str, Any]:
-    for key in schema.get("required", []):
+    """The schema's properties of ``value``: an optional property whose value is invalid is dropped, as an
+    invalid list item is (one turn's unreadable list does not cost the other turns' details), while an
+    invalid or missing required one is an error."""
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    for key in required:
         if key not in value:
             raise ReplyError(f"{path}: missing required field {key!r}")
-    return {key: validate(value[key], sub, repairs, f"{path}.{key}")
-            for key, sub in schema.get("properties", {}).items() if key in value}
+    out: dict[str, Any] = {}
+    for key, sub in properties.items():
+        if key not in value:
+            continue
+        try:
+            out[key] = validate(value[key], sub, repairs, f"{path}.{key}")
+        except ReplyError as exc:
+            if key in required:
+                raise
+            repairs.append(f"dropped field: {exc}")
+    return out
 
 
 def _array(value: Any, schema: Mapping[str, Any], repairs: list[str], path: str) -> list[Any]:
     if not isinstance(value, list):
         raise ReplyError(f"{path}: expected a list, got {type(value).__name__}")
     item_schema = schema.get("items", {})
+    prefix = schema.get("prefixItems", [])  # a tuple's positions, each with its own schema
     items: list[Any] = []
     for idx, item in enumerate(value):
         try:
-            items.append(validate(item, item_schema, repairs, f"{path}[{idx}]"))
+            items.append(validate(item, prefix[idx] if idx < len(prefix) else item_schema, repairs,
+                                  f"{path}[{idx}]"))
         except ReplyError as exc:
             repairs.append(f"dropped item: {exc}")
     if value and not items:

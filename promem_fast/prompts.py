@@ -4,15 +4,24 @@ The wording is ours. Every prompt of a session starts with the same system messa
 the preamble, who the memory owner is, the session date with the calendar-date rule, and the session's
 dialogue. Each role's instructions and its item (the turns, entry or fact it is about) come after it, in the
 user message. A prefix cache (vLLM's, llama.cpp's) therefore holds a session's dialogue once and serves it to
-every role; the roles name the turns they are about (``[turn 3]``) instead of repeating them, and the three
+every role; the roles name the turns they are about (``[turn 3]``) instead of repeating them, and the
 relation-checking roles show their shared material (the numbered entries, the links between them by entry
-number) before their instructions, so it is cached once for the three. A session too long for one prompt
-gets the block without its dialogue, and each role then carries the part it needs.
+number) before their instructions, so it is cached once for the requests that read it. A session too long for
+one prompt gets the block without its dialogue, and each role then carries the part it needs.
+
+The probe and the flat answer read the block too, though they work from the entries (the flat answer is told
+not to use the dialogue): a prompt without it would leave the session's cached dialogue unreferenced for
+two waves, and a prefix cache that evicts least recently freed blocks first (vLLM's) then drops it before
+verification needs it again; in the scheduler model that cost more prefill than the shorter replies saved.
 
 The event, draft, relation, decomposition and adjudication tasks carry one short example of their answer;
 the detail task does not: with SmolLM2-135M its example made 4 of 12 first replies fail (the model listed
 the example's details) against 0 of 12 without. Schemas bound every list with ``maxItems`` so a reply can
-never run away.
+never run away. Replies about several numbered items (turns, links, questions) are objects keyed by the
+item's number, and a proposed relation is a ``[source, type, target]`` triple, not an object that repeats
+field names for every item: the same content in fewer decoded tokens (every one of which reads the whole
+cached dialogue on a GPU), with the number still written beside each answer. (Relations keyed by their type
+instead, ``{"causal": [[0, 1]]}``, were shorter still, but SmolLM2-135M then proposed no link at all.)
 """
 
 from __future__ import annotations
@@ -79,10 +88,10 @@ MORE = "\n\nAlready listed (do not repeat these; list only what is still missing
 """The tail of a continuation: the same prompt again, with the items a cut reply already gave."""
 
 DETAILS_ONE = '"details" list holds one short fragment per detail'
-DETAILS_MANY = ('"turns" list holds, for each turn named, {"turn": its number, "details": [one short fragment per '
-                'detail]}')
+DETAILS_MANY = 'keys are the turns named, each holding the list of that turn\'s details, one short fragment each'
 """The detail reply's shape: a flat list for one turn (small models fill it where they leave a nested one
-empty: SmolLM2-135M gave no detail at all in the nested shape), one list per turn for several."""
+empty: SmolLM2-135M gave no detail at all in a list of per-turn objects), an object of lists keyed by turn
+for several."""
 
 OWNER_WORDS = "that {user} states; the other speaker's lines are only context, not facts about {user}"
 ANY_WORDS = "stated by either speaker"
@@ -119,9 +128,11 @@ class RoleTemplate:
 
 ENTRIES = "Memory entries of {user}:\n{entries}\n\n"
 LINKS = "Proposed links between entries:\n{links}\n\n"
-"""The lead of the relation-checking roles (probe, flat answer, verification), in this order, so their
-requests share one cached prefix: the entries, then the links (the flat answer shows no links: it must
-answer from the entries alone)."""
+QUESTIONS = "Questions, by link number:\n{questions}\n\n"
+"""The leads of the relation-checking roles, so each request shares a cached prefix with the one before it:
+the probe shows the entries, then the links; the flat answer the entries, then the probe's questions (no
+links: it must answer from the entries alone); verification the entries, the same questions, then the
+links, and names the links it asks about after them."""
 
 
 TEMPLATES: dict[str, RoleTemplate] = {
@@ -151,11 +162,11 @@ TEMPLATES: dict[str, RoleTemplate] = {
             "that are linked by one of the allowed relation types. Only propose links the events clearly "
             "support; leave unrelated events unlinked.\n"
             'Example: with events "0. Tom hurt his knee." and "1. Tom stopped running.", the link is '
-            '{{"source": 0, "relation": "causal", "target": 1}}.'
+            '[0, "causal", 1].'
         ),
         item=(
             "Events:\n{events}\n\nAllowed relation types:\n{relation_types}\n"
-            'Reply as {{"relations": [{{"source": event number, "relation": type, "target": event number}}, ...]}}.'
+            'Reply as {{"links": [[source event number, "relation type", target event number], ...]}}.'
         ),
     ),
     "draft": RoleTemplate(
@@ -213,27 +224,26 @@ TEMPLATES: dict[str, RoleTemplate] = {
             "write one specific question whose answer is exactly that link, so someone can check whether the "
             "link is known. Ask in the entries' own words, never by their numbers."
         ),
-        item=('Reply with a JSON object whose "questions" list holds, for each link, {{"link": its number, '
-              '"question": the question}}.'),
+        item='Reply with a JSON object whose keys are the links\' numbers, each holding that link\'s question.',
     ),
     "answer_flat": RoleTemplate(
-        lead=ENTRIES + "Questions:\n{questions}\n\n",
+        lead=ENTRIES + QUESTIONS,
         task=(
             "Task: decide for each question whether the memory entries above answer it on their own (not the "
             "dialogue), without guessing. A question is answerable only when the entries state the answer, not "
             "when they merely mention the same things."
         ),
-        item=('Reply with a JSON object whose "answers" list holds, for each question, {{"question": its number, '
-              '"answerable": true or false}}.'),
+        item=('Reply with a JSON object whose keys are the questions\' numbers, each holding true when the '
+              'entries answer that question and false otherwise.'),
     ),
     "verify_relation": RoleTemplate(
-        lead=ENTRIES + LINKS + "{text}Questions about the links to check:\n{questions}\n\n",
+        lead=ENTRIES + QUESTIONS + LINKS + "{text}",
         task=(
-            "Task: check against the dialogue whether each link that has a question above is actually "
-            "supported by what was said about {user}."
+            "Task: check against the dialogue whether each link named below is actually supported by what was "
+            "said about {user} (the question with the link's number asks about it)."
         ),
-        item=('Reply with a JSON object whose "links" list holds, for each link with a question, '
-              '{{"link": its number, "supported": true or false}}.'),
+        item=('Links to check: {check}\n\nReply with a JSON object whose keys are these links\' numbers, each '
+              'holding true when what was said supports that link and false otherwise.'),
     ),
 }
 
@@ -309,14 +319,15 @@ def _string_list(key: str, max_items: int) -> dict[str, Any]:
     }
 
 
-PER_ITEM: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "probe": ("questions", "link", {"question": {"type": "string", "minLength": 3}}),
-    "answer_flat": ("answers", "question", {"answerable": {"type": "boolean"}}),
-    "verify_relation": ("links", "link", {"supported": {"type": "boolean"}}),
+PER_ITEM: dict[str, tuple[str, dict[str, Any]]] = {
+    "probe": ("question", {"type": "string", "minLength": 3}),
+    "answer_flat": ("answerable", {"type": "boolean"}),
+    "verify_relation": ("supported", {"type": "boolean"}),
 }
-"""The relation-checking roles, which answer several numbered items in one reply: the reply's list key, the
-item number's key, and what each item carries. Only what the pipeline reads is asked for (the flat answer
-says whether the entries answer a question, not the answer), since every reply token is decoded."""
+"""The relation-checking roles, which answer several numbered items in one reply, an object keyed by the
+items' numbers: what each answer is (the question, whether the entries answer it, whether the dialogue
+supports the link) and its schema. Only what the pipeline reads is asked for (the flat answer says whether
+the entries answer a question, not the answer), since every reply token is decoded."""
 
 
 def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
@@ -326,38 +337,19 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
     schemas the turn labels to ``turns``, the relation-checking ones their answers to the items ``numbers``."""
     if role == "detail" and len(turns) <= 1:
         return _string_list("details", max_items)
-    if role == "detail":
-        turn: dict[str, Any] = {"type": "string", "enum": list(turns)} if turns else {"type": "string"}
-        return {
-            "type": "object",
-            "properties": {"turns": {
-                "type": "array", "maxItems": max(len(turns), 1) if turns else max_items,
-                "items": {"type": "object",
-                          "properties": {"turn": turn, "details": {
-                              "type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": max_items}},
-                          "required": ["turn", "details"]},
-            }},
-            "required": ["turns"],
-        }
+    if role == "detail":  # keys not required: a reply cut short keeps the turns it finished
+        details = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": max_items}
+        return {"type": "object", "properties": {str(t): details for t in turns}, "additionalProperties": False}
     if role == "event":
         return _string_list("events", max_items)
     if role in ("draft", "decompose"):
         return _string_list("facts", max_items)
     if role == "relation":
         index = {"type": "integer", "minimum": 0, "maximum": max(n_events - 1, 0)}
-        return {
-            "type": "object",
-            "properties": {"relations": {
-                "type": "array", "maxItems": max_items,
-                "items": {
-                    "type": "object",
-                    "properties": {"source": index, "relation": {"type": "string", "enum": list(relation_types)},
-                                   "target": index},
-                    "required": ["source", "relation", "target"],
-                },
-            }},
-            "required": ["relations"],
-        }
+        link = {"type": "array", "prefixItems": [index, {"type": "string", "enum": list(relation_types)}, index],
+                "minItems": 3, "maxItems": 3}
+        return {"type": "object", "properties": {"links": {"type": "array", "maxItems": max_items, "items": link}},
+                "required": ["links"]}
     if role == "adjudicate":
         return {
             "type": "object",
@@ -369,12 +361,9 @@ def schema_for(role: str, *, max_items: int = 24, n_events: int = 0,
         return {"type": "object", "properties": {"label": {"type": "string",
                 "enum": ["entailment", "neutral", "contradiction"]}}, "required": ["label"]}
     if role in PER_ITEM:
-        key, index, fields = PER_ITEM[role]
-        number = {"type": "integer", "enum": sorted(numbers)}
-        return {"type": "object", "properties": {key: {
-            "type": "array", "minItems": len(numbers), "maxItems": len(numbers),
-            "items": {"type": "object", "properties": {index: number, **fields}, "required": [index, *fields][:2]},
-        }}, "required": [key]}
+        keys = [str(n) for n in numbers]
+        return {"type": "object", "properties": {k: PER_ITEM[role][1] for k in keys}, "required": keys,
+                "additionalProperties": False}
     raise KeyError(f"no schema for role {role!r}")
 
 

@@ -44,8 +44,8 @@ def corrupt(kind: str, text: str) -> str:
     if kind == "other_language":
         return json.dumps(_to_chinese(value), ensure_ascii=False)
     if kind == "out_of_range":
-        if "relations" in value:
-            value["relations"].append({"source": 0, "relation": "causal", "target": 17})
+        if "links" in value:  # a relation reply: [source, type, target] triples
+            value["links"].append([0, "causal", 17])
         return json.dumps(value)
     raise ValueError(kind)
 

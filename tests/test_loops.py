@@ -108,7 +108,7 @@ class Details(ScriptedLLM):
             self.asked.append(parsed[1]["turns"])
             if len(self.asked) == 1:
                 first = parsed[1]["turns"].split(", ")[0]
-                text = ('{"turns": [{"turn": "' + first + '", "details": ["Ann has a brother called Leo.", '
+                text = ('{"' + first + '": ["Ann has a brother called Leo.", '
                         '"Ann visited Oslo in 2001.", "Ann liked Oslo and ' + "she liked the old harbour and " * 4)
                 out[i] = Completion(text=text, prompt_tokens=out[i].prompt_tokens,
                                     completion_tokens=len(text) // 4, finish_reason="loop")

@@ -42,17 +42,33 @@ def test_unrepairable_replies_raise(reply: str, error: str) -> None:
 
 
 def test_out_of_range_ids_are_dropped_not_invented() -> None:
-    reply = json.dumps({"relations": [{"source": 0, "relation": "causal", "target": 17},
-                                      {"source": 1, "relation": "Temporal", "target": "2"}]})
+    # five events (0-4): the link naming event 17 goes; the type written "Temporal" is read as the allowed
+    # "temporal", and the number written as a string as a number
+    reply = json.dumps({"links": [[0, "causal", 17], [1, "Temporal", "2"]]})
     value, repairs = parse_reply(reply, RELATIONS)
-    assert value == {"relations": [{"source": 1, "relation": "temporal", "target": 2}]}
+    assert value == {"links": [[1, "temporal", 2]]}
     assert any("17" in r for r in repairs)
 
 
 def test_truncated_inside_an_object_keeps_only_complete_items() -> None:
-    reply = '{"relations": [{"source": 0, "relation": "causal", "target": 1}, {"source": 2, "relation": "tem'
+    reply = '{"links": [[0, "causal", 1], [2, "tem'
     value, _ = parse_reply(reply, RELATIONS)
-    assert value == {"relations": [{"source": 0, "relation": "causal", "target": 1}]}
+    assert value == {"links": [[0, "causal", 1]]}
+
+
+def test_one_turns_unreadable_list_costs_only_that_turn() -> None:
+    # details of three turns keyed by turn; turn 4's value is no list: it is dropped (and named), the others kept
+    schema = schema_for("detail", turns=["3", "4", "5"])
+    value, repairs = parse_reply('{"3": ["Lisbon", "2019"], "4": {"x": 1}, "5": []}', schema)
+    assert value == {"3": ["Lisbon", "2019"], "5": []}
+    assert any("$.4" in r for r in repairs)
+
+
+def test_an_item_reply_must_answer_every_item_it_is_asked() -> None:
+    schema = schema_for("answer_flat", numbers=[0, 2])
+    assert parse_reply('{"0": true, "2": false}', schema)[0] == {"0": True, "2": False}
+    with pytest.raises(ReplyError, match="missing required field '2'"):
+        parse_reply('{"0": true, "1": false}', schema)
 
 
 def test_dominant_script() -> None:

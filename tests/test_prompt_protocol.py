@@ -182,6 +182,15 @@ def test_without_the_dialogue_in_the_block_each_prompt_shows_its_own_turns() -> 
     assert "[turn 1] Maya Chen: I adopted a cat named Pixel yesterday." in details[1].messages[1]["content"]
     assert {(d.turn_id, d.text) for d in graph.details} == {
         (0, "Nordvik Labs"), (0, "at Nordvik Labs"), (2, "Harbor Bank"), (2, "at Harbor Bank"), (2, "in Bergen")}
+    # each link is verified in a request of its own that names it and shows the turns of its two facts
+    links = [(e.source, e.relation, e.target) for e in graph.edges]
+    with_block = Engine(scripted_config(), llm=Seeing()).extract([three_turns()])[0]
+    assert links and links == [(e.source, e.relation, e.target) for e in with_block.edges]
+    (verify,) = llm.of("verify_relation")
+    user = verify.messages[1]["content"]
+    assert "Links to check: 0\n" in user
+    near = user.split("The dialogue near the two facts:\n", 1)[1]
+    assert "[turn 0] Maya Chen: I'm flying to Oslo" in near and "[turn 1] Maya Chen: I adopted a cat" in near
 
 
 def test_items_only_a_continuation_brought_are_counted() -> None:

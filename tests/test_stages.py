@@ -194,7 +194,7 @@ class _Keeping(ScriptedLLM):
             role = (parse_rendered(request.messages) or ("?",))[0]
             self.users.setdefault(role, []).append(request.messages[1]["content"])
             if role == "verify_relation" and len(self.users[role]) == 1:
-                text = json.dumps({"links": [{"link": 0, "supported": True}, {"link": 1, "supported": True}]})
+                text = json.dumps({"0": True, "1": True})
                 out.append(Completion(text=text, prompt_tokens=10, completion_tokens=20))
             else:
                 out.extend(super().generate([request]))
@@ -210,12 +210,18 @@ def test_relation_checks_read_the_entries_once_and_answer_only_the_links_asked()
     first, again = llm.users["verify_relation"]  # the reply that answered link 0 was refused, and asked again
     assert first == again
     entries = "\n".join(f"{i}. {t}" for i, t in enumerate(case.texts))
-    # the three prompts open with the same entries, and probe and verification with the same links after them,
-    # so a prefix cache prefills that part once; the links name entries by number, not by repeating their text
+    # the three prompts open with the same entries; the flat answer then shows the probe's questions and
+    # verification opens with all of the flat answer's lead, so a prefix cache prefills each part once
     for user in (probe, flat, first):
         assert user.startswith(f"Memory entries of Maya:\n{entries}\n\n")
-    links = probe[:probe.index("Task:")]
-    assert first.startswith(links)
+    assert first.startswith(flat[:flat.index("Task:")])
+    questions = flat.split("Questions, by link number:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert questions == ["0. Q[Maya hurt her knee.|Maya switched to swimming.]",
+                         "1. Q[Maya switched to swimming.|Maya likes jazz.]",
+                         "2. Q[Maya hurt her knee.|Maya likes jazz.]"]
+    # the links name entries by number, not by repeating their text; probe and verification show the same
+    links = probe[probe.index("Proposed links"):probe.index("Task:")]
+    assert links in first
     assert links.split("Proposed links between entries:\n", 1)[1].strip().splitlines() == [
         "0. source: entry 0, target: entry 1, relation: causal (source leads to target)",
         "1. source: entry 1, target: entry 2, relation: temporal (source happens before target)",
@@ -223,8 +229,7 @@ def test_relation_checks_read_the_entries_once_and_answer_only_the_links_asked()
     # the flat answer sees the questions, never the proposed links
     assert "Proposed links" not in flat
     # verification asks about the two links the entries do not answer (1 and 2), by their numbers
-    asked = first.split("Questions about the links to check:\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert [line.split(".", 1)[0] for line in asked] == ["1", "2"]
+    assert "Links to check: 1, 2\n" in first
 
 
 class _ProbeFails(ScriptedLLM):
@@ -234,7 +239,7 @@ class _ProbeFails(ScriptedLLM):
         out = []
         for request in requests:
             if (parse_rendered(request.messages) or ("?",))[0] == "probe":
-                out.append(Completion(text='{"questions": [{"link": 0, "question": "what what what',
+                out.append(Completion(text='{"0": "what what what',
                                       prompt_tokens=10, completion_tokens=20, finish_reason="loop"))
             else:
                 out.extend(super().generate([request]))

@@ -126,26 +126,23 @@ def _request(view: DialogueView, groups: list[TurnGroup], ctx: RunContext, sourc
 
 def _check(view: DialogueView, groups: list[TurnGroup], mode: str, a: _Ask, replied: dict[int, int]) -> Any:
     """Each turn's list checked like a list of statements against that turn's words (fragments of one word
-    allowed); the value becomes ``{ordinal: details}`` in the order the reply gave the turns."""
+    allowed); the value (a list for one turn, else lists keyed by turn label) becomes ``{ordinal: details}``
+    in the order the reply gave the turns."""
     ordinal = {_label(groups, i): i for i in a.turns}
 
     def check(value: dict[str, Any]) -> tuple[dict[int, list[str]], list[str]]:
         out: dict[int, list[str]] = {}
         notes: list[str] = []
-        entries = value["turns"] if "turns" in value else [{"turn": _label(groups, a.turns[0]),
-                                                             "details": value["details"]}]
-        for entry in entries:
-            i = ordinal.get(str(entry["turn"]))
-            if i is None:
-                notes.append(f"dropped the details of turn {entry['turn']!r}, which was not asked for")
-                continue
+        lists = value if len(a.turns) > 1 else {_label(groups, a.turns[0]): value["details"]}
+        for label, listed in lists.items():
+            i = ordinal[label]  # the schema admits only the turns asked
             evidence = a.text or "\n".join(m.text for m in view.said(groups[i], mode))
-            replied[i] = replied.get(i, 0) + len(entry["details"])
+            replied[i] = replied.get(i, 0) + len(listed)
             try:
                 kept, more = statements("details", evidence, min_words=1, role="detail", owner=view.owner)(
-                    {"details": entry["details"]})
+                    {"details": listed})
             except ReplyError as exc:
-                raise ReplyError(f"turn {entry['turn']}: {exc}") from exc
+                raise ReplyError(f"turn {label}: {exc}") from exc
             out.setdefault(i, []).extend(kept["details"])
             notes += more
         return out, notes

@@ -119,15 +119,15 @@ def infer_relations(view: DialogueView, events: list[Event], ctx: RunContext) ->
         """Strict repair: edges naming an event that does not exist, or an event with itself, are dropped."""
         kept: list[Relation] = []
         notes: list[str] = []
-        for rel in value["relations"]:
-            s, r, t = rel["source"], rel["relation"], rel["target"]
+        proposed = [tuple(link) for link in value["links"]]
+        for s, r, t in proposed:
             if not (0 <= s < n and 0 <= t < n):
                 notes.append(f"dropped edge to a missing event ({s} -> {t} of {n})")
             elif s == t:
                 notes.append(f"dropped self-loop on event {s}")
             else:
                 kept.append((s, r, t))
-        if value["relations"] and not kept:
+        if proposed and not kept:
             raise ReplyError("every proposed edge names a missing event")
         return kept, notes
 

@@ -9,8 +9,9 @@ for it: it goes to the dialogue check (``edges_untested``), with a question made
 the probe wrote none, so a failed step costs the necessity test, not the link.
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
 once), so relation checking costs three requests per session rather than three per edge. The three prompts
-start with the same numbered entries (probe and verification also with the same links, named by entry
-number), so a prefix cache prefills them once: the entries' text is not repeated in every link.
+start with the same numbered entries, and each then shares with the one before it (the flat answer reads
+the probe's questions, verification the same questions and then the links, named by entry number), so a
+prefix cache prefills each part once: the entries' text is not repeated in every link.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from promem_fast.context import RunContext
 from promem_fast.pipeline.words import content_set
 from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import PER_ITEM, link_line, link_question, numbered, part_before, render, schema_for
+from promem_fast.prompts import link_line, link_question, numbered, part_before, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program, ReplyError
 from promem_fast.types import Edge, Event, MemoryEntry
 
@@ -96,10 +97,10 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     shared = dict(entries=entries, links="\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges)))
     questions = yield from _each(ctx, "probe", range(len(edges)), shared, view,
                                  [f"edge {s} -{r}-> {t}" for s, r, t in edges])
-    asked = {k: q["question"] for k, q in enumerate(questions) if q is not None}
+    asked = {k: q for k, q in enumerate(questions) if q is not None}
     answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
                                view, list(asked.values()))
-    open_links = [k for k, result in zip(asked, answers) if result is None or not result["answerable"]]
+    open_links = [k for k, answerable in zip(asked, answers) if not answerable]  # False, or None: untested
     if len(open_links) < len(asked):
         ctx.stats.bump("edges_implicit", len(asked) - len(open_links))
     unprobed = [k for k, q in enumerate(questions) if q is None]
@@ -110,28 +111,28 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     if untested:
         ctx.stats.bump("edges_untested", untested)
     open_links = sorted(open_links + unprobed)
+    shared["questions"] = numbered(asked)  # the flat answer's questions, then any made from unprobed links
     if view.shows_dialogue:
         verdicts = yield from _each(ctx, "verify_relation", open_links, dict(
-            shared, questions=numbered({k: asked[k] for k in open_links})), view, [asked[k] for k in open_links])
+            shared, check=", ".join(map(str, open_links))), view, [asked[k] for k in open_links])
     else:  # each link with the part of the dialogue near its two facts: one request per link
         label = "The dialogue near the two facts"
+        widest = str(max(open_links, default=0))
         budget = ctx.prompt_budget("verify_relation", render("verify_relation", view.block, user=view.owner,
-                                                             text=part_before(label, ""), questions="", **shared))
+                                                             text=part_before(label, ""), check=widest, **shared))
         singles = []
         for k in open_links:
             s, _, t = edges[k]
-            question = numbered({k: asked[k]})
-            near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx,
-                            budget - ctx.text_tokens("verify_relation", question))
+            near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx, budget)
             singles.append(_each(ctx, "verify_relation", [k], dict(shared, text=part_before(label, near),
-                                                                   questions=question), view, [asked[k]]))
+                                                                   check=str(k)), view, [asked[k]]))
         verdicts = [v for (v,) in (yield from gather(*singles))]
     out: list[Edge] = []
     for k, result in zip(open_links, verdicts):
         if result is None:
             continue
         s, r, t = edges[k]
-        if result["supported"]:
+        if result:
             out.append(Edge(source=s, target=t, relation=r, probe=None if k in unprobed else asked[k]))
         else:
             ctx.stats.bump("edges_unsupported")
@@ -140,23 +141,21 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
 
 
 def _each(ctx: RunContext, role: str, numbers: Sequence[int], fields: dict[str, str], view: DialogueView,
-          items: list[str]) -> Program[list[dict[str, Any] | None]]:
+          items: list[str]) -> Program[list[Any]]:
     """The answers to the items ``numbers`` (links or questions, by their numbers in the prompt) asked in one
     request, in that order (None for every item when the request failed, its failure recorded). A reply must
-    answer each of them once, else it is asked again."""
+    answer each of them, else it is asked again."""
     numbers = list(numbers)
     n = len(numbers)
     if n == 0:
         return []
     cp = ctx.config.pipeline
-    key, index, _ = PER_ITEM[role]
 
-    def check(value: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-        by_number = {a[index]: a for a in value[key]}
-        if len(value[key]) != n or sorted(by_number) != sorted(numbers):
-            raise ReplyError(f"{key} must answer items {sorted(numbers)} once each, "
-                             f"got {sorted(a[index] for a in value[key])}")
-        return [by_number[i] for i in numbers], []
+    def check(value: dict[str, Any]) -> tuple[list[Any], list[str]]:
+        missing = [i for i in numbers if str(i) not in value]
+        if missing:
+            raise ReplyError(f"the reply must answer items {numbers}, it left out {missing}")
+        return [value[str(i)] for i in numbers], []
 
     messages = render(role, view.block, user=view.owner, **fields)
     room = ctx.services.context_length(role) - ctx.services.count_tokens(role, messages) - 16

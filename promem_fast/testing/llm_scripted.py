@@ -109,9 +109,12 @@ def _by_number(lines: str) -> dict[int, str]:
 def each_item(role: str, fields: dict[str, str], rule: Rule) -> dict[str, Any]:
     """A reply to a prompt of numbered items (links, questions): ``rule`` answers each item asked from the
     fields that item's line gives (a link's two entries looked up by number, its question when the prompt has
-    one), with the prompt's other fields. Verification answers only the links the prompt asks a question of."""
-    key, index, _ = PER_ITEM[role]
+    one), with the prompt's other fields. The reply is keyed by the items' numbers, each holding the rule's
+    answer (its ``question``, ``answerable`` or ``supported``). Verification answers only the links the prompt
+    names to check."""
+    answer = PER_ITEM[role][0]
     questions = _by_number(fields.get("questions", ""))
+    checked = {int(k) for k in fields.get("check", "").split(", ") if k.strip().isdigit()}
     if role == "answer_flat":
         items = {k: {"question": q} for k, q in questions.items()}
     else:
@@ -119,12 +122,12 @@ def each_item(role: str, fields: dict[str, str], rule: Rule) -> dict[str, Any]:
         items = {}
         for m in _LINK.finditer(fields["links"]):
             k = int(m.group("n"))
-            if role == "verify_relation" and k not in questions:
+            if role == "verify_relation" and k not in checked:
                 continue
             items[k] = {"source": entries[int(m.group("source"))], "target": entries[int(m.group("target"))],
                         "relation": m.group("relation"), "meaning": m.group("meaning"),
                         **({"question": questions[k]} if k in questions else {})}
-    return {key: [{index: k, **rule({**fields, **item})} for k, item in items.items()]}
+    return {str(k): rule({**fields, **item})[answer] for k, item in items.items()}
 
 
 def shown_text(fields: dict[str, str]) -> str:
@@ -270,8 +273,8 @@ def _owner_only(fields: dict[str, str]) -> bool:
     return fields.get("user", "") in fields.get("source", "")
 
 
-def _details(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-    out = []
+def _details(fields: dict[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
     for name, lines in turn_lines(fields, fields["turns"]).items():
         said = [(role, text) for _, role, text in lines_of(lines)] or [("", lines)]
         if _owner_only(fields) and any(role == fields["user"] for role, _ in said):
@@ -285,10 +288,10 @@ def _details(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
             if item not in seen and f"turn {name}: {item}".lower() not in _listed(fields) \
                     and item.lower() not in _listed(fields):
                 seen.append(item)
-        out.append({"turn": name, "details": seen})
+        out[name] = seen
     if fields.get("reply", "").startswith('"details"'):  # one turn asked, one flat list
-        return {"details": out[0]["details"] if out else []}
-    return {"turns": out}
+        return {"details": next(iter(out.values()), [])}
+    return out
 
 
 def _owner(fields: dict[str, str], text: str) -> list[str]:
@@ -301,11 +304,11 @@ def _events(fields: dict[str, str]) -> dict[str, list[str]]:
     return {"events": _rest(sentences[:1] + ([max(sentences[1:], key=len)] if len(sentences) > 2 else []), fields)}
 
 
-def _relations(fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+def _relations(fields: dict[str, str]) -> dict[str, list[list[Any]]]:
     n = len([line for line in fields["events"].splitlines() if line.strip()])
     allowed = [line[2:].split(":", 1)[0] for line in fields["relation_types"].splitlines() if line.startswith("- ")]
     kind = "temporal" if "temporal" in allowed else (allowed or ["temporal"])[0]
-    return {"relations": [{"source": i, "relation": kind, "target": i + 1} for i in range(min(n - 1, 6))]}
+    return {"links": [[i, kind, i + 1] for i in range(min(n - 1, 6))]}
 
 
 def _draft(fields: dict[str, str]) -> dict[str, list[str]]:
