@@ -230,7 +230,9 @@ def run(gpu: GPU, a: Assumed, base: list[list[list[Req]]], n: int, driver: str, 
             "cpu_wait_fraction": round(cpu_wait / wall, 4),
             "prefix_cache_hit": round(sched.cached / max(sched.cached + sched.prefilled, 1), 4),
             "uncached_prefill_per_session": round(sched.prefilled / n),
-            "steps_waiting_for_blocks": sched.refused, "cached_blocks_evicted": sched.pool.evicted}
+            "steps_waiting_for_blocks": sched.refused, "cached_blocks_evicted": sched.pool.evicted,
+            "memory_bound_s": round(sched.memory_bound_s, 1), "kv_read_s": round(sched.kv_read_s, 1),
+            "compute_bound_s": round(sched.compute_bound_s, 1)}
 
 
 def kv_tokens(gpu: GPU, a: Assumed) -> int:

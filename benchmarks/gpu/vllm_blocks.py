@@ -135,6 +135,8 @@ class Scheduler:
         self.prefilled = self.cached = 0
         self.refused = 0
         """Steps in which the head of the queue waited for blocks (not for the token budget or seats)."""
+        self.memory_bound_s = self.kv_read_s = self.compute_bound_s = 0.0
+        """Where the steps' seconds went: steps bound by memory (of which reading KV), steps bound by FLOPs."""
 
     def add(self, req: Any, key: Any) -> None:
         self.waiting.append((req, key))
@@ -213,6 +215,11 @@ class Scheduler:
         flops += 2 * c.params * tokens
         memory_s = (c.weight_bytes + kv_read * c.kv_bytes_per_token) / c.bandwidth
         compute_s = flops / c.flops
+        if memory_s >= compute_s:
+            self.memory_bound_s += memory_s
+            self.kv_read_s += kv_read * c.kv_bytes_per_token / c.bandwidth
+        else:
+            self.compute_bound_s += compute_s
         n = len(self.running)
         for s in done:
             self.running.remove(s)
