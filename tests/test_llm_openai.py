@@ -16,6 +16,7 @@ from promem_fast.backends.base import GenerationRequest
 from promem_fast.backends.llm_openai import OpenAICompatLLM, estimate_tokens
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ContextOverflow
+from promem_fast.prompts import schema_for
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
@@ -173,13 +174,31 @@ def test_request_body(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> No
     backend = _backend(server.url, ignore_eos=True, options={"backoff_s": 0.01, "top_p": 0.5})
     backend.generate([_request("a", schema=SCHEMA, seed=4, temperature=0.3, max_tokens=3), _request("b")])
     first, second = sorted(server.chat_bodies(), key=lambda b: b["messages"][-1]["content"])
-    assert first["response_format"] == {"type": "json_schema",
-                                        "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}}
+    assert first["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "reply", "schema": {**SCHEMA, "additionalProperties": False}, "strict": True}}
     assert (first["seed"], first["temperature"], first["max_tokens"]) == (4, 0.3, 3)
     assert first["model"] == "served-model" and first["ignore_eos"] is True and first["top_p"] == 0.5
     assert "response_format" not in second
     headers = [h for _, path, _, h in server.requests if path == "/v1/chat/completions"]
     assert all(h.get("Authorization") == "Bearer sekrit" for h in headers)
+
+
+def test_schemas_go_strict_only_in_the_form_openai_accepts(server: FakeServer) -> None:
+    """OpenAI's strict mode rejects a request (HTTP 400) whose schema has an object without
+    ``additionalProperties: false`` or with a property not required, or a refused keyword; vLLM and llama.cpp
+    ignore the flag. The pipeline's own schemas, as sent."""
+    draft = schema_for("draft", max_items=3)
+    details = schema_for("detail", turns=["0", "1"])  # a turn's list may be left out: no strict form
+    relation = schema_for("relation", n_events=3, relation_types=["causal"])  # a tuple: no strict form
+    backend = _backend(server.url)
+    backend.generate([_request(name, schema=schema) for name, schema in
+                      (("draft", draft), ("details", details), ("relation", relation))])
+    sent = {b["messages"][-1]["content"]: b["response_format"]["json_schema"] for b in server.chat_bodies()}
+    assert sent["draft"] == {"name": "reply", "strict": True, "schema": {
+        "type": "object", "required": ["facts"], "additionalProperties": False,
+        "properties": {"facts": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}}}
+    assert sent["details"] == {"name": "reply", "strict": False, "schema": details}
+    assert sent["relation"] == {"name": "reply", "strict": False, "schema": relation}
 
 
 def test_no_key_sends_no_authorization(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,9 @@ on-prem deployment needs no HTTP client package. Nothing is contacted unless ``l
 
 Requests: ``model``, ``messages``, ``max_tokens``, ``temperature``, ``seed``, and when the engine gives a
 schema ``response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": ...,
-"strict": true}}``; ``ignore_eos`` (a vLLM extension) is sent only when the config asks for it. Every other
+"strict": ...}}``: strict, in the form OpenAI's strict mode accepts, when the schema has one, else as written
+and not strict (:mod:`._openai_schema`); ``ignore_eos`` (a vLLM extension) is sent only when the config asks
+for it. Every other
 key of ``LLMConfig.options`` is merged into each request body as is, except the backend's own knobs
 ``backoff_s`` (base delay of the exponential backoff, default 0.5 s) and ``max_backoff_s`` (cap, 30 s).
 
@@ -45,6 +47,7 @@ from http.client import HTTPException
 from typing import Any
 
 from promem_fast.backends._message_cache import MessageCache
+from promem_fast.backends._openai_schema import strict_form
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import LLMConfig
 from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
@@ -272,8 +275,10 @@ class OpenAICompatLLM:
             "seed": request.seed,
         }
         if request.schema is not None:
+            strict = strict_form(request.schema)
             body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "reply", "schema": dict(request.schema), "strict": True}}
+                "name": "reply", "schema": dict(request.schema) if strict is None else strict,
+                "strict": strict is not None}}
         if self.config.ignore_eos:
             body["ignore_eos"] = True
         return body
