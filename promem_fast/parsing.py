@@ -190,12 +190,16 @@ def _bare_list(value: Any, schema: Mapping[str, Any], types: tuple[str, ...], re
 def _object(value: dict[str, Any], schema: Mapping[str, Any], repairs: list[str], path: str) -> dict[str, Any]:
     """The schema's properties of ``value``: an optional property whose value is invalid is dropped, as an
     invalid list item is (one turn's unreadable list does not cost the other turns' details), while an
-    invalid or missing required one is an error."""
+    invalid or missing required one is an error. A key of a closed object (``additionalProperties: false``)
+    that the schema does not name is dropped and named (a turn that was not asked about)."""
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     for key in required:
         if key not in value:
             raise ReplyError(f"{path}: missing required field {key!r}")
+    if schema.get("additionalProperties") is False:
+        repairs.extend(f"{path}: dropped key {key!r}, which the schema does not name"
+                       for key in value if key not in properties)
     out: dict[str, Any] = {}
     for key, sub in properties.items():
         if key not in value:
