@@ -39,9 +39,11 @@ _IN_MONTH = re.compile(rf"\b(?:in|during|this)\s+{_MONTH}(?!\w)", re.I)
 _YEAR = re.compile(r"\b(in|during|of|since|before|prior\s+to|after|until|till|up\s+to|by|as\s+of)\s+(\d{4})\b", re.I)
 _AGO = re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b", re.I)
 _AS_OF = re.compile(r"\bas of\b", re.I)
-_BOUND = re.compile(r"\b(before|prior to|until|till|up to|by|as of|after|since)\s+(?:the\s+)?$", re.I)
+_BOUND_WORDS = "before|prior to|until|till|up to|by|as of|after|since"
+"""The words that bound a window on one side ("before May", "as of 2021"), read by :func:`_bounded`."""
+_BOUND = re.compile(rf"\b({_BOUND_WORDS})\s+(?:the\s+)?$", re.I)
 _NAMED = re.compile(r"\b(?:yesterday|last\s+(?:week|month|year)|this\s+year)\b", re.I)
-_LEAD = r"(?:\b(?:before|prior to|until|till|up to|by|as of|after|since|on|in|during)\s+(?:the\s+)?)?"
+_LEAD = rf"(?:\b(?:{_BOUND_WORDS}|on|in|during)\s+(?:the\s+)?)?"
 _PHRASES = tuple(re.compile(_LEAD + p.pattern, p.flags) for p in (
     _ISO, _DAY_MONTH_YEAR, _MONTH_DAY_YEAR, _MONTH_YEAR, _LAST_MONTH_NAME, _IN_MONTH, _YEAR, _AGO, _NAMED, _AS_OF))
 """What :func:`without_times` takes out: every phrase :func:`window` reads (longest forms first), with the bound
