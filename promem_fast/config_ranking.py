@@ -17,11 +17,16 @@ class RankingConfig:
     dense: bool = True
     """Rank by the embedder's cosine between question and memory."""
     lexical: bool = True
-    """Rank by BM25 over the memory's text and details (SQLite FTS5), fused with the dense ranks."""
+    """Rank by BM25 over the memory's text and details (SQLite FTS5; PostgreSQL's ``ts_rank``), fused with the
+    dense ranks."""
     source: bool = True
     """The lexical side also reads each memory's source, the owner's words in the turns it was taken from
     (weighing half its own text): a question asks in the words that were said at least as often as in the
     memory's rewording of them."""
+    exchange: bool = True
+    """The lexical side also reads the other speaker's words around each memory's turns (what they said in
+    the turn, or the message the owner answered and the reply to it), weighing half its own text: "How was
+    the pottery class?" names what a question about the bowl the owner made there will name."""
     rrf_k: int = 60
     """Reciprocal rank fusion's constant: a memory scores ``sum(1 / (rrf_k + rank))`` over the rankings it is in
     (Cormack et al. 2009); a larger value flattens the difference between the first ranks."""

@@ -107,6 +107,11 @@ class MemoryEntry:
     source: str | None = None
     """What the owner said in the entry's turn(s), as given: the words a reader checks the memory against.
     Stored and exported with the entry and deleted with it; ``None`` for an entry grounded in no turn."""
+    exchange: str | None = None
+    """What the other speaker said around it: in its turn(s), and in a turn just before or after that holds
+    only the other speaker's words (a dataset of one message per turn puts the question the owner answered
+    there). A question often asks in those words ("How was the pottery class?" for "Caroline made a bowl"), so
+    the lexical ranking reads them (``ranking.exchange``); stored, exported and deleted with the entry."""
 
 
 @dataclass(slots=True)

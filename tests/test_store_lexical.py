@@ -15,12 +15,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from conftest import scripted_config
 from store_helpers import TopicEmbedder, graph
 from promem_fast.config import EngineConfig
 from promem_fast.store import MemoryStore
 from promem_fast.persistence.lexical import DROP_FTS
-from promem_fast.persistence.schema import MIGRATIONS
+from promem_fast.persistence.schema import MIGRATIONS, SCHEMA_VERSION
 from promem_fast.types import MemoryGraph
 
 FTS_VERSION = 4
@@ -131,19 +133,77 @@ HIKES = said("h1", "Ann", {"Ann enjoys hiking.": "I spent the weekend on the tra
                            "Ann visited Oslo in May.": "We flew up to see the fjords."})
 
 
-def test_a_memory_is_found_by_the_words_it_was_taken_from(store_at: str) -> None:
+POTTERY = said("p1", "Ann", {"Ann made a bowl.": "It came out lopsided but I love it.",
+                             "Ann likes pottery.": "The pottery studio is my happy place."})
+POTTERY.nodes[0].exchange = "How was the ceramics class on Tuesday?"  # what the other speaker asked first
+
+
+@pytest.mark.parametrize(("said_in", "made", "question", "found"), [
+    # "trails" and "Tahoe" were said by Ann, not kept in the memory's own words
+    ("source", HIKES, "Which trails did Ann walk near Tahoe?", "Ann enjoys hiking."),
+    # "ceramics" is in the question Ann answered, in neither memory nor its source
+    ("exchange", POTTERY, "What did Ann make in the ceramics class?", "Ann made a bowl."),
+])
+def test_a_memory_is_found_by_the_words_it_was_said_in(store_at: str, said_in: str, made: MemoryGraph,
+                                                       question: str, found: str) -> None:
     lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
     with open_store(store_at, lexical) as store:
-        store.add([HIKES])
-        # "trails" and "Tahoe" were said, not kept in the memory's own words
-        assert [h.text for h in store.search("Ann", "Which trails did Ann walk near Tahoe?", k=5)] == [
-            "Ann enjoys hiking."]
-        # a word in a memory's own text weighs more than the same word in another's source
+        store.add([made])
+        assert [h.text for h in store.search("Ann", question, k=5)] == [found]
+    with open_store(store_at, lexical.with_overrides([f"ranking.{said_in}=false"])) as store:
+        assert store.search("Ann", question, k=5) == []
+
+
+def test_a_word_of_a_memorys_own_text_outranks_the_same_word_where_it_was_said(store_at: str) -> None:
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])
+    with open_store(store_at, lexical) as store:
+        store.add([HIKES, POTTERY])
         assert [h.text for h in store.search("Ann", "Oslo", k=5)] == ["Ann visited Oslo in May.",
                                                                       "Ann has a sister."]
     with open_store(store_at, lexical.with_overrides(["ranking.source=false"])) as store:
-        assert store.search("Ann", "Which trails did Ann walk near Tahoe?", k=5) == []
         assert [h.text for h in store.search("Ann", "Oslo", k=5)] == ["Ann visited Oslo in May."]
+    with open_store(store_at, lexical.with_overrides(["ranking.exchange=false"])) as store:
+        # the owner's own words still count with the exchange left out
+        assert [h.text for h in store.search("Ann", "Which studio?", k=5)] == ["Ann likes pottery."]
+
+
+def test_a_store_of_version_6_reads_its_memories_exchanges_after_the_migration(tmp_path: Path) -> None:
+    db = tmp_path / "v6.db"
+    with open_store(db) as store:
+        store.add([POTTERY])
+    as_version(db, 6, {"source": "json_extract(data, '$.source')"})  # text, details and source
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])
+    with open_store(db, lexical) as store:
+        assert [h.text for h in store.search("Ann", "the ceramics class", k=5)] == ["Ann made a bowl."]
+    assert migrated_column(db, "exchange") == [("How was the ceramics class on Tuesday?",), (None,)]
+
+
+def as_version(db: Path, version: int, more: dict[str, str]) -> None:
+    """Make ``db``'s full-text table the one ``version`` kept: text, details (empty) and the ``more`` columns
+    (name → the SQL filling it from ``nodes``), and mark the file that version."""
+    raw = sqlite3.connect(db)
+    try:
+        for statement in DROP_FTS:
+            raw.execute(statement)
+        columns = ", ".join(["text", "details", *more])
+        raw.execute(f"CREATE VIRTUAL TABLE memory_fts USING fts5({columns}, tokenize = 'porter unicode61 "
+                    "remove_diacritics 2')")
+        raw.execute(f"INSERT INTO memory_fts (rowid, {columns}) SELECT id, {', '.join(['text', 'NULL', *more.values()])}"
+                    " FROM nodes")
+        raw.execute(f"PRAGMA user_version = {version}")
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def migrated_column(db: Path, column: str) -> list[tuple[str | None]]:
+    """A full-text column's rows once the store has opened the file, checking it is now at the current version."""
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        return raw.execute(f"SELECT {column} FROM memory_fts ORDER BY rowid").fetchall()
+    finally:
+        raw.close()
 
 
 def test_a_memory_is_found_by_its_details_words_on_both_backends(store_at: str) -> None:
@@ -155,47 +215,37 @@ def test_a_memory_is_found_by_its_details_words_on_both_backends(store_at: str) 
         assert [h.text for h in store.search("Ann", "Where is Headingley?", k=5)] == ["Ann plays chess on Sundays."]
 
 
-def test_a_deleted_memorys_source_words_leave_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("said_in", "stem"), [("source", b"taho"), ("exchange", b"ceram")])
+def test_a_deleted_memorys_source_and_exchange_words_leave_the_file(tmp_path: Path, said_in: str, stem: bytes
+                                                                    ) -> None:
+    made = HIKES if said_in == "source" else POTTERY  # "Tahoe" in a source, "ceramics" in an exchange
     db = tmp_path / "m.db"
     with open_store(db) as store:
-        store.add([HIKES, BEN_1])
-    assert b"taho" in on_disk(db)  # the index's own stem, lower-cased, beside the node's JSON ("Tahoe")
+        store.add([made, BEN_1])
+    assert stem in on_disk(db)  # the index's own stem, lower-cased, beside the node's JSON
     with open_store(db) as store:
-        store.delete(user="Ann", session="h1")
-    assert b"taho" not in on_disk(db).lower()
+        store.delete(user="Ann", session=made.session_id)
+    assert stem not in on_disk(db).lower()
 
 
 def test_a_store_of_version_5_reads_its_memories_sources_after_the_migration(tmp_path: Path) -> None:
     db = tmp_path / "v5.db"
     with open_store(db) as store:
         store.add([HIKES])
-    raw = sqlite3.connect(db)  # the full-text table as version 5 kept it: text and details only
-    for statement in DROP_FTS:
-        raw.execute(statement)
-    raw.execute("CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, tokenize = 'porter unicode61 "
-                "remove_diacritics 2')")
-    raw.execute("INSERT INTO memory_fts (rowid, text, details) SELECT id, text, NULL FROM nodes")
-    raw.execute("PRAGMA user_version = 5")
-    raw.commit()
-    raw.close()
+    as_version(db, 5, {})  # the full-text table as version 5 kept it: text and details only
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(db, lexical) as store:
         assert [h.text for h in store.search("Ann", "Tahoe trails", k=5)] == ["Ann enjoys hiking."]
-    raw = sqlite3.connect(db)
-    try:
-        assert raw.execute("PRAGMA user_version").fetchone() == (6,)
-        assert raw.execute("SELECT source FROM memory_fts ORDER BY rowid").fetchall() == [
-            ("I spent the weekend on the trails above Tahoe.",), ("My sister Meg lives in Oslo.",),
-            ("We flew up to see the fjords.",)]
-    finally:
-        raw.close()
+    assert migrated_column(db, "source") == [
+        ("I spent the weekend on the trails above Tahoe.",), ("My sister Meg lives in Oslo.",),
+        ("We flew up to see the fjords.",)]
 
 
 def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_migration(pg_url: str) -> None:
     import psycopg
 
     with open_store(pg_url) as store:
-        store.add([HIKES, ANN_1])
+        store.add([HIKES, ANN_1, POTTERY])
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the words column as version 4 made it: text only
         conn.execute("DROP TRIGGER nodes_words ON nodes")
         conn.execute("DROP FUNCTION nodes_words()")
@@ -209,8 +259,9 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
     with open_store(pg_url, lexical) as store:
         assert [h.text for h in store.search("Ann", "Tahoe trails", k=5)] == ["Ann enjoys hiking."]
         assert [h.text for h in store.search("Ann", "Headingley", k=5)] == ["Ann plays chess on Sundays."]
+        assert [h.text for h in store.search("Ann", "ceramics", k=5)] == ["Ann made a bowl."]  # its exchange
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("6",)
 
 
 def test_search_fuses_the_word_a_question_shares_with_the_vectors(store_at: str) -> None:
@@ -316,7 +367,7 @@ def test_the_day_a_question_names_is_a_window_not_a_search_word(store_at: str) -
 def test_the_time_phrases_the_window_reads_leave_the_question() -> None:
     from promem_fast.store.when import without_times
 
-    assert without_times("What is Martin's pet preference as of Mar 23, 2032?") == "What is Martin's pet preference?"
+    assert without_times("What is Ann's favourite tea as of Mar 23, 2032?") == "What is Ann's favourite tea?"
     assert without_times("What did Melanie paint last May?") == "What did Melanie paint?"
     assert without_times("Where did she go two weeks ago?") == "Where did she go?"
     assert without_times("What did Ann cook on 8 May 2023 and in 2024?") == "What did Ann cook and?"

@@ -10,7 +10,8 @@ own vector; past their number, *noisy copies* as ``bench_index`` makes them (a r
 Gaussian noise at cosine ``bench_index.COPY_COSINE`` to it), whose text is that sentence joined to another
 random one (a restated fact with something added), labelled in the results. Each memory's source (the
 owner's words it was taken from, which the lexical side reads too) is its own text and the next memory's, as a
-turn holds a few sentences (:func:`said`). For each size a store file
+turn holds a few sentences (:func:`said`), and its exchange (the other speaker's words around it, read too)
+the memories' before and two after it (:func:`heard`). For each size a store file
 (the real schema, so the real FTS5 table and its triggers) is filled with them in one transaction, its
 grouped HNSW index built by the store's own first search and saved beside it, both kept in the git-ignored
 ``benchmarks/.cache/bench_hybrid/`` (a rerun measures them again without the hours of building).
@@ -116,6 +117,12 @@ def said(texts: list[str], i: int) -> str:
     return f"{texts[i]} {texts[(i + 1) % len(texts)]}"
 
 
+def heard(texts: list[str], i: int) -> str:
+    """Memory ``i``'s exchange: the texts of the memories before it and two after it (the other speaker's
+    message before the turn and the reply after it)."""
+    return f"{texts[i - 1]} {texts[(i + 2) % len(texts)]}"
+
+
 def fill(path: Path, texts: list[str], vectors: np.ndarray) -> float:
     """One user's memories written straight into a fresh store (real schema and triggers); seconds taken."""
     from promem_fast.persistence.schema import connect
@@ -134,7 +141,7 @@ def fill(path: Path, texts: list[str], vectors: np.ndarray) -> float:
                              (f"s{lo}", day, day, day)).lastrowid
         db.executemany("INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector, "
                        "valid_from) VALUES (?, 1, ?, ?, NULL, ?, ?, ?, ?)",
-                       [(session, i, text, day, json.dumps({"source": said(texts, lo + i)}),
+                       [(session, i, text, day, json.dumps({"source": said(texts, lo + i), "exchange": heard(texts, lo + i)}),
                          vectors[lo + i].tobytes(), day) for i, text in enumerate(part)])
     db.execute("COMMIT")
     db.close()
@@ -148,12 +155,13 @@ def built(n: int, real: int, texts: list[str], vectors: np.ndarray) -> tuple[Pat
     CACHE.mkdir(parents=True, exist_ok=True)
     path, record = CACHE / f"store-{n}.db", CACHE / f"store-{n}.json"
     kept = json.loads(record.read_text()) if path.exists() and record.exists() else {}
-    if kept.get("real_sentences") == real and kept.get("sources"):
+    if kept.get("real_sentences") == real and kept.get("sources") and kept.get("exchanges"):
         return path, kept
     for stale in CACHE.glob(f"store-{n}.db*"):
         if stale.is_file():
             stale.unlink()
-    facts = {"real_sentences": float(real), "sources": 1.0, "store_fill_s": fill(path, texts, vectors)}
+    facts = {"real_sentences": float(real), "sources": 1.0, "exchanges": 1.0,
+             "store_fill_s": fill(path, texts, vectors)}
     log.info("store of %d memories written in %.0f s", n, facts["store_fill_s"])
     with MemoryStore(path, config(), embedder=FixedQueries(vectors.shape[1]), update_judge="off") as store:
         started = time.perf_counter()

@@ -109,11 +109,18 @@ def retrieval(out: Path) -> Path:
     stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
              "dirty": dirty, "command": "python -m benchmarks.runs.eval_protocol --retrieval",
              "machine": machine_info()}
-    path.write_text(json.dumps(stamp | {k: v for k, v in result.items() if k != "provenance"} |
-                               {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
+    kept = {k: _aggregate(v) if k in ("without_time", "with_time") else v for k, v in result.items()
+            if k != "provenance"}
+    path.write_text(json.dumps(stamp | kept | {"code": result["provenance"]["code"]}, indent=1), encoding="utf-8")
     figures.adopt(path, stamp["command"])  # its numeric fields become the figures the README quotes
     path.with_suffix(".md").write_text(render(result) + f"\n{result['note']}.\n", encoding="utf-8")
     return path
+
+
+def _aggregate(table: dict[str, Any]) -> dict[str, Any]:
+    """A retrieval table without its per-question records: they hold the development user's questions, whose
+    licence does not let a copy ship (the run's own output directory keeps them)."""
+    return {k: v for k, v in table.items() if k != "questions"}
 
 
 def _code(summary: dict[str, Any]) -> str:

@@ -6,7 +6,9 @@
 ``write`` extracts every session of the sample with the scripted profile (with the code on ``PYTHONPATH``:
 run it once from an export of the baseline commit) and writes one graph per line; ``diff`` counts, over all
 sessions, the nodes, details and edges only one side has (nodes by text, details by turn and text, edges by
-their two node texts and relation), and the nodes both have whose verification changed.
+their two node texts and relation), and the nodes both have whose verification changed. A few of the
+differing items are printed as examples, never written to ``--out``: they are the dataset's words, reworded,
+and its licence does not let a reworded copy ship (the results file holds counts only).
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         write(args.out, args.overrides)
         return 0
     result = diff(args.before, args.after)
-    print(json.dumps({k: result[k] for k in ("counts", "verification_changed")}, indent=1))
+    print(json.dumps(result, indent=1, default=list))
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1, default=list) + "\n", encoding="utf-8")
+        kept = {k: v for k, v in result.items() if k != "examples"}
+        args.out.write_text(json.dumps(kept, indent=1, default=list) + "\n", encoding="utf-8")
     return 0
 
 

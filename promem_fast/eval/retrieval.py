@@ -78,16 +78,18 @@ def ranking_variants(config: RankingConfig) -> dict[str, RankingConfig]:
     """The rankings a retrieval run compares, by name: ``dense`` alone (the ranking before the hybrid one),
     ``lexical`` (BM25) alone, ``dense+PART`` (dense with one part), ``all`` (the configured ranking: every part
     the config turns on) and ``all-PART`` (all but one part); the lexical side's reading of the memories'
-    sources is left out alone of BM25 alone (``lexical-source``) and of all (``all-source``)."""
+    sources, and of their exchanges, is left out alone of BM25 alone (``lexical-source``, ``lexical-exchange``)
+    and of all (``all-source``, ``all-exchange``)."""
     none = {part: False for part in PARTS}
     variants = {"dense": replace(config, **none), "lexical": replace(config, **(none | {"lexical": True}),
                                                                      dense=False)}
     variants |= {f"dense+{part}": replace(config, **(none | {part: True})) for part in PARTS}
     variants["all"] = config
     variants |= {f"all-{part}": replace(config, **{part: False}) for part in PARTS if getattr(config, part)}
-    if config.lexical and config.source:  # the source is a part of the lexical side: left out of it alone
-        variants["lexical-source"] = replace(variants["lexical"], source=False)
-        variants["all-source"] = replace(config, source=False)
+    for part in ("source", "exchange"):  # parts of the lexical side: each left out of it alone
+        if config.lexical and getattr(config, part):
+            variants[f"lexical-{part}"] = replace(variants["lexical"], **{part: False})
+            variants[f"all-{part}"] = replace(config, **{part: False})
     return variants
 
 

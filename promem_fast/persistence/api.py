@@ -123,12 +123,13 @@ class Persistence(Database, Protocol):
         """How many vectors the user has (what :meth:`nearest` can return at most)."""
         ...
 
-    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True, exchange: bool = True
                 ) -> list[tuple[int, float]]:
         """The ``k`` nodes of the user (of every state) whose words best match any of ``terms`` (a question's
         content words, :func:`~.lexical.terms`), best first, as ``(node id, score)``, higher is better: SQLite's
-        BM25 over text, details and source, PostgreSQL's ``ts_rank`` over the same; nodes sharing no word
-        are left out. ``source``: whether the words the memory was taken from count."""
+        BM25 over text, details, source and exchange, PostgreSQL's ``ts_rank`` over the same; nodes sharing no
+        word are left out. ``source``, ``exchange``: whether the words the memory was taken from, and the other
+        speaker's words around them, count."""
         ...
 
     def dim_recorded(self, dim: int) -> None:

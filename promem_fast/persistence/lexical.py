@@ -2,9 +2,9 @@
 
 Two indexes share one query rule (:func:`terms`, :func:`match_expression`) and SQLite's own BM25:
 
-- the store's ``memory_fts`` table (schema version 6, :data:`FTS_SCHEMA`): one row per node (its id), its
-  text, the text of its anchored details and its source (the owner's words in the turns it was taken from),
-  kept in step with ``nodes`` by triggers (insert, update and delete, the cascades of a session's or a user's
+- the store's ``memory_fts`` table (schema version 7, :data:`FTS_SCHEMA`): one row per node (its id), its
+  text, the text of its anchored details, its source (the owner's words in the turns it was taken from) and
+  its exchange (the other speaker's words around them), kept in step with ``nodes`` by triggers (insert, update and delete, the cascades of a session's or a user's
   removal included); a search keeps the user's rows;
 - :class:`PoolLexicon`, an in-memory FTS5 table over the units a question may be answered from (the answer
   program's pool, which may span several users of a tenant), built once per retrieval index.
@@ -17,7 +17,9 @@ shares any of them is a candidate and BM25 orders the candidates. PostgreSQL tak
 Why the source: a memory is a rewording. "Joan enjoys hiking" was said as "I spent the weekend on the trails
 above Tahoe", and a question asks in the words that were said ("Where did Joan go on the trails?") at least
 as often as in the memory's. The source's words find the memory; they weigh less than its own (:data:`WEIGHTS`),
-and ``ranking.source = false`` leaves them out (a column filter, :func:`match_expression`).
+and ``ranking.source = false`` leaves them out (a column filter, :func:`columns_read`). The same holds for the
+other speaker's words of that exchange (``ranking.exchange``): "How was the pottery class?" asked before
+"I made a bowl" names what a question about the bowl will name.
 """
 
 from __future__ import annotations
@@ -47,39 +49,45 @@ kind sort type any anything something things thing s t d ll m re ve like
 _DETAILS = ("(SELECT group_concat(d.text, ' ; ') FROM json_each({n}.data, '$.details') j "
             "JOIN details d ON d.session_pk = {n}.session_pk AND d.local_id = j.value)")
 _SOURCE = "json_extract({n}.data, '$.source')"
-_ROW = "INSERT INTO memory_fts (rowid, text, details, source) VALUES (new.id, new.text, {d}, {s});"
-_NEW_ROW = _ROW.format(d=_DETAILS.format(n="new"), s=_SOURCE.format(n="new"))
+_EXCHANGE = "json_extract({n}.data, '$.exchange')"
+_ROW = "INSERT INTO memory_fts (rowid, text, details, source, exchange) VALUES (new.id, new.text, {d}, {s}, {x});"
+_NEW_ROW = _ROW.format(d=_DETAILS.format(n="new"), s=_SOURCE.format(n="new"), x=_EXCHANGE.format(n="new"))
 
 FTS_SCHEMA: tuple[str, ...] = (
-    f"CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, source, tokenize = '{TOKENIZER}')",
+    f"CREATE VIRTUAL TABLE memory_fts USING fts5(text, details, source, exchange, tokenize = '{TOKENIZER}')",
     "CREATE TRIGGER memory_fts_insert AFTER INSERT ON nodes BEGIN " + _NEW_ROW + " END",
     "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, data ON nodes BEGIN DELETE FROM memory_fts WHERE "
     "rowid = old.id; " + _NEW_ROW + " END",
     "CREATE TRIGGER memory_fts_delete AFTER DELETE ON nodes BEGIN DELETE FROM memory_fts WHERE rowid = old.id; END",
 )
 """The full-text table over nodes and the triggers that keep it in step (made by the migration to version 4,
-made again with the ``source`` column by the one to version 6)."""
+made again with the ``source`` column by the one to version 6, and with ``exchange`` by the one to 7)."""
 
 DROP_FTS: tuple[str, ...] = (
     "DROP TRIGGER IF EXISTS memory_fts_insert", "DROP TRIGGER IF EXISTS memory_fts_update",
     "DROP TRIGGER IF EXISTS memory_fts_delete", "DROP TABLE IF EXISTS memory_fts_vocab",
     "DROP TABLE IF EXISTS memory_fts",
 )
-"""What version 6 takes away before it makes the table again: the earlier table, its triggers and the
+"""What versions 6 and 7 take away before they make the table again: the earlier table, its triggers and the
 vocabulary view (``memory_fts_vocab``, which stored nothing and is no longer read: :func:`rows_holding` counts)."""
 
-FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details, source) SELECT n.id, n.text, " + _DETAILS.format(n="n")
-            + ", " + _SOURCE.format(n="n") + " FROM nodes n")
-"""Fills the table from the nodes a store already holds (the migrations to versions 4 and 6)."""
+FILL_FTS = ("INSERT INTO memory_fts (rowid, text, details, source, exchange) SELECT n.id, n.text, "
+            + _DETAILS.format(n="n") + ", " + _SOURCE.format(n="n") + ", " + _EXCHANGE.format(n="n") + " FROM nodes n")
+"""Fills the table from the nodes a store already holds (the migrations to versions 4, 6 and 7)."""
 
-WEIGHTS = "1.0, 0.5, 0.5"
-"""BM25 column weights: details and the source count half as much as the memory's own text."""
+WEIGHTS = "1.0, 0.5, 0.5, 0.5"
+"""BM25 column weights: details, the source and the exchange count half as much as the memory's own text."""
 
-POOL_WEIGHTS = "1.0, 0.5"
-""":class:`PoolLexicon`'s column weights: its text (the memory with its details), its source."""
+POOL_WEIGHTS = "1.0, 0.5, 0.5"
+""":class:`PoolLexicon`'s column weights: its text (the memory with its details), its source, its exchange."""
 
-WITHOUT_SOURCE = "{text details}"
-"""The column filter of a search that leaves the source out (``ranking.source = false``)."""
+
+def columns_read(source: bool = True, exchange: bool = True, text: str = "text details") -> str | None:
+    """The FTS5 column filter of a search leaving out the source or the exchange (``ranking.source``,
+    ``ranking.exchange``), ``text`` being the columns always read; None when every column is read."""
+    if source and exchange:
+        return None
+    return "{" + " ".join([text, *(["source"] if source else []), *(["exchange"] if exchange else [])]) + "}"
 
 
 def words(text: str) -> list[str]:
@@ -108,10 +116,11 @@ def match_expression(question_terms: Sequence[str], columns: str | None = None) 
     return expression if columns is None else f"{columns} : ({expression})"
 
 
-def ts_query(question_terms: Sequence[str], source: bool = True) -> str | None:
+def ts_query(question_terms: Sequence[str], source: bool = True, exchange: bool = True) -> str | None:
     """The ``to_tsquery('english', ...)`` text matching any of the terms (each quoted), in the memory's text
-    and details only (weights A and C) unless ``source``; None if none."""
-    label = "" if source else ":AC"
+    and details (weights A and C), its source (B) when ``source`` and its exchange (D) when ``exchange``;
+    None if none."""
+    label = "" if source and exchange else ":AC" + "B" * source + "D" * exchange
     quoted = ["'" + t.replace("'", "") + "'" + label for t in question_terms if t.replace("'", "")]
     return " | ".join(quoted) or None
 
@@ -164,14 +173,15 @@ def rare_terms(db: sqlite3.Connection, question_terms: Sequence[str], budget: in
 
 
 def search_store(db: sqlite3.Connection, user_pk: int, question_terms: Sequence[str], limit: int,
-                 source: bool = True) -> list[tuple[int, float]]:
+                 source: bool = True, exchange: bool = True) -> list[tuple[int, float]]:
     """The user's ``limit`` best nodes by BM25 for the terms (the rarest, :func:`rare_terms`), best first, as
     ``(node id, score)`` (higher is better); the nodes of every state (superseded ones too): the caller keeps
     those in its scope. The rows of every user holding the words are scored (at most
     :data:`POSTINGS_BUDGET`) and the user's kept by a join on the node's id, in one statement: a user
-    filter inside the match would make BM25 weigh it as a phrase of a million rows. ``source``: whether the
-    words a memory was taken from count (see the module's docstring)."""
-    columns = None if source else WITHOUT_SOURCE
+    filter inside the match would make BM25 weigh it as a phrase of a million rows. ``source``, ``exchange``:
+    whether the words a memory was taken from, and the other speaker's around them, count (see the module's
+    docstring)."""
+    columns = columns_read(source, exchange)
     match = match_expression(rare_terms(db, question_terms, columns=columns), columns)
     if match is None or limit <= 0:
         return []
@@ -189,25 +199,27 @@ def purge_deleted(db: sqlite3.Connection) -> None:
 
 
 class PoolLexicon:
-    """BM25 over a fixed list of texts and their sources (ids are their positions), in an in-memory FTS5
-    table; the source weighs as in the store (:data:`WEIGHTS`: the text column there holds the details too).
+    """BM25 over a fixed list of texts, their sources and exchanges (ids are their positions), in an in-memory
+    FTS5 table; each weighs as in the store (:data:`WEIGHTS`: the text column there holds the details too).
 
     Thread-safe: the answer program may rank from several threads of the engine's driver.
     """
 
-    def __init__(self, texts: Sequence[str], sources: Sequence[str] | None = None) -> None:
+    def __init__(self, texts: Sequence[str], sources: Sequence[str] | None = None,
+                 exchanges: Sequence[str] | None = None) -> None:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._lock = threading.Lock()
-        self._db.execute(f"CREATE VIRTUAL TABLE pool USING fts5(text, source, tokenize = '{TOKENIZER}')")
-        self._db.executemany("INSERT INTO pool (rowid, text, source) VALUES (?, ?, ?)",
-                             zip(range(len(texts)), texts, sources or [""] * len(texts), strict=True))
+        self._db.execute(f"CREATE VIRTUAL TABLE pool USING fts5(text, source, exchange, tokenize = '{TOKENIZER}')")
+        empty = [""] * len(texts)
+        self._db.executemany("INSERT INTO pool (rowid, text, source, exchange) VALUES (?, ?, ?, ?)",
+                             zip(range(len(texts)), texts, sources or empty, exchanges or empty, strict=True))
         self.size = len(texts)
 
-    def search(self, question_terms: Sequence[str], limit: int | None = None, source: bool = True
-               ) -> list[tuple[int, float]]:
+    def search(self, question_terms: Sequence[str], limit: int | None = None, source: bool = True,
+               exchange: bool = True) -> list[tuple[int, float]]:
         """The best texts by BM25 for the terms, best first, as ``(position, score)`` (higher is better);
-        ``source``: whether the sources' words count."""
-        match = match_expression(question_terms, None if source else "{text}")
+        ``source``, ``exchange``: whether the sources' and the exchanges' words count."""
+        match = match_expression(question_terms, columns_read(source, exchange, text="text"))
         if match is None:
             return []
         with self._lock:

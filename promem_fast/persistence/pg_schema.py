@@ -19,7 +19,7 @@ from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version this code writes; a database with a lower version is migrated on open (by a writer)."""
 
 MIGRATION_LOCK = 0x70726F6D
@@ -183,12 +183,14 @@ BEGIN
                SELECT string_agg(d.text, ' ; ' ORDER BY d.local_id) FROM details d
                WHERE d.session_pk = NEW.session_pk AND d.local_id IN (
                    SELECT value::int FROM jsonb_array_elements_text(node -> 'details'))), '')), 'C')
-        || setweight(to_tsvector('english', coalesce(node ->> 'source', '')), 'B');
+        || setweight(to_tsvector('english', coalesce(node ->> 'source', '')), 'B')
+        || setweight(to_tsvector('english', coalesce(node ->> 'exchange', '')), 'D');
     RETURN NEW;
 END $$
 """
 """A node's words, as SQLite's full-text table holds them: its text (weight A), its anchored details (C; a
-session's details are stored before its nodes) and its source (B, the owner's words it was taken from)."""
+session's details are stored before its nodes), its source (B, the owner's words it was taken from) and its
+exchange (D, the other speaker's words around them)."""
 
 _V5 = """
 DROP INDEX nodes_words;
@@ -208,13 +210,20 @@ def _v5(conn: Any) -> None:
     _script(_V5)(conn)
 
 
-WORD_WEIGHTS = "{0.1, 0.5, 0.5, 1.0}"
-"""``ts_rank``'s weights of the labels D, C, B, A: details (C) and source (B) count half the text (A), as
-SQLite's BM25 weighs its columns (:data:`~.lexical.WEIGHTS`)."""
+def _v6(conn: Any) -> None:
+    """The full text with each memory's exchange too (as SQLite's version 7): the trigger's function made
+    again, the nodes stored filled by it on the ``UPDATE``."""
+    conn.execute(_WORDS)
+    conn.execute("UPDATE nodes SET text = text")
+
+
+WORD_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
+"""``ts_rank``'s weights of the labels D, C, B, A: exchange (D), details (C) and source (B) count half the text
+(A), as SQLite's BM25 weighs its columns (:data:`~.lexical.WEIGHTS`)."""
 
 
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4),
-                                                5: _v5}
+                                                5: _v5, 6: _v6}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 

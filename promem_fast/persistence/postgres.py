@@ -12,7 +12,7 @@ Vectors are pgvector's type, cosine distance. A user below ``approximate_min`` v
 exact when the index's filtered answer comes back short. The index's search width (``hnsw.ef_search``) is set
 for each query's transaction by the user's size (:func:`search_width`): wider costs time, and only a large user
 gains recall from it. Full text is PostgreSQL's own: a ``tsvector`` (``english`` configuration) of each node's
-text, details and source, kept by a trigger, with a GIN index, ranked by ``ts_rank``.
+text, details, source and exchange, kept by a trigger, with a GIN index, ranked by ``ts_rank``.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ class PostgresPersistence:
                 self.dim_recorded(dim)
 
     # ------------------------------------------------------------------------------------ words
-    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True, exchange: bool = True
                 ) -> list[tuple[int, float]]:
         """The user's ``k`` best nodes by ``ts_rank``, for the question's rarer words only (:func:`~.lexical.
         rarest`, the rule SQLite's search keeps): ``ts_rank`` reads every row it ranks, so a word in many
@@ -283,7 +283,7 @@ class PostgresPersistence:
 
         if k <= 0:
             return []
-        text = ts_query(rarest(terms, lambda word: self._rows_holding(word, source)), source)
+        text = ts_query(rarest(terms, lambda word: self._rows_holding(word, source, exchange)), source, exchange)
         if text is None:
             return []
         found = self.execute(
@@ -291,11 +291,11 @@ class PostgresPersistence:
             "WHERE n.user_id = ? AND n.words @@ q ORDER BY score DESC, n.id LIMIT ?", (text, user_pk, k)).fetchall()
         return [(int(i), float(s)) for i, s in found]
 
-    def _rows_holding(self, word: str, source: bool = True) -> int:
+    def _rows_holding(self, word: str, source: bool = True, exchange: bool = True) -> int:
         """How many memories (of every user) hold the word, counted up to the budget's next row at most."""
         from .lexical import POSTINGS_BUDGET, ts_query
 
-        text = ts_query([word], source)
+        text = ts_query([word], source, exchange)
         if text is None:
             return 0
         return int(self.execute("SELECT count(*) FROM (SELECT 1 FROM nodes WHERE words @@ to_tsquery('english', ?) "

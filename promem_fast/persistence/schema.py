@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -161,6 +161,12 @@ def _v6(db: sqlite3.Connection) -> None:
     _v4(db)
 
 
+def _v7(db: sqlite3.Connection) -> None:
+    """The full-text table made again with the other speaker's words around each memory as a fourth column
+    (``exchange``), filled from the nodes stored (those extracted before hold none: the column is empty)."""
+    _v6(db)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
@@ -168,6 +174,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _v4,
     5: _run_script(_V5),
     6: _v6,
+    7: _v7,
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

@@ -149,10 +149,10 @@ class SqlitePersistence:
         shred(self._index_file(user_pk))
 
     # ------------------------------------------------------------------------------------ words
-    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True
+    def lexical(self, user_pk: int, terms: Sequence[str], k: int, *, source: bool = True, exchange: bool = True
                 ) -> list[tuple[int, float]]:
         with self._lock:  # FTS5 aborts a query that a write on the same connection overlaps
-            return search_store(self._db, user_pk, terms, k, source)
+            return search_store(self._db, user_pk, terms, k, source, exchange)
 
     # ------------------------------------------------------------------------------------ lifecycle
     def compact(self) -> None:

@@ -97,18 +97,31 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
 def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], details: list[Detail],
            events: list[Event], ctx: RunContext, mode: str) -> MemoryGraph:
     ctx.stats.bump("nodes", len(nodes))
-    said: dict[int | str, str] = {}
-    for tid, group in session.turn_groups():  # the owner's words (the whole turn if they said none)
-        owner = [m.text for m in group if m.role == session.owner_role]
-        said[tid] = "\n".join(owner or [m.text for m in group])
+    said, heard = _words_by_turn(session)
     for node in nodes:  # the words a reader checks the memory against (the page's card shows them)
         node.source = "\n".join(said[t] for t in node.turn_ids if t in said) or None
+        node.exchange = "\n".join(dict.fromkeys(h for t in node.turn_ids for h in heard.get(t, ()))) or None
     # the one kept form, also for a Session built by hand or by a benchmark loader with the dataset's own
     # form (one no form reads is kept as given)
     stamp = iso_time(session.timestamp) or session.timestamp
     return MemoryGraph(session_id=session.session_id, user=session.user, timestamp=stamp,
                        nodes=nodes, edges=edges, details=details, events=events, stats=ctx.stats, mode=mode,
                        metadata=dict(session.metadata))
+
+
+def _words_by_turn(session: Session) -> tuple[dict[int | str, str], dict[int | str, list[str]]]:
+    """Per turn id: the owner's words (the whole turn if they said none), and the other speaker's words of its
+    exchange (:attr:`MemoryEntry.exchange`): theirs in the turn, and the turns next to it that hold only theirs."""
+    groups = session.turn_groups()
+    theirs = ["\n".join(m.text for m in group if m.role != session.owner_role) for _, group in groups]
+    owned = [any(m.role == session.owner_role for m in group) for _, group in groups]
+    said: dict[int | str, str] = {}
+    heard: dict[int | str, list[str]] = {}
+    for k, (tid, group) in enumerate(groups):
+        said[tid] = "\n".join(m.text for m in group if m.role == session.owner_role or not owned[k])
+        around = [j for j in (k - 1, k + 1) if 0 <= j < len(groups) and not owned[j]]
+        heard[tid] = [text for text in ([theirs[k]] if owned[k] else []) + [theirs[j] for j in around] if text]
+    return said, heard
 
 
 __all__ = ["session_program"]

@@ -74,7 +74,8 @@ def _index(store: StoreView, db: Database, chunks: list[tuple[str, tuple[Any, ..
                                 params).fetchall())
         for hit in rows.read_hits(db, where, params):
             units.setdefault(hit.session_id, []).append(Unit(hit.session_id, hit.key(), hit.body(),
-                                                             hit.node.get("source") or ""))
+                                                             hit.node.get("source") or "",
+                                                             hit.node.get("exchange") or ""))
             behind.setdefault((hit.session_id, hit.body()), hit)
             keys.setdefault(hit.session_id, []).append(hit.node_id)
             owners[hit.session_id] = hit.user

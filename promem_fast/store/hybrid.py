@@ -55,7 +55,7 @@ def proposals(store: StoreView, user_pk: int, user: str, query: str, depth: int,
     lexical: list[int] = []
     if config.lexical:
         found = [node for node, _ in store.db.lexical(user_pk, terms(prepared.lexical_text, prepared.dropped), depth,
-                                                      source=config.source)]
+                                                      source=config.source, exchange=config.exchange)]
         lexical = rows.in_scope(store.db, found, where, params)[:depth] if found else []
     return vector, dense, lexical
 

@@ -92,6 +92,8 @@ class Unit:
     """The text shown to the answerer (its date is added per question, since LongMemEval re-dates sessions)."""
     source: str = ""
     """The owner's words the memory was taken from: read by the lexical side only (``ranking.source``)."""
+    exchange: str = ""
+    """The other speaker's words around them: read by the lexical side only (``ranking.exchange``)."""
 
 
 def memory_units(graph: MemoryGraph) -> list[Unit]:
@@ -111,7 +113,8 @@ def memory_units(graph: MemoryGraph) -> list[Unit]:
     for node, details in graph.iter_anchored():
         facts = [d.text for d in details]
         units.append(Unit(graph.session_id, unit_key(node.text, facts),
-                          unit_body(node.text, facts, links.get(node.id, [])), node.source or ""))
+                          unit_body(node.text, facts, links.get(node.id, [])), node.source or "",
+                          node.exchange or ""))
     return units
 
 
@@ -138,15 +141,18 @@ class RetrievalIndex:
     """Each session's memory owner, where known (the ranking leaves owners' names out of a question)."""
     _lexicon: tuple[PoolLexicon, list[tuple[str, int]]] | None = field(default=None, repr=False, compare=False)
 
-    def lexical(self, question_terms: Sequence[str], source: bool = True) -> list[tuple[str, int]]:
-        """Every unit sharing a word with the terms (in its key, or its source when ``source``), by BM25 best
-        first, as ``(session, position)``; the FTS5 table over all units is built at the first question."""
+    def lexical(self, question_terms: Sequence[str], source: bool = True, exchange: bool = True
+                ) -> list[tuple[str, int]]:
+        """Every unit sharing a word with the terms (in its key, its source when ``source``, its exchange when
+        ``exchange``), by BM25 best first, as ``(session, position)``; the FTS5 table over all units is built at
+        the first question."""
         if self._lexicon is None:
             where = [(sid, j) for sid, items in self.units.items() for j in range(len(items))]
             units = [self.units[sid][j] for sid, j in where]
-            self._lexicon = PoolLexicon([u.key for u in units], [u.source for u in units]), where
+            self._lexicon = PoolLexicon([u.key for u in units], [u.source for u in units],
+                                        [u.exchange for u in units]), where
         lexicon, where = self._lexicon
-        return [where[i] for i, _ in lexicon.search(question_terms, source=source)]
+        return [where[i] for i, _ in lexicon.search(question_terms, source=source, exchange=exchange)]
 
 
 @dataclass
@@ -192,7 +198,8 @@ def rank(question: Asked, index: RetrievalIndex, pool: Pool, query: Query, vecto
          config: RankingConfig, depth: int) -> Ranked:
     """``pool`` ranked for ``question`` by the hybrid rule (:mod:`.pooled`); ``vector`` embeds ``query.text``."""
     lexical = [pool.start[sid] + j for sid, j in index.lexical(terms(query.lexical_text, query.dropped),
-                                                                source=config.source) if sid in pool.start]
+                                                                source=config.source, exchange=config.exchange)
+               if sid in pool.start]
     entries = [(unit.session_id, unit.body, date) for unit, date, _ in pool.entries]
     return rank_pool(question.question, question.question_time, query, vector, entries, pool.keys, lexical, config,
                      depth, owner_of=index.owners.get)
