@@ -26,9 +26,9 @@ LINES = [  # (speaker, words): one message per turn, as LoCoMo's dialogue ids gi
 ]
 
 
-def extract(session: Session) -> dict[int | str, list[tuple[str | None, str | None]]]:
+def extract(session: Session, keep_exchange: bool = True) -> dict[int | str, list[tuple[str | None, str | None]]]:
     """The scripted profile's memories of the session: turn → (source, exchange) of each memory grounded there."""
-    (graph,) = Engine(scripted_config()).extract([session])
+    (graph,) = Engine(scripted_config(keep_exchange=keep_exchange)).extract([session])
     found: dict[int | str, list[tuple[str | None, str | None]]] = {}
     for node in graph.nodes:
         found.setdefault(node.turn_ids[0], []).append((node.source, node.exchange))
@@ -52,3 +52,9 @@ def test_a_memory_of_a_one_message_turn_keeps_the_other_speakers_messages_next_t
     # the question before it and the reply after it; the last turn has only the question before it
     assert set(found["D1:2"]) == {(LINES[1][1], f"{LINES[0][1]}\n{LINES[2][1]}")}
     assert set(found["D1:5"]) == {(LINES[4][1], LINES[3][1])}
+
+
+def test_a_pipeline_told_not_to_keep_exchanges_keeps_none_of_the_other_speakers_words() -> None:
+    found = extract(make_session("maya-1", "Maya", PAIRS), keep_exchange=False)
+    assert {turn: set(kept) for turn, kept in found.items()} == {turn: {(said, None)}
+                                                                 for turn, (said, _) in enumerate(PAIRS)}

@@ -100,7 +100,8 @@ def _graph(session: Session, nodes: list[MemoryEntry], edges: list[Edge], detail
     said, heard = _words_by_turn(session)
     for node in nodes:  # the words a reader checks the memory against (the page's card shows them)
         node.source = "\n".join(said[t] for t in node.turn_ids if t in said) or None
-        node.exchange = "\n".join(dict.fromkeys(h for t in node.turn_ids for h in heard.get(t, ()))) or None
+        if ctx.config.pipeline.keep_exchange:
+            node.exchange = "\n".join(dict.fromkeys(h for t in node.turn_ids for h in heard.get(t, ()))) or None
     # the one kept form, also for a Session built by hand or by a benchmark loader with the dataset's own
     # form (one no form reads is kept as given)
     stamp = iso_time(session.timestamp) or session.timestamp
