@@ -202,9 +202,8 @@ class PipelineConfig:
     the whole turn (``turn``: the ablation, earlier behaviour, which stores the assistant's advice as details)."""
     keep_exchange: bool = True
     """Keep each memory's exchange, the other speaker's words around its turns (:attr:`MemoryEntry.exchange`),
-    which the lexical ranking reads (``ranking.exchange``). ``false`` stores none of them: smaller graphs and
-    stores (a HaluMem memory's node is about 70% larger with its turn's assistant reply), and nothing of what the
-    other speaker said is kept."""
+    read by the lexical ranking (``ranking.exchange``). ``false``: nothing the other speaker said is kept, and
+    graphs and stores are smaller (a HaluMem memory's node is about 70% larger with its turn's reply)."""
     dialogue_in_block: bool = True
     """Put the session's dialogue in the leading block every prompt starts with, each role naming its turns
     (one prefill of the dialogue per session under a prefix cache). ``false``: the block holds only the

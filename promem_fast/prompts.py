@@ -88,10 +88,13 @@ MORE = "\n\nAlready listed (do not repeat these; list only what is still missing
 """The tail of a continuation: the same prompt again, with the items a cut reply already gave."""
 
 DETAILS_ONE = '"details" list holds one short fragment per detail'
-DETAILS_MANY = 'keys are the turns named, each holding the list of that turn\'s details, one short fragment each'
+DETAILS_MANY = ('keys are the turns named that hold details, each holding the list of that turn\'s details, one '
+                'short fragment each; leave out a turn with none')
 """The detail reply's shape: a flat list for one turn (small models fill it where they leave a nested one
 empty: SmolLM2-135M gave no detail at all in a list of per-turn objects), an object of lists keyed by turn
-for several."""
+for several. A turn with nothing to keep is left out rather than given an empty list: most turns of a session
+hold no detail, and on a GPU each of the five or so tokens of ``"7": [],`` reads the session's whole cached
+dialogue. A complete reply's missing turn is read as empty, a cut reply's as not reached (asked again)."""
 
 OWNER_WORDS = "that {user} states; the other speaker's lines are only context, not facts about {user}"
 ANY_WORDS = "stated by either speaker"

@@ -74,6 +74,17 @@ def test_the_details_of_every_turn_come_from_one_request() -> None:
         (0, "Nordvik Labs"), (0, "at Nordvik Labs"), (2, "Harbor Bank"), (2, "at Harbor Bank"), (2, "in Bergen")}
 
 
+def test_a_detail_reply_leaving_out_turns_with_nothing_is_complete() -> None:
+    """The prompt asks to leave out a turn with no detail (an empty list per turn costs reply tokens that each
+    read the whole cached dialogue): a complete reply naming one turn of three is not asked again."""
+    llm = Seeing(rules={"detail": lambda fields: {"2": ["Leo", "in Bergen"]}})
+    graph = Engine(scripted_config(), llm=llm).extract([three_turns()])[0]
+    (detail,) = llm.of("detail")
+    assert "leave out a turn with none" in detail.messages[1]["content"]
+    assert {(d.turn_id, d.text) for d in graph.details} == {(2, "Leo"), (2, "in Bergen")}
+    assert graph.stats.stages["da"].calls == 1 and not graph.stats.failures
+
+
 def test_details_and_premises_come_from_the_owner_and_the_old_behaviour_is_an_ablation() -> None:
     session = three_turns()
     owner = Engine(scripted_config()).extract([session])[0]

@@ -83,6 +83,17 @@ class Req:
         return ROLE_STAGE.get(self.role, "?")
 
 
+def as_sent(text: str, compact: bool) -> str:
+    """A structured reply as a grammar without free whitespace makes the model write it (``compact``): the
+    stand-in writes JSON with a space after each comma and colon, which such a grammar does not allow."""
+    if not compact:
+        return text
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except ValueError:
+        return text
+
+
 class Recording(ScriptedLLM):
     """The scripted model, recording each request with its session (``session``, advanced by the caller
     as the engine finishes sessions one at a time) and wave. It hands the engine each prompt's ids
@@ -91,6 +102,9 @@ class Recording(ScriptedLLM):
     def __init__(self, tokenizer: SmolLM2 | None, config: Any) -> None:
         super().__init__(config)
         self.tokenizer = tokenizer
+        self.compact_json = EngineConfig.profile("gpu").llm.compact_json
+        """Whether the gpu profile's backend writes structured replies without free whitespace (vLLM's
+        ``disable_any_whitespace``): the stand-in's replies are then counted in that form (:func:`as_sent`)."""
         self.stream: list[Req] = []
         self.session = 0
         self.wave = 0
@@ -125,10 +139,11 @@ class Recording(ScriptedLLM):
             parsed = parse_rendered(request.messages)
             role = parsed[0] if parsed else "?"
             ids = request.prompt_ids or ()
+            text = as_sent(completion.text, request.schema is not None and self.compact_json)
             if self.tokenizer is not None:
-                reply = len(self.tokenizer.text(completion.text)) + 1
+                reply = len(self.tokenizer.text(text)) + 1
             else:
-                reply = approx_tokens(completion.text) + 1
+                reply = approx_tokens(text) + 1
             self.stream.append(Req(self.session, self.wave, role, len(ids), reply, block_hashes(ids)))
             out.append(dataclasses.replace(completion, prompt_tokens=len(ids)))
         self.wave += 1

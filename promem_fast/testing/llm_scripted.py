@@ -291,6 +291,8 @@ def _details(fields: dict[str, str]) -> dict[str, list[str]]:
         out[name] = seen
     if fields.get("reply", "").startswith('"details"'):  # one turn asked, one flat list
         return {"details": next(iter(out.values()), [])}
+    if "leave out a turn with none" in fields.get("reply", ""):
+        return {name: found for name, found in out.items() if found}
     return out
 
 
