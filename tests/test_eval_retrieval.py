@@ -178,8 +178,10 @@ def test_the_words_a_memory_was_taken_from_find_it_for_the_lexical_side(tmp_path
     ranks = result["questions"][0]["variants"]
     # by hand: the nurse memory is 6th by cosine (after cafe, counted once, Porto, bicycle, garden, harbour);
     # BM25 finds it alone, by its source's "hospital" and "city", so the fusion puts it first
-    # (1/66 + 1/61 against the cafe's 1/61); without the sources BM25 finds nothing
+    # (1/66 + 1/61 against the cafe's 1/61); without the sources BM25 finds nothing; these memories keep no
+    # exchange, so leaving it out changes nothing
     assert (ranks["all"], ranks["all-source"], ranks["lexical"], ranks["lexical-source"]) == (1, 6, 1, None)
+    assert (ranks["all-exchange"], ranks["lexical-exchange"]) == (1, 1)
 
 
 def test_time_aware_recall_sees_only_what_was_said_by_the_questions_time(tmp_path: Path) -> None:
