@@ -264,6 +264,21 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("6",)
 
 
+def test_a_postgresql_store_of_version_5_reads_its_memories_exchanges_after_the_migration(pg_url: str) -> None:
+    import psycopg
+
+    with open_store(pg_url) as store:
+        store.add([HIKES, POTTERY])
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the words as version 5 kept them: no exchange
+        conn.execute("UPDATE nodes SET words = setweight(to_tsvector('english', text), 'A') || "
+                     "setweight(to_tsvector('english', coalesce(data::jsonb ->> 'source', '')), 'B')")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    lexical = scripted_config().with_overrides(["ranking.dense=false"])
+    with open_store(pg_url, lexical) as store:
+        assert [h.text for h in store.search("Ann", "ceramics", k=5)] == ["Ann made a bowl."]
+        assert [h.text for h in store.search("Ann", "Tahoe trails", k=5)] == ["Ann enjoys hiking."]
+
+
 def test_search_fuses_the_word_a_question_shares_with_the_vectors(store_at: str) -> None:
     db = store_at
     question = "Which job keeps her busy on weekends?"

@@ -212,9 +212,10 @@ def _v5(conn: Any) -> None:
 
 def _v6(conn: Any) -> None:
     """The full text with each memory's exchange too (as SQLite's version 7): the trigger's function made
-    again, the nodes stored filled by it on the ``UPDATE``."""
+    again, and the nodes stored that hold an exchange filled by it on the ``UPDATE`` (only code that writes
+    this version extracts one, so an older database usually has none, and nothing is rewritten)."""
     conn.execute(_WORDS)
-    conn.execute("UPDATE nodes SET text = text")
+    conn.execute("UPDATE nodes SET text = text WHERE data::jsonb ? 'exchange'")
 
 
 WORD_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
