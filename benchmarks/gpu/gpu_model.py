@@ -7,9 +7,10 @@ replies the next wave needs) for HaluMem-sized sessions (the 29 sample sessions 
 own cache salt so copies share no prefix) on a discrete-step model of vLLM v1's scheduler and KV block pool
 (:mod:`vllm_blocks`: continuous batching with chunked prefill, prefix blocks shared between running
 requests and pinned while referenced, admission reserving only the blocks not cached, unreferenced cached
-blocks evicted least recently freed first), with a step time of max(memory time, compute time) plus a fixed
-overhead: memory time reads the bf16 weights once and the KV of every token attended; compute time is 2 x
-parameters FLOPs per token plus attention. The figures of the accelerators and of Llama-3.1-8B are the
+blocks evicted least recently freed first), with a step time of its linear layers' time plus its attention's
+time plus a fixed overhead (:meth:`vllm_blocks.Costs.kernels`): the linear layers take the longer of reading
+the bf16 weights once and 2 x parameters FLOPs per token; attention the longer of reading the KV of every
+token attended and its FLOPs. The two add: a layer runs its matmuls, then its attention. The figures of the accelerators and of Llama-3.1-8B are the
 published ones in the project's perf-facts; the efficiency factors and step overhead below are assumptions,
 written to the results file for a real GPU to check.
 
@@ -22,8 +23,9 @@ waits for the slowest reply, the engine's CPU work of the round in between; ``co
 posts its next wave as soon as its own replies are in) at the same window, then the **window** alone (the
 continuous driver at the window sized from the KV cache over the working set measured on this stream, as
 the engine does with ``max_in_flight: 0``, against the fixed 5,000-token estimate and against 512). Two
-levers for a GPU run to check are projected apart, neither the gpu profile's setting: a small chunked-prefill
-budget, and an FP8 KV cache (twice the tokens in the same memory, so a window twice as wide).
+settings are projected apart, neither the gpu profile's: a small chunked-prefill budget (which spreads prefill
+over the decoding steps: no gain once a step's matmuls and attention add), and an FP8 KV cache (half the bytes
+each reply token reads, twice the tokens in the same memory, so a window twice as wide).
 """
 
 from __future__ import annotations
@@ -115,11 +117,15 @@ SMALL_CHUNK = 1024
 """The chunked-prefill budget of the ``continuous_chunk_budget_small`` row (vLLM's ``max_num_batched_tokens``)."""
 
 
+def costs_on(gpu: GPU, a: Assumed) -> Costs:
+    """What a step costs on ``gpu`` at the assumed shares of its bandwidth and FLOP/s."""
+    return Costs(gpu.bandwidth * a.bandwidth_efficiency, gpu.flops * a.compute_efficiency, WEIGHT_BYTES, PARAMS,
+                 a.kv_bytes_per_token, 4 * LAYERS * HIDDEN, a.step_overhead_s)
+
+
 def scheduler(gpu: GPU, a: Assumed) -> Scheduler:
     """vLLM v1's scheduler and block pool (:mod:`vllm_blocks`) on ``gpu``'s KV cache, at the assumed shares."""
-    costs = Costs(gpu.bandwidth * a.bandwidth_efficiency, gpu.flops * a.compute_efficiency, WEIGHT_BYTES, PARAMS,
-                  a.kv_bytes_per_token, 4 * LAYERS * HIDDEN, a.step_overhead_s)
-    return Scheduler(kv_tokens(gpu, a) // BLOCK_TOKENS, costs, a.max_num_seqs, a.max_num_batched_tokens)
+    return Scheduler(kv_tokens(gpu, a) // BLOCK_TOKENS, costs_on(gpu, a), a.max_num_seqs, a.max_num_batched_tokens)
 
 
 def waves_of(stream: list[Req]) -> list[list[list[Req]]]:
@@ -252,10 +258,10 @@ def inputs(gpu: GPU, a: Assumed) -> dict[str, Any]:
     prefill_tps = a.max_num_batched_tokens / (2 * PARAMS * a.max_num_batched_tokens / (gpu.flops * a.compute_efficiency)
                                               + a.step_overhead_s)
     decode = {}
+    costs = costs_on(gpu, a)
     for batch, ctx in ((1, 2048), (64, 4096), (256, 4096)):
-        mem = (WEIGHT_BYTES + batch * ctx * a.kv_bytes_per_token) / (gpu.bandwidth * a.bandwidth_efficiency)
-        comp = (2 * PARAMS * batch + 4 * LAYERS * HIDDEN * ctx * batch) / (gpu.flops * a.compute_efficiency)
-        decode[f"batch{batch}_ctx{ctx}_ms"] = round((max(mem, comp) + a.step_overhead_s) * 1e3, 2)
+        linear, attention = costs.kernels(batch, batch * ctx, 4 * LAYERS * HIDDEN * ctx * batch)
+        decode[f"batch{batch}_ctx{ctx}_ms"] = round((linear + attention + a.step_overhead_s) * 1e3, 2)
     return {"prefill_tokens_per_s": round(prefill_tps), "decode_step_ms": decode}
 
 

@@ -13,8 +13,11 @@ form, so the two can be compared (two methods that agree are stronger than one):
   step reads the weights once, and a session needs ``steps`` = its reply tokens over the decode tokens a step
   carries (``max_num_seqs``, or fewer if the KV cache cannot hold that many sequences' contexts) or its
   tokens over the step's token budget, whichever is more.
-- A session's GPU seconds = max(compute, memory) + steps x the fixed overhead (a roofline: within a step the
-  prefill chunks' compute and the decode tokens' reads overlap).
+- A session's GPU seconds = its linear layers' time + its attention's time + steps x the fixed overhead,
+  each part a roofline of its own: the linear layers take max(their FLOPs, the weights read once a step),
+  attention max(its FLOPs, the KV its reply tokens read). The two parts add, since a layer runs its matmuls
+  and then its attention: the decode tokens' KV reads are not hidden behind the prefill chunks' matmuls
+  (they do overlap with other work of the attention kernels, hence the max within the part).
 
 The **compute floor** is the necessary tokens at the rate an 8192^3 bf16 matmul reached on the H200
 (perf-facts.md: 769-798 TFLOP/s; 790 taken), nothing else counted: what no schedule can beat.
@@ -67,12 +70,17 @@ def project(tokens: dict[str, float], *, bandwidth: float, flops: float, weight_
     # sequences decoding at once: the seats, the KV cache's room for their contexts, the window's requests
     seqs = max(1.0, min(max_num_seqs, kv_cache_tokens / max(mean_context, 1), window * tokens["requests_per_wave"]))
     steps = max(d / seqs, (p + d) / max_num_batched_tokens)
-    compute = (2 * params * (p + d) + attention * (tokens["prefill_attention_context"] + tokens["decode_kv_reads"])
-               ) / flops
-    memory = (steps * weight_bytes + tokens["decode_kv_reads"] * kv_bytes_per_token) / bandwidth
-    seconds = max(compute, memory) + steps * overhead_s
-    return {"sessions_per_hour": round(3600 / seconds), "bound": "compute" if compute >= memory else "memory",
-            "compute_s_per_session": round(compute, 4), "memory_s_per_session": round(memory, 4),
+    linear_compute, linear_memory = 2 * params * (p + d) / flops, steps * weight_bytes / bandwidth
+    attention_compute = attention * (tokens["prefill_attention_context"] + tokens["decode_kv_reads"]) / flops
+    attention_memory = tokens["decode_kv_reads"] * kv_bytes_per_token / bandwidth
+    linear, attended = max(linear_compute, linear_memory), max(attention_compute, attention_memory)
+    seconds = linear + attended + steps * overhead_s
+    bound = ("compute" if linear_compute >= linear_memory else "memory") + "/" + (
+        "compute" if attention_compute >= attention_memory else "memory")
+    return {"sessions_per_hour": round(3600 / seconds), "bound": bound,
+            "linear_s_per_session": round(linear, 4), "attention_s_per_session": round(attended, 4),
+            "compute_s_per_session": round(linear_compute + attention_compute, 4),
+            "memory_s_per_session": round(linear_memory + attention_memory, 4),
             "steps_per_session": round(steps, 2), "decoding_sequences": round(seqs, 1)}
 
 

@@ -16,8 +16,8 @@ What is modelled, as vLLM v1 does it (``vllm/v1/core``: ``KVCacheManager``, ``Bl
   chunk, and admits waiting requests (first come, first served) while the token budget
   (``max_num_batched_tokens``) and ``max_num_seqs`` leave room.
 
-The step's seconds are max(memory time, compute time) plus a fixed overhead (:class:`Costs`); the constants
-are in :mod:`gpu_model`.
+The step's seconds are its linear layers' time plus its attention's time plus a fixed overhead, each part
+bound by the slower of its reads and its FLOPs (:meth:`Costs.kernels`); the constants are in :mod:`gpu_model`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,18 @@ class Costs:
     attention_flops_per_token_context: float
     """4 x layers x hidden: the attention FLOPs of one query token against one context token."""
     step_overhead_s: float
+
+    def kernels(self, tokens: float, kv_tokens: float, attention_flops: float, weight_reads: float = 1.0
+                ) -> tuple[float, float]:
+        """Seconds of a step's two kinds of kernel: the linear layers over ``tokens`` (each reads the
+        weights, ``weight_reads`` times over several steps, and does 2 x parameters FLOPs a token), then
+        attention (reads ``kv_tokens`` tokens of KV and does ``attention_flops``). Each is bound by the slower
+        of its reads and its FLOPs; the two are added, not overlapped, since a layer runs its matmuls and its
+        attention one after the other: a step of large prefill chunks does not hide its decode tokens' KV
+        reads behind its matmuls."""
+        linear = max(weight_reads * self.weight_bytes / self.bandwidth, 2 * self.params * tokens / self.flops)
+        attention = max(kv_tokens * self.kv_bytes_per_token / self.bandwidth, attention_flops / self.flops)
+        return linear, attention
 
 
 class BlockPool:
@@ -136,7 +148,8 @@ class Scheduler:
         self.refused = 0
         """Steps in which the head of the queue waited for blocks (not for the token budget or seats)."""
         self.memory_bound_s = self.kv_read_s = self.compute_bound_s = 0.0
-        """Where the steps' seconds went: steps bound by memory (of which reading KV), steps bound by FLOPs."""
+        """Where the steps' seconds went: kernels bound by memory (of which attention reading KV), kernels
+        bound by FLOPs (:meth:`Costs.kernels`)."""
 
     def add(self, req: Any, key: Any) -> None:
         self.waiting.append((req, key))
@@ -176,7 +189,7 @@ class Scheduler:
         """One step: its seconds, the keys of the requests that finished, and the sequences it ran."""
         c = self.costs
         budget = self.budget
-        flops = kv_read = 0.0
+        attention_flops = kv_read = 0.0
         tokens = 0
         done: list[Seq] = []
         chunked: list[tuple[Seq, int]] = []
@@ -185,7 +198,7 @@ class Scheduler:
                 tokens += 1
                 budget -= 1
                 kv_read += s.context
-                flops += c.attention_flops_per_token_context * s.context
+                attention_flops += c.attention_flops_per_token_context * s.context
                 s.context += 1
                 s.decode -= 1
                 if s.decode <= 0:
@@ -208,23 +221,25 @@ class Scheduler:
         self.refused += blocked
         for s, chunk in chunked:
             tokens += chunk
-            flops += c.attention_flops_per_token_context * chunk * (s.context + chunk / 2)
+            attention_flops += c.attention_flops_per_token_context * chunk * (s.context + chunk / 2)
             kv_read += s.context
             s.context += chunk
             s.prefill -= chunk
-        flops += 2 * c.params * tokens
-        memory_s = (c.weight_bytes + kv_read * c.kv_bytes_per_token) / c.bandwidth
-        compute_s = flops / c.flops
-        if memory_s >= compute_s:
-            self.memory_bound_s += memory_s
-            self.kv_read_s += kv_read * c.kv_bytes_per_token / c.bandwidth
+        linear, attention = c.kernels(tokens, kv_read, attention_flops)
+        if c.weight_bytes / c.bandwidth >= 2 * c.params * tokens / c.flops:
+            self.memory_bound_s += linear
         else:
-            self.compute_bound_s += compute_s
+            self.compute_bound_s += linear
+        if kv_read * c.kv_bytes_per_token / c.bandwidth >= attention_flops / c.flops:
+            self.memory_bound_s += attention
+            self.kv_read_s += attention
+        else:
+            self.compute_bound_s += attention
         n = len(self.running)
         for s in done:
             self.running.remove(s)
             self.pool.release(s.shared, s.private)
-        return max(memory_s, compute_s) + c.step_overhead_s, [s.key for s in done], n
+        return linear + attention + c.step_overhead_s, [s.key for s in done], n
 
 
 __all__ = ["BLOCK", "BlockPool", "Costs", "Scheduler", "Seq"]
