@@ -26,7 +26,7 @@ from promem_fast.pipeline.words import content_set
 from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
 from promem_fast.pipeline.views import DialogueView
 from promem_fast.prompts import link_line, link_question, numbered, part_before, render, schema_for
-from promem_fast.requests import CleanEdges, Failure, Generate, Program, ReplyError
+from promem_fast.requests import CleanEdges, Failure, Generate, Program
 from promem_fast.types import Edge, Event, MemoryEntry
 
 
@@ -143,8 +143,9 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
 def _each(ctx: RunContext, role: str, numbers: Sequence[int], fields: dict[str, str], view: DialogueView,
           items: list[str]) -> Program[list[Any]]:
     """The answers to the items ``numbers`` (links or questions, by their numbers in the prompt) asked in one
-    request, in that order (None for every item when the request failed, its failure recorded). A reply must
-    answer each of them, else it is asked again."""
+    request, in that order (None for every item when the request failed, its failure recorded). The reply's
+    schema requires each of them (:func:`~promem_fast.prompts.schema_for`), so a reply leaving one out is asked
+    again."""
     numbers = list(numbers)
     n = len(numbers)
     if n == 0:
@@ -152,9 +153,6 @@ def _each(ctx: RunContext, role: str, numbers: Sequence[int], fields: dict[str, 
     cp = ctx.config.pipeline
 
     def check(value: dict[str, Any]) -> tuple[list[Any], list[str]]:
-        missing = [i for i in numbers if str(i) not in value]
-        if missing:
-            raise ReplyError(f"the reply must answer items {numbers}, it left out {missing}")
         return [value[str(i)] for i in numbers], []
 
     messages = render(role, view.block, user=view.owner, **fields)
