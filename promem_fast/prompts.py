@@ -9,10 +9,11 @@ relation-checking roles show their shared material (the numbered entries, the li
 number) before their instructions, so it is cached once for the requests that read it. A session too long for
 one prompt gets the block without its dialogue, and each role then carries the part it needs.
 
-The probe and the flat answer read the block too, though they work from the entries (the flat answer is told
-not to use the dialogue): a prompt without it would leave the session's cached dialogue unreferenced for
-two waves, and a prefix cache that evicts least recently freed blocks first (vLLM's) then drops it before
-verification needs it again; in the scheduler model that cost more prefill than the shorter replies saved.
+The probe and the flat answer work from the entries alone, so they get the block without the dialogue: every
+token they write would otherwise read the session's whole cached dialogue on a GPU. Relation verification,
+the session's last request that needs the dialogue, runs beside the probe (see :mod:`promem_fast.pipeline.
+relations`), so the dialogue is never left unreferenced between two of its requests, when a prefix cache that
+evicts least recently freed blocks first (vLLM's) would drop it.
 
 The event, draft, relation, decomposition and adjudication tasks carry one short example of their answer;
 the detail task does not: with SmolLM2-135M its example made 4 of 12 first replies fail (the model listed
@@ -132,10 +133,10 @@ class RoleTemplate:
 ENTRIES = "Memory entries of {user}:\n{entries}\n\n"
 LINKS = "Proposed links between entries:\n{links}\n\n"
 QUESTIONS = "Questions, by link number:\n{questions}\n\n"
-"""The leads of the relation-checking roles, so each request shares a cached prefix with the one before it:
-the probe shows the entries, then the links; the flat answer the entries, then the probe's questions (no
-links: it must answer from the entries alone); verification the entries, the same questions, then the
-links, and names the links it asks about after them."""
+"""The leads of the relation-checking roles, so requests share cached prefixes: the probe shows the entries,
+then the links; the flat answer the entries, then the probe's questions (no links: it must answer from the
+entries alone), both after the block without the dialogue; verification the entries, then the links, after
+the block with the dialogue, and names the links it asks about after them."""
 
 
 TEMPLATES: dict[str, RoleTemplate] = {
@@ -240,10 +241,11 @@ TEMPLATES: dict[str, RoleTemplate] = {
               'entries answer that question and false otherwise.'),
     ),
     "verify_relation": RoleTemplate(
-        lead=ENTRIES + QUESTIONS + LINKS + "{text}",
+        lead=ENTRIES + LINKS + "{text}",
         task=(
             "Task: check against the dialogue whether each link named below is actually supported by what was "
-            "said about {user} (the question with the link's number asks about it)."
+            "said about {user}: the source entry and the target entry must be related as the link's relation "
+            "says, not merely both true."
         ),
         item=('Links to check: {check}\n\nReply with a JSON object whose keys are these links\' numbers, each '
               'holding true when what was said supports that link and false otherwise.'),
@@ -301,12 +303,6 @@ def link_line(number: int, source: int, target: int, relation: str) -> str:
     """One numbered link of the probe and verification prompts, between two numbered entries."""
     return (f"{number}. source: entry {source}, target: entry {target}, relation: {relation} "
             f"({relation_meaning(relation)})")
-
-
-def link_question(source: str, target: str, relation: str) -> str:
-    """The question verification asks about a link the probe wrote none for (its request failed): the link
-    itself, in the two entries' words."""
-    return f'Did what was said link "{source}" to "{target}" as {relation} ({relation_meaning(relation)})?'
 
 
 def relation_menu(types: Sequence[str]) -> str:

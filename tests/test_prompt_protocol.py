@@ -52,10 +52,14 @@ def test_every_prompt_of_a_session_starts_with_the_same_block_holding_its_dialog
     llm = Seeing()
     sessions = [three_turns("a"), three_turns("b", owner="Ana Ruiz")]
     Engine(scripted_config(), llm=llm).extract(sessions)
-    systems = {r.messages[0]["content"] for _, r in llm.sent}
+    entries_only = {"probe", "answer_flat"}  # they work from the entries: the block without the dialogue
+    systems = {r.messages[0]["content"] for role, r in llm.sent if role not in entries_only}
     assert len(systems) == 2  # one leading block per session, whatever the role
     roles = {role for role, _ in llm.sent}
-    assert {"detail", "event", "draft", "relation", "probe"} <= roles
+    assert {"detail", "event", "draft", "relation", "probe", "answer_flat", "verify_relation"} <= roles
+    bare = {r.messages[0]["content"] for role, r in llm.sent if role in entries_only}
+    assert len(bare) == 2 and all("not shown here" in s and "flying to Oslo" not in s for s in bare)
+    assert all(s.split("The dialogue")[0] in {t.split("The dialogue")[0] for t in systems} for s in bare)
     maya = next(s for s in systems if "Maya Chen" in s)
     assert "[turn 0] Maya Chen: I'm flying to Oslo tomorrow for a conference at Nordvik Labs." in maya
     assert "[turn 2] Maya Chen: My brother Leo works at Harbor Bank in Bergen." in maya

@@ -16,6 +16,7 @@ from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 from promem_fast.engine import Engine
 from promem_fast.pipeline.anchor import anchor_details
 from promem_fast.pipeline.completeness import Candidate, check_completeness
+from promem_fast.pipeline.common import without_dialogue
 from promem_fast.pipeline.relations import verify_relations
 from promem_fast.pipeline.segment import cap_tokens, fine_boundaries
 from promem_fast.pipeline.verify import verify_entries
@@ -181,19 +182,25 @@ def test_relation_verification_drops_implicit_and_unsupported_edges() -> None:
 
 
 class _Keeping(ScriptedLLM):
-    """The scripted model keeping each request's user message by role; its first verification reply answers
-    link 0, which the prompt does not ask about, beside link 1."""
+    """The scripted model keeping each request's messages by role and the roles of each batch it was sent; its
+    first verification reply leaves link 2 out (unless ``cut_first`` is false)."""
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, cut_first: bool = True, **kw: Any) -> None:
         super().__init__(**kw)
+        self.cut_first = cut_first
         self.users: dict[str, list[str]] = {}
+        self.systems: dict[str, list[str]] = {}
+        self.batches: list[list[str]] = []
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []
+        self.batches.append([])
         for request in requests:
             role = (parse_rendered(request.messages) or ("?",))[0]
+            self.batches[-1].append(role)
             self.users.setdefault(role, []).append(request.messages[1]["content"])
-            if role == "verify_relation" and len(self.users[role]) == 1:
+            self.systems.setdefault(role, []).append(request.messages[0]["content"])
+            if role == "verify_relation" and len(self.users[role]) == 1 and self.cut_first:
                 text = json.dumps({"0": True, "1": True})
                 out.append(Completion(text=text, prompt_tokens=10, completion_tokens=20))
             else:
@@ -201,35 +208,56 @@ class _Keeping(ScriptedLLM):
         return out
 
 
-def test_relation_checks_read_the_entries_once_and_answer_only_the_links_asked() -> None:
+def test_relation_checks_read_the_entries_once_and_the_dialogue_only_to_verify() -> None:
     case = _RelationCase()
     llm = _Keeping(rules=case.rules())
     edges = case.run(llm)
     assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
     (probe,), (flat,) = llm.users["probe"], llm.users["answer_flat"]
-    first, again = llm.users["verify_relation"]  # the reply that answered link 0 was refused, and asked again
+    first, again = llm.users["verify_relation"]  # the reply that left link 2 out was refused, and asked again
     assert first == again
+    # the probe and the flat answer work from the entries: their block holds no dialogue; verification's does
+    said = "I hurt my knee in March."
+    assert said not in llm.systems["probe"][0] and said not in llm.systems["answer_flat"][0]
+    assert said in llm.systems["verify_relation"][0]
+    # verification goes out with the probe, so the session's cached dialogue is read by one wave after another
+    assert llm.batches[0] == ["probe", "verify_relation"]
     entries = "\n".join(f"{i}. {t}" for i, t in enumerate(case.texts))
-    # the three prompts open with the same entries; the flat answer then shows the probe's questions and
-    # verification opens with all of the flat answer's lead, so a prefix cache prefills each part once
+    # the three prompts open with the same entries; verification then shows the probe's lead whole
     for user in (probe, flat, first):
         assert user.startswith(f"Memory entries of Maya:\n{entries}\n\n")
-    assert first.startswith(flat[:flat.index("Task:")])
+    assert first.startswith(probe[:probe.index("Task:")])
     questions = flat.split("Questions, by link number:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert questions == ["0. Q[Maya hurt her knee.|Maya switched to swimming.]",
                          "1. Q[Maya switched to swimming.|Maya likes jazz.]",
                          "2. Q[Maya hurt her knee.|Maya likes jazz.]"]
-    # the links name entries by number, not by repeating their text; probe and verification show the same
+    # the links name entries by number, not by repeating their text
     links = probe[probe.index("Proposed links"):probe.index("Task:")]
-    assert links in first
     assert links.split("Proposed links between entries:\n", 1)[1].strip().splitlines() == [
         "0. source: entry 0, target: entry 1, relation: causal (source leads to target)",
         "1. source: entry 1, target: entry 2, relation: temporal (source happens before target)",
         "2. source: entry 0, target: entry 2, relation: causal (source leads to target)"]
     # the flat answer sees the questions, never the proposed links
     assert "Proposed links" not in flat
-    # verification asks about the two links the entries do not answer (1 and 2), by their numbers
-    assert "Links to check: 1, 2\n" in first
+    # verification asks about every link, by their numbers (the implicit 0 -> 1 is then dropped all the same)
+    assert "Links to check: 0, 1, 2\n" in first
+
+
+def test_without_the_dialogue_in_the_block_only_links_the_entries_do_not_answer_are_checked() -> None:
+    """Each check then carries its own part of the dialogue, a request per link: the implicit 0 -> 1 gets none."""
+    case = _RelationCase()
+    llm = _Keeping(cut_first=False, rules=case.rules())
+    types = scripted_config().pipeline.relation_types
+    src, rel, dst = (np.array([0, 1, 0], np.int64), np.array([types.index("causal"), types.index("temporal"),
+                                                               types.index("causal")]), np.array([1, 2, 2], np.int64))
+    view = without_dialogue(DialogueView.of(case.session))
+    edges = run_one(Engine(scripted_config(), llm=llm), lambda ctx: verify_relations(
+        view, case.session.turn_groups(), _nodes(case.texts), [0, 1, 2, 1], src, rel, dst, ctx))
+    assert [(e.source, e.relation, e.target) for e in edges] == [(0, "causal", 2)]
+    assert [b for b in llm.batches if "verify_relation" in b][0] == ["verify_relation", "verify_relation"]
+    checked = sorted(u.split("Links to check: ", 1)[1].split("\n", 1)[0] for u in llm.users["verify_relation"])
+    assert checked == ["1", "2"]
+    assert llm.batches.index(["probe"]) < llm.batches.index(["answer_flat"]) < len(llm.batches) - 1
 
 
 class _ProbeFails(ScriptedLLM):
@@ -249,8 +277,8 @@ class _ProbeFails(ScriptedLLM):
 def test_a_link_whose_probe_failed_is_still_checked_against_the_dialogue() -> None:
     case = _RelationCase()
     edges = case.run(_ProbeFails(rules=case.rules()))
-    # no question, so no necessity test: every cleaned link goes to verification, which supports 0 -> 1 and
-    # 0 -> 2 and not 1 -> 2 (the rule above); before, a failed probe dropped all three unchecked
+    # no question, so no necessity test: every cleaned link is kept on verification alone, which supports
+    # 0 -> 1 and 0 -> 2 and not 1 -> 2 (the rule above); before, a failed probe dropped all three unchecked
     assert [(e.source, e.relation, e.target, e.probe) for e in edges] == [
         (0, "causal", 1, None), (0, "causal", 2, None)]
 
@@ -262,7 +290,7 @@ def test_a_link_whose_flat_answer_failed_is_still_checked_against_the_dialogue()
         return "yes"  # never the JSON asked for: the flat-answer request fails after its tries
 
     edges = case.run(ScriptedLLM(rules={**case.rules(), "answer_flat": unreadable}))
-    # 0 -> 1 would have been implicit (entry 3 says it) and is verified instead; each edge keeps its probe
+    # 0 -> 1 would have been implicit (entry 3 says it) and is kept on verification; each edge keeps its probe
     assert [(e.source, e.relation, e.target, e.probe) for e in edges] == [
         (0, "causal", 1, "Q[Maya hurt her knee.|Maya switched to swimming.]"),
         (0, "causal", 2, "Q[Maya hurt her knee.|Maya likes jazz.]")]

@@ -206,17 +206,20 @@ def load(path: Path) -> tuple[list[Req], float]:
 def per_session(stream: Sequence[Req], sessions: int) -> dict[str, Any]:
     """Mean requests, prompt, uncached prefill and generated tokens per session, by stage and in all; each
     session has a prefix cache of its own (:class:`~promem_fast.prefix_cache.PrefixCacheModel` of the
-    default capacity, which one session's blocks never fill), as the engine's run statistics count it."""
+    default capacity, which one session's blocks never fill), as the engine's run statistics count it.
+    ``reply_kv_reads`` counts the KV-cache tokens the replies read: each reply token attends to its whole
+    prompt and the reply before it, which on a GPU is the bytes decoding reads beside the weights."""
     stages: dict[str, dict[str, float]] = {}
     caches: dict[int, PrefixCacheModel] = {}
     for r in stream:
         cache = caches.setdefault(r.session, PrefixCacheModel())
         row = stages.setdefault(r.stage, {"requests": 0, "prompt_tokens": 0, "uncached_prefill_tokens": 0,
-                                          "generated_tokens": 0})
+                                          "generated_tokens": 0, "reply_kv_reads": 0})
         row["requests"] += 1
         row["prompt_tokens"] += r.prompt
         row["uncached_prefill_tokens"] += cache.admit(r.hashes, r.prompt)
         row["generated_tokens"] += r.completion
+        row["reply_kv_reads"] += r.completion * r.prompt + r.completion * (r.completion - 1) // 2
     mean = {stage: {k: round(v / sessions, 2) for k, v in row.items()} for stage, row in sorted(stages.items())}
     total = {k: round(sum(row[k] for row in mean.values()), 2) for k in next(iter(mean.values()))}
     return {"by_stage": mean, "total": total}

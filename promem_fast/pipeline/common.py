@@ -20,7 +20,8 @@ from promem_fast.requests import Cut, Entail, Failure, Generate, Program, ReplyE
 log = logging.getLogger(__name__)
 
 __all__ = ["TurnGroup", "Listed", "gather", "ask", "ask_whole", "listing", "left_full", "entail_requests",
-           "entailed", "window_text", "dedupe", "statements", "same_language", "with_block"]
+           "entailed", "window_text", "dedupe", "statements", "same_language", "with_block",
+           "without_dialogue"]
 
 ROOM_FOR_ITEMS = 2048
 """Tokens kept free beside the dialogue in the session block for the longest role's instructions and item
@@ -40,8 +41,13 @@ def with_block(view: DialogueView, groups: Sequence[TurnGroup], ctx: RunContext,
     fits = ctx.text_tokens("draft", block) + room + ROOM_FOR_ITEMS <= ctx.services.context_length("draft")
     if fits and cp.dialogue_in_block:
         return replace(view, block=block, shows_dialogue=True, compressed=compressed)
-    return replace(view, block=session_block(view.owner, view.when, None), shows_dialogue=False,
-                   compressed=compressed)
+    return replace(without_dialogue(view), compressed=compressed)
+
+
+def without_dialogue(view: DialogueView) -> DialogueView:
+    """``view`` with the session block's header alone (owner, date, rules): for the roles that work from the
+    entries, and for sessions whose dialogue the block cannot hold."""
+    return replace(view, block=session_block(view.owner, view.when, None), shows_dialogue=False)
 
 
 def gather(*programs: Program[Any]) -> Program[list[Any]]:

@@ -3,15 +3,21 @@
 Candidate edges between events are carried onto the purified entries that cover those events, cleaned
 (self-loops, edges to discarded entries and duplicates removed, in one native call for the whole batch)
 and probed: the LLM writes a question about the link; if the flat entries already answer it the edge
-is implicit and dropped; otherwise the link is checked against the dialogue and kept only if supported.
+is implicit and dropped; otherwise it is kept only if the dialogue supports it. The kept set is the paper's
+(supported and not implicit); the order is not. The probe and the flat answer work from the entries alone
+and get the block without the dialogue, and verification, the last request that reads the dialogue, runs
+beside the probe and checks every link, so no reply token of the two necessity steps reads the session's
+cached dialogue (on a GPU each one would: 1.06M of the 3.76M KV token reads of a HaluMem session's replies
+went to the probe) and the dialogue is never left unreferenced between waves, when vLLM's prefix cache could
+evict it. Checking the implicit links too costs a boolean each. When the block holds no dialogue (a session
+too long for it), each check carries its own part of the dialogue, so only the links the entries do not
+answer are checked, after the necessity test, as the paper orders it.
 A link whose necessity test could not run (the probe or the flat answer found no valid reply) is not dropped
-for it: it goes to the dialogue check (``edges_untested``), with a question made from the link itself where
-the probe wrote none, so a failed step costs the necessity test, not the link.
+for it (``edges_untested``): a failed step costs the necessity test, not the link.
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
 once), so relation checking costs three requests per session rather than three per edge. The three prompts
-start with the same numbered entries, and each then shares with the one before it (the flat answer reads
-the probe's questions, verification the same questions and then the links, named by entry number), so a
-prefix cache prefills each part once: the entries' text is not repeated in every link.
+start with the numbered entries, links named by entry number after them, so the entries' text is not
+repeated in every link; the probe and the flat answer share their prefix.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.words import content_set
-from promem_fast.pipeline.common import TurnGroup, ask_whole, gather
+from promem_fast.pipeline.common import TurnGroup, ask_whole, gather, without_dialogue
 from promem_fast.pipeline.views import DialogueView
-from promem_fast.prompts import link_line, link_question, numbered, part_before, render, schema_for
+from promem_fast.prompts import link_line, numbered, part_before, render, schema_for
 from promem_fast.requests import CleanEdges, Failure, Generate, Program
 from promem_fast.types import Edge, Event, MemoryEntry
 
@@ -95,45 +101,58 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
         return []
     entries = numbered([n.text for n in nodes])
     shared = dict(entries=entries, links="\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges)))
-    questions = yield from _each(ctx, "probe", range(len(edges)), shared, view,
-                                 [f"edge {s} -{r}-> {t}" for s, r, t in edges])
-    asked = {k: q for k, q in enumerate(questions) if q is not None}
-    answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
-                               view, list(asked.values()))
-    open_links = [k for k, answerable in zip(asked, answers) if not answerable]  # False, or None: untested
-    if len(open_links) < len(asked):
-        ctx.stats.bump("edges_implicit", len(asked) - len(open_links))
-    unprobed = [k for k, q in enumerate(questions) if q is None]
-    for k in unprobed:
-        s, r, t = edges[k]
-        asked[k] = link_question(nodes[s].text, nodes[t].text, r)
-    untested = len(unprobed) + sum(result is None for result in answers)
-    if untested:
-        ctx.stats.bump("edges_untested", untested)
-    open_links = sorted(open_links + unprobed)
-    shared["questions"] = numbered(asked)  # the flat answer's questions, then any made from unprobed links
-    if view.shows_dialogue:
-        verdicts = yield from _each(ctx, "verify_relation", open_links, dict(
-            shared, check=", ".join(map(str, open_links))), view, [asked[k] for k in open_links])
-    else:  # each link with the part of the dialogue near its two facts: one request per link
-        label = "The dialogue near the two facts"
-        widest = str(max(open_links, default=0))
+    bare = without_dialogue(view)  # the necessity test works from the entries alone
+
+    def necessity() -> Program[tuple[list[str | None], list[bool | None]]]:
+        """Each link's probe question and whether the flat entries answer it (None: the test could not run)."""
+        questions = yield from _each(ctx, "probe", range(len(edges)), shared, bare,
+                                     [f"edge {s} -{r}-> {t}" for s, r, t in edges])
+        asked = {k: q for k, q in enumerate(questions) if q is not None}
+        answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
+                                   bare, list(asked.values()))
+        answerable: list[bool | None] = [None] * len(edges)
+        for k, result in zip(asked, answers):
+            answerable[k] = result
+        return questions, answerable
+
+    def support(links: list[int]) -> Program[list[bool | None]]:
+        """Whether what was said supports each of ``links`` (None: the check found no valid reply)."""
+        items = [f"edge {edges[k][0]} -{edges[k][1]}-> {edges[k][2]}" for k in links]
+        if view.shows_dialogue:
+            return (yield from _each(ctx, "verify_relation", links, dict(shared, check=", ".join(map(str, links))),
+                                     view, items))
+        label = "The dialogue near the two facts"  # each link with the part of the dialogue near its two facts
+        widest = str(max(links, default=0))
         budget = ctx.prompt_budget("verify_relation", render("verify_relation", view.block, user=view.owner,
                                                              text=part_before(label, ""), check=widest, **shared))
         singles = []
-        for k in open_links:
+        for k, item in zip(links, items):
             s, _, t = edges[k]
             near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx, budget)
             singles.append(_each(ctx, "verify_relation", [k], dict(shared, text=part_before(label, near),
-                                                                   check=str(k)), view, [asked[k]]))
-        verdicts = [v for (v,) in (yield from gather(*singles))]
+                                                                   check=str(k)), view, [item]))
+        return [v for (v,) in (yield from gather(*singles))]
+
+    if view.shows_dialogue:  # checked while the session's cached dialogue is still referenced: every link
+        (questions, answerable), checked = yield from gather(necessity(), support(list(range(len(edges)))))
+        verdict = dict(enumerate(checked))
+    else:  # each check prefills its own part of the dialogue: only the links the entries do not answer
+        questions, answerable = yield from necessity()
+        links = [k for k, known in enumerate(answerable) if not known]
+        verdict = dict(zip(links, (yield from support(links))))
+    implicit = sum(known is True for known in answerable)
+    if implicit:
+        ctx.stats.bump("edges_implicit", implicit)
+    untested = sum(known is None for known in answerable)
+    if untested:
+        ctx.stats.bump("edges_untested", untested)
     out: list[Edge] = []
-    for k, result in zip(open_links, verdicts):
-        if result is None:
+    for k, (s, r, t) in enumerate(edges):
+        result = verdict.get(k)
+        if answerable[k] or result is None:
             continue
-        s, r, t = edges[k]
         if result:
-            out.append(Edge(source=s, target=t, relation=r, probe=None if k in unprobed else asked[k]))
+            out.append(Edge(source=s, target=t, relation=r, probe=questions[k]))
         else:
             ctx.stats.bump("edges_unsupported")
     ctx.stats.bump("edges_kept", len(out))
