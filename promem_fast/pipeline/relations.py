@@ -7,7 +7,7 @@ is implicit and dropped; otherwise it is kept only if the dialogue supports it. 
 (supported and not implicit); the order is not. The probe and the flat answer work from the entries alone
 and get the block without the dialogue, and verification, the last request that reads the dialogue, runs
 beside the probe and checks every link, so no reply token of the two necessity steps reads the session's
-cached dialogue (on a GPU each one would: 1.06M of the 3.76M KV token reads of a HaluMem session's replies
+cached dialogue (on a GPU each one would: 1.06M of the 3.75M KV token reads of a HaluMem session's replies
 went to the probe) and the dialogue is never left unreferenced between waves, when vLLM's prefix cache could
 evict it. Checking the implicit links too costs a boolean each. When the block holds no dialogue (a session
 too long for it), each check carries its own part of the dialogue, so only the links the entries do not
