@@ -116,6 +116,10 @@ def for_card(gpu: GPU, a: Assumed) -> Assumed:
 SMALL_CHUNK = 1024
 """The chunked-prefill budget of the ``continuous_chunk_budget_small`` row (vLLM's ``max_num_batched_tokens``)."""
 
+WINDOW_OVER = (125, 150, 200)
+"""Windows past the sized one, in percent of it (the ``continuous_window_over`` rows): the margin the sizing
+leaves before sessions evict each other's cached blocks."""
+
 
 def costs_on(gpu: GPU, a: Assumed) -> Costs:
     """What a step costs on ``gpu`` at the assumed shares of its bandwidth and FLOP/s."""
@@ -293,9 +297,10 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["continuous"] = run(gpu, replace(a, window=sized), waves, n, "continuous", cpu_s)
     row["continuous_5000_token_window"] = run(gpu, replace(a, window=estimated), waves, n, "continuous", cpu_s)
     row["continuous_fixed_window"] = run(gpu, a, waves, n, "continuous", cpu_s)
-    # the margin: a quarter more sessions than the sized window lets cached session blocks be evicted
-    row["continuous_window_quarter_over"] = {"window": sized * 5 // 4, **run(
-        gpu, replace(a, window=sized * 5 // 4), waves, n, "continuous", cpu_s)}
+    # the margin: how many more sessions than the sized window fit before cached session blocks are evicted
+    # between their waves and prefilled again (the rate then falls fast)
+    row["continuous_window_over"] = {str(percent): {"window": sized * percent // 100, **run(
+        gpu, replace(a, window=sized * percent // 100), waves, n, "continuous", cpu_s)} for percent in WINDOW_OVER}
     # a lever to check on a GPU, not the profile's setting: a smaller chunked-prefill budget spreads prefill
     # over the steps that decode anyway (each step reads the weights and every running sequence's KV)
     small = replace(a, window=sized, max_num_batched_tokens=SMALL_CHUNK)
