@@ -223,16 +223,18 @@ def test_relation_checks_read_the_entries_once_and_the_dialogue_only_to_verify()
     # verification goes out with the probe, so the session's cached dialogue is read by one wave after another
     assert llm.batches[0] == ["probe", "verify_relation"]
     entries = "\n".join(f"{i}. {t}" for i, t in enumerate(case.texts))
-    # the three prompts open with the same entries; verification then shows the probe's lead whole
-    for user in (probe, flat, first):
+    # the probe and the flat answer open with the same entries; verification shows only the three its links
+    # join (entry 3, in no link, is left out), by their numbers, then the probe's links
+    for user in (probe, flat):
         assert user.startswith(f"Memory entries of Maya:\n{entries}\n\n")
-    assert first.startswith(probe[:probe.index("Task:")])
+    joined = "\n".join(f"{i}. {t}" for i, t in enumerate(case.texts[:3]))
+    links = probe[probe.index("Proposed links"):probe.index("Task:")]
+    assert first.startswith(f"Memory entries of Maya:\n{joined}\n\n{links}")
     questions = flat.split("Questions, by link number:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert questions == ["0. Q[Maya hurt her knee.|Maya switched to swimming.]",
                          "1. Q[Maya switched to swimming.|Maya likes jazz.]",
                          "2. Q[Maya hurt her knee.|Maya likes jazz.]"]
     # the links name entries by number, not by repeating their text
-    links = probe[probe.index("Proposed links"):probe.index("Task:")]
     assert links.split("Proposed links between entries:\n", 1)[1].strip().splitlines() == [
         "0. source: entry 0, target: entry 1, relation: causal (source leads to target)",
         "1. source: entry 1, target: entry 2, relation: temporal (source happens before target)",

@@ -17,7 +17,8 @@ for it (``edges_untested``): a failed step costs the necessity test, not the lin
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
 once), so relation checking costs three requests per session rather than three per edge. The three prompts
 start with the numbered entries, links named by entry number after them, so the entries' text is not
-repeated in every link; the probe and the flat answer share their prefix.
+repeated in every link; the probe and the flat answer share their prefix, and verification shows only the
+entries its links join (prefilled after the dialogue, they are its own).
 """
 
 from __future__ import annotations
@@ -100,8 +101,12 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
     if not edges:
         return []
     entries = numbered([n.text for n in nodes])
-    shared = dict(entries=entries, links="\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges)))
+    link_lines = "\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges))
+    shared = dict(entries=entries, links=link_lines)
     bare = without_dialogue(view)  # the necessity test works from the entries alone
+    # verification reads only the entries its links join, by their numbers (the flat answer needs them all)
+    joined = sorted({n for s, _, t in edges for n in (s, t)})
+    linked = dict(entries=numbered({n: nodes[n].text for n in joined}), links=link_lines)
 
     def necessity() -> Program[tuple[list[str | None], list[bool | None]]]:
         """Each link's probe question and whether the flat entries answer it (None: the test could not run)."""
@@ -119,17 +124,17 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
         """Whether what was said supports each of ``links`` (None: the check found no valid reply)."""
         items = [f"edge {edges[k][0]} -{edges[k][1]}-> {edges[k][2]}" for k in links]
         if view.shows_dialogue:
-            return (yield from _each(ctx, "verify_relation", links, dict(shared, check=", ".join(map(str, links))),
+            return (yield from _each(ctx, "verify_relation", links, dict(linked, check=", ".join(map(str, links))),
                                      view, items))
         label = "The dialogue near the two facts"  # each link with the part of the dialogue near its two facts
         widest = str(max(links, default=0))
         budget = ctx.prompt_budget("verify_relation", render("verify_relation", view.block, user=view.owner,
-                                                             text=part_before(label, ""), check=widest, **shared))
+                                                             text=part_before(label, ""), check=widest, **linked))
         singles = []
         for k, item in zip(links, items):
             s, _, t = edges[k]
             near = evidence(view, groups, [turn_of_node[s], turn_of_node[t]], ctx, budget)
-            singles.append(_each(ctx, "verify_relation", [k], dict(shared, text=part_before(label, near),
+            singles.append(_each(ctx, "verify_relation", [k], dict(linked, text=part_before(label, near),
                                                                    check=str(k)), view, [item]))
         return [v for (v,) in (yield from gather(*singles))]
 
