@@ -48,17 +48,20 @@ class Costs:
     """4 x layers x hidden: the attention FLOPs of one query token against one context token."""
     step_overhead_s: float
 
-    def kernels(self, tokens: float, kv_tokens: float, attention_flops: float, weight_reads: float = 1.0
-                ) -> tuple[float, float]:
-        """Seconds of a step's two kinds of kernel: the linear layers over ``tokens`` (each reads the
-        weights, ``weight_reads`` times over several steps, and does 2 x parameters FLOPs a token), then
-        attention (reads ``kv_tokens`` tokens of KV and does ``attention_flops``). Each is bound by the slower
-        of its reads and its FLOPs; the two are added, not overlapped, since a layer runs its matmuls and its
-        attention one after the other: a step of large prefill chunks does not hide its decode tokens' KV
-        reads behind its matmuls."""
-        linear = max(weight_reads * self.weight_bytes / self.bandwidth, 2 * self.params * tokens / self.flops)
-        attention = max(kv_tokens * self.kv_bytes_per_token / self.bandwidth, attention_flops / self.flops)
-        return linear, attention
+    def parts(self, tokens: float, kv_tokens: float, attention_flops: float
+              ) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Seconds of reads and of FLOPs of a step's linear layers over ``tokens`` (the weights read once, 2 x
+        parameters FLOPs a token), then of its attention (``kv_tokens`` tokens of KV read, ``attention_flops``)."""
+        return ((self.weight_bytes / self.bandwidth, 2 * self.params * tokens / self.flops),
+                (kv_tokens * self.kv_bytes_per_token / self.bandwidth, attention_flops / self.flops))
+
+    def kernels(self, tokens: float, kv_tokens: float, attention_flops: float) -> tuple[float, float]:
+        """Seconds of a step's two kinds of kernel (:meth:`parts`), each bound by the slower of its reads and
+        its FLOPs. The two are added, not overlapped, since a layer runs its matmuls and its attention one
+        after the other: a step of large prefill chunks does not hide its decode tokens' KV reads behind its
+        matmuls."""
+        linear, attention = self.parts(tokens, kv_tokens, attention_flops)
+        return max(linear), max(attention)
 
 
 class BlockPool:
@@ -225,12 +228,13 @@ class Scheduler:
             kv_read += s.context
             s.context += chunk
             s.prefill -= chunk
-        linear, attention = c.kernels(tokens, kv_read, attention_flops)
-        if c.weight_bytes / c.bandwidth >= 2 * c.params * tokens / c.flops:
+        (weights_s, matmuls_s), (kv_s, attention_s) = c.parts(tokens, kv_read, attention_flops)
+        linear, attention = max(weights_s, matmuls_s), max(kv_s, attention_s)  # they add (Costs.kernels)
+        if weights_s >= matmuls_s:
             self.memory_bound_s += linear
         else:
             self.compute_bound_s += linear
-        if kv_read * c.kv_bytes_per_token / c.bandwidth >= attention_flops / c.flops:
+        if kv_s >= attention_s:
             self.memory_bound_s += attention
             self.kv_read_s += attention
         else:
