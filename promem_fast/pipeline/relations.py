@@ -102,7 +102,8 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
         return []
     entries = numbered([n.text for n in nodes])
     link_lines = "\n".join(link_line(k, s, t, r) for k, (s, r, t) in enumerate(edges))
-    shared = dict(entries=entries, links=link_lines)
+    probed = dict(entries=entries, links=link_lines)
+    labels = [f"edge {s} -{r}-> {t}" for s, r, t in edges]  # each link as a failure record names it
     bare = without_dialogue(view)  # the necessity test works from the entries alone
     # verification reads only the entries its links join, by their numbers (the flat answer needs them all)
     joined = sorted({n for s, _, t in edges for n in (s, t)})
@@ -110,8 +111,7 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
 
     def necessity() -> Program[tuple[list[str | None], list[bool | None]]]:
         """Each link's probe question and whether the flat entries answer it (None: the test could not run)."""
-        questions = yield from _each(ctx, "probe", range(len(edges)), shared, bare,
-                                     [f"edge {s} -{r}-> {t}" for s, r, t in edges])
+        questions = yield from _each(ctx, "probe", range(len(edges)), probed, bare, labels)
         asked = {k: q for k, q in enumerate(questions) if q is not None}
         answers = yield from _each(ctx, "answer_flat", list(asked), dict(entries=entries, questions=numbered(asked)),
                                    bare, list(asked.values()))
@@ -122,7 +122,7 @@ def verify_relations(view: DialogueView, groups: list[TurnGroup], nodes: list[Me
 
     def support(links: list[int]) -> Program[list[bool | None]]:
         """Whether what was said supports each of ``links`` (None: the check found no valid reply)."""
-        items = [f"edge {edges[k][0]} -{edges[k][1]}-> {edges[k][2]}" for k in links]
+        items = [labels[k] for k in links]
         if view.shows_dialogue:
             return (yield from _each(ctx, "verify_relation", links, dict(linked, check=", ".join(map(str, links))),
                                      view, items))
