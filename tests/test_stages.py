@@ -106,7 +106,8 @@ def test_hallucination_verification_keeps_splits_revises_and_discards() -> None:
             return {"action": "REVISE", "revised_fact": "Maya adopted Biscuit in March."}
         return {"action": "DISCARD", "revised_fact": None}
 
-    llm = ScriptedLLM(rules={"decompose": lambda f: {"facts": decompositions[f["entry"]]}, "adjudicate": adjudicate})
+    llm = _Keeping(cut_first=False, rules={"decompose": lambda f: {"facts": decompositions[f["entry"]]},
+                                           "adjudicate": adjudicate})
     engine = Engine(scripted_config(), llm=llm)
     turn_of = np.array([0, 1, 0], np.int64)
     score = np.array([0.9, 0.8, 0.7], np.float32)
@@ -121,6 +122,29 @@ def test_hallucination_verification_keeps_splits_revises_and_discards() -> None:
     assert became == [[0], [1], [2]]
     assert nodes[1].parent == 1 and nodes[1].turn_ids == [1]
     assert nodes[2].turn_ids == [0]
+    # as the paper gives them their inputs: the split sees the entry, the adjudicator the fact and its turn; the
+    # session's dialogue is in neither prompt (each token they write would read it on a GPU), its owner is
+    other = "I moved to Lisbon for a job at Nordvik Labs."
+    for role in ("decompose", "adjudicate"):
+        assert all(other not in system and "Maya" in system for system in llm.systems[role])
+    april = next(u for u in llm.users["adjudicate"] if "Maya adopted Biscuit in April." in u)
+    assert "I adopted a beagle named Biscuit in March." in april and other not in april
+
+
+def test_the_chat_model_as_nli_judge_reads_the_premise_not_the_dialogue() -> None:
+    session = make_session("s", "Maya", [("I adopted a beagle named Biscuit.", "Nice!"),
+                                          ("I moved to Lisbon for a job at Nordvik Labs.", "Great.")])
+    config = scripted_config()
+    config.nli.backend = "llm"
+    llm = _Keeping(cut_first=False)
+    entries = [Candidate("Maya adopted a beagle named Biscuit.", "draft")]
+    nodes, _ = run_one(Engine(config, llm=llm), lambda ctx: verify_entries(
+        DialogueView.of(session), session.turn_groups(), entries, np.zeros(1, np.int64), np.ones(1, np.float32),
+        ctx, True))
+    (system,), (user,) = llm.systems["nli"], llm.users["nli"]
+    assert "Lisbon" not in system and "Lisbon" not in user  # the other turn is in no part of the judge's prompt
+    assert "Maya said: I adopted a beagle named Biscuit." in user
+    assert [n.verification for n in nodes] == ["entailed"]
 
 
 def test_hv_switched_off_keeps_every_entry_unverified() -> None:

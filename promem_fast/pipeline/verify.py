@@ -7,6 +7,12 @@ others go to the LLM adjudicator, which revises or discards them. So one bad par
 whole entry. An entry the split leaves whole was already atomic: its first verdict stands and it goes
 straight to adjudication, without a second NLI call on the same pair.
 
+Every request here carries its own material, as the paper gives it: the split sees the entry, the NLI judge
+(the chat model, when it is one) the premise, the adjudicator the fact and its source turn. They get the
+session block without the dialogue: on a GPU each token they write would otherwise read the session's whole
+cached dialogue (a HaluMem session's split and adjudication replies read 247K KV tokens with it, 33K
+without).
+
 Only a model's explicit DISCARD removes content. A step that fails (an NLI call, a decomposition or an
 adjudication that errored or never parsed) keeps what it was checking, marked ``unverified``, with the
 failure in ``stats.failures`` (its ``item`` is the text) and counted as ``hv_unverified``: a flaky backend
@@ -19,7 +25,7 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, item_key, same_language, statements,
+    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, item_key, same_language, statements, without_dialogue,
 )
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.views import DialogueView
@@ -66,10 +72,11 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         return nodes, became
 
     cp = ctx.config.pipeline
+    bare = without_dialogue(view).block  # every request here carries its own material (see the docstring)
     premises = [view.premise(groups[int(t)], cp.premise) if t >= 0 else "" for t in turn_of]
     ctx.stats.bump("hv_checked", len(entries))
     first = yield from ask(entail_requests(ctx, "hv", [(premises[i], e.text) for i, e in enumerate(entries)],
-                                           [e.text for e in entries], view.block))
+                                           [e.text for e in entries], bare))
     suspect: list[int] = []
     for i, result in enumerate(first):
         verdict = entailed(ctx, result)
@@ -87,7 +94,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
     schema = schema_for("decompose", max_items=cp.max_list_items)
     decomposed = yield from ask_whole(ctx, [
         Generate(stage="hv", role="decompose", schema=schema, max_tokens=cp.max_tokens["decompose"],
-                 messages=render("decompose", view.block, user=view.owner, entry=entries[i].text),
+                 messages=render("decompose", bare, user=view.owner, entry=entries[i].text),
                  item=entries[i].text, check=statements("facts", entries[i].text, min_words=2, role="decompose",
                                                                 owner=view.owner))
         for i in suspect])
@@ -106,7 +113,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
             flagged.append((i, entries[i].text))
             ctx.stats.bump("hv_atomic_flagged")
     second = yield from ask(entail_requests(ctx, "hv", [(premises[i], f) for i, f in facts], [f for _, f in facts],
-                                            view.block))
+                                            bare))
     for (i, fact), result in zip(facts, second):
         verdict = entailed(ctx, result)
         if verdict:
@@ -121,7 +128,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         schema = schema_for("adjudicate")
         rulings = yield from ask_whole(ctx, [
             Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
-                     messages=render("adjudicate", view.block, user=view.owner, fact=fact,
+                     messages=render("adjudicate", bare, user=view.owner, fact=fact,
                                      turn=view.turn(groups[int(turn_of[i])]) if turn_of[i] >= 0 else ""),
                      item=fact, check=same_language(fact))
             for i, fact in flagged])
