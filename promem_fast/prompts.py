@@ -9,12 +9,12 @@ relation-checking roles show their shared material (the numbered entries, the li
 number) before their instructions, so it is cached once for the requests that read it. A session too long for
 one prompt gets the block without its dialogue, and each role then carries the part it needs.
 
-The roles that carry their own material get the block without the dialogue: the atomic split (the entry),
-the NLI judge (the premise), the adjudicator (the fact and its turn), the probe and the flat answer (the
-entries). Every token they write would otherwise read the session's whole cached dialogue on a GPU.
-Relation verification, the session's last request that needs the dialogue, runs beside the probe (see
-:mod:`promem_fast.pipeline.relations`). Between relation inference and verification the dialogue is left
-unreferenced while the entries are checked, and a prefix cache that evicts least recently freed blocks first
+The roles that carry all they need get the block without the dialogue: the atomic split (the entry), the NLI
+judge (the premise), the probe and the flat answer (the entries). Every token they write would otherwise read
+the session's whole cached dialogue on a GPU. The adjudicator keeps the dialogue: it is shown the fact and its
+turn, whose "she" or "the job" the turns before it explain. Relation verification, the session's last request
+that needs the dialogue, runs beside the probe (see :mod:`promem_fast.pipeline.relations`). While the split's
+wave runs the dialogue is left unreferenced, and a prefix cache that evicts least recently freed blocks first
 (vLLM's) may drop it if the engine keeps more sessions in flight than the cache holds; the engine's window,
 sized from the sessions' measured working set, does not (``benchmarks/README.md``).
 

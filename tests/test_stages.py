@@ -122,11 +122,11 @@ def test_hallucination_verification_keeps_splits_revises_and_discards() -> None:
     assert became == [[0], [1], [2]]
     assert nodes[1].parent == 1 and nodes[1].turn_ids == [1]
     assert nodes[2].turn_ids == [0]
-    # as the paper gives them their inputs: the split sees the entry, the adjudicator the fact and its turn; the
-    # session's dialogue is in neither prompt (each token they write would read it on a GPU), its owner is
+    # the split sees the entry and its owner, not the session's dialogue (each token it writes would read it on
+    # a GPU); the adjudicator is shown the fact and its turn, and reads them after the dialogue
     other = "I moved to Lisbon for a job at Nordvik Labs."
-    for role in ("decompose", "adjudicate"):
-        assert all(other not in system and "Maya" in system for system in llm.systems[role])
+    assert all(other not in system and "Maya" in system for system in llm.systems["decompose"])
+    assert all(other in system for system in llm.systems["adjudicate"])
     april = next(u for u in llm.users["adjudicate"] if "Maya adopted Biscuit in April." in u)
     assert "I adopted a beagle named Biscuit in March." in april and other not in april
 

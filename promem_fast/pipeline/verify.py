@@ -7,11 +7,11 @@ others go to the LLM adjudicator, which revises or discards them. So one bad par
 whole entry. An entry the split leaves whole was already atomic: its first verdict stands and it goes
 straight to adjudication, without a second NLI call on the same pair.
 
-Every request here carries its own material, as the paper gives it: the split sees the entry, the NLI judge
-(the chat model, when it is one) the premise, the adjudicator the fact and its source turn. They get the
-session block without the dialogue: on a GPU each token they write would otherwise read the session's whole
-cached dialogue (a HaluMem session's split and adjudication replies read 247K KV tokens with it, 33K
-without).
+The split and the NLI judge (the chat model, when it is one) carry all they need, the entry and the premise,
+so they get the session block without the dialogue: on a GPU each token they write would otherwise read the
+session's whole cached dialogue. The adjudicator is shown the fact and its source turn, as in the paper, after
+the block with the dialogue: a turn's "she" or "the job" is read with the turns before it, and a wrong
+DISCARD loses memory.
 
 Only a model's explicit DISCARD removes content. A step that fails (an NLI call, a decomposition or an
 adjudication that errored or never parsed) keeps what it was checking, marked ``unverified``, with the
@@ -72,7 +72,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         return nodes, became
 
     cp = ctx.config.pipeline
-    bare = without_dialogue(view).block  # every request here carries its own material (see the docstring)
+    bare = without_dialogue(view).block  # for the split and the NLI judge (see the docstring)
     premises = [view.premise(groups[int(t)], cp.premise) if t >= 0 else "" for t in turn_of]
     ctx.stats.bump("hv_checked", len(entries))
     first = yield from ask(entail_requests(ctx, "hv", [(premises[i], e.text) for i, e in enumerate(entries)],
@@ -128,7 +128,7 @@ def verify_entries(view: DialogueView, groups: list[TurnGroup], entries: list[Ca
         schema = schema_for("adjudicate")
         rulings = yield from ask_whole(ctx, [
             Generate(stage="hv", role="adjudicate", schema=schema, max_tokens=cp.max_tokens["adjudicate"],
-                     messages=render("adjudicate", bare, user=view.owner, fact=fact,
+                     messages=render("adjudicate", view.block, user=view.owner, fact=fact,
                                      turn=view.turn(groups[int(turn_of[i])]) if turn_of[i] >= 0 else ""),
                      item=fact, check=same_language(fact))
             for i, fact in flagged])
