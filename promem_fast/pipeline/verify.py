@@ -25,7 +25,8 @@ import numpy as np
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.common import (
-    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, item_key, same_language, statements, without_dialogue,
+    TurnGroup, ask, ask_whole, dedupe, entail_requests, entailed, item_key, same_language, statements,
+    without_dialogue,
 )
 from promem_fast.pipeline.completeness import Candidate
 from promem_fast.pipeline.views import DialogueView
