@@ -1,8 +1,10 @@
 """Token compression of the dialogue before the draft and event prompts (the paper's Appendix C).
 
-Each message is compressed by LLMLingua-2 (one batched request for all sessions in flight). Only the
-prompts of the draft and of event abstraction see the compressed text; details, grounding, NLI and
-anchoring keep the original turns as the source of truth.
+Each message is compressed by LLMLingua-2 (one batched request for all sessions in flight). The session block
+then shows the compressed dialogue, so the roles that read it (the draft, event abstraction, relation
+inference and verification, and the adjudicator as context) see compressed text; details are asked from the
+original turns shown in their own request, and grounding, NLI premises, the turn the adjudicator is shown
+and anchoring keep the original turns as the source of truth.
 """
 
 from __future__ import annotations
