@@ -121,6 +121,13 @@ WINDOW_OVER = (125, 150, 200)
 leaves before sessions evict each other's cached blocks."""
 
 
+FLOOR_SHARES = {"scheduler_model": "continuous", "scheduler_model_small_chunk_budget": "continuous_chunk_budget_small",
+                "roofline": "roofline", "scheduler_model_kv_fp8": "continuous_kv_fp8",
+                "roofline_kv_fp8": "roofline_kv_fp8", "scheduler_model_overhead_hidden": "continuous_overhead_hidden",
+                "roofline_overhead_hidden": "roofline_overhead_hidden"}
+"""Each ``floor_share`` figure of a card and the row whose sessions/h it sets against the compute floor."""
+
+
 def costs_on(gpu: GPU, a: Assumed) -> Costs:
     """What a step costs on ``gpu`` at the assumed shares of its bandwidth and FLOP/s."""
     return Costs(gpu.bandwidth * a.bandwidth_efficiency, gpu.flops * a.compute_efficiency, WEIGHT_BYTES, PARAMS,
@@ -325,16 +332,7 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["window_gain_over_5000_token_estimate"] = round(
         fig / row["continuous_5000_token_window"]["sessions_per_hour"], 2)
     row["window_gain_over_fixed"] = round(fig / row["continuous_fixed_window"]["sessions_per_hour"], 2)
-    row["floor_share"] = {"scheduler_model": round(fig / floor, 3),
-                          "scheduler_model_small_chunk_budget": round(
-                              row["continuous_chunk_budget_small"]["sessions_per_hour"] / floor, 3),
-                          "roofline": round(row["roofline"]["sessions_per_hour"] / floor, 3),
-                          "scheduler_model_kv_fp8": round(row["continuous_kv_fp8"]["sessions_per_hour"] / floor, 3),
-                          "roofline_kv_fp8": round(row["roofline_kv_fp8"]["sessions_per_hour"] / floor, 3),
-                          "scheduler_model_overhead_hidden": round(
-                              row["continuous_overhead_hidden"]["sessions_per_hour"] / floor, 3),
-                          "roofline_overhead_hidden": round(row["roofline_overhead_hidden"]["sessions_per_hour"]
-                                                            / floor, 3)}
+    row["floor_share"] = {share: round(row[key]["sessions_per_hour"] / floor, 3) for share, key in FLOOR_SHARES.items()}
     return row
 
 

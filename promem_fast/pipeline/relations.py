@@ -9,9 +9,10 @@ and get the block without the dialogue, and verification, the last request that 
 beside the probe and checks every link, so no reply token of the two necessity steps reads the session's
 cached dialogue (on a GPU each one would: 1.06M of the 3.75M KV token reads of a HaluMem session's replies
 went to the probe), and the dialogue is not left unreferenced for the probe's wave and the flat answer's
-before verification needs it, when vLLM's prefix cache could evict it. Checking the implicit links too costs a boolean each. When the block holds no dialogue (a session
-too long for it), each check carries its own part of the dialogue, so only the links the entries do not
-answer are checked, after the necessity test, as the paper orders it.
+before verification needs it, when vLLM's prefix cache could evict it. Checking the implicit links too costs
+a boolean each. When the block holds no dialogue (a session too long for it), each check carries its own part
+of the dialogue, so only the links the entries do not answer are checked, after the necessity test, as the
+paper orders it.
 A link whose necessity test could not run (the probe or the flat answer found no valid reply) is not dropped
 for it (``edges_untested``): a failed step costs the necessity test, not the link.
 Each of the three steps asks about all of a session's links in one request (numbered items, each answered
