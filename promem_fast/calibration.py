@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from promem_fast.context import RunContext
-from promem_fast.pipeline.common import gather, with_block
-from promem_fast.pipeline.compress import compress_turns
+from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.compress import block_view
 from promem_fast.pipeline.draft import draft_memory
 from promem_fast.pipeline.events import abstract_events, embed_turns
 from promem_fast.pipeline.views import DialogueView
@@ -58,14 +58,12 @@ class Point:
 def candidates_program(session: Session, ctx: RunContext) -> Program[tuple[list[str], list[str]]]:
     """The events and the draft of one session, made exactly as the pipeline makes them."""
     view = DialogueView.of(session)
-    groups = prompt_groups = session.turn_groups()
-    if ctx.config.compression.enabled:  # the draft and the events see compressed turns, as in the pipeline
-        prompt_groups = yield from compress_turns(view, groups, ctx)
-    view = with_block(view, prompt_groups, ctx, compressed=prompt_groups is not groups)
+    groups = session.turn_groups()
+    view, prompt_groups = yield from block_view(view, groups, ctx)  # compressed as in the pipeline
 
     def events_branch() -> Program[list[str]]:
         vectors = yield from embed_turns(view, groups, "cc")
-        events, _ = yield from abstract_events(view, prompt_groups, vectors, ctx, with_relations=False)
+        events, _ = yield from abstract_events(view, prompt_groups, groups, vectors, ctx, with_relations=False)
         return [e.text for e in events]
 
     events, draft = yield from gather(events_branch(), draft_memory(view, prompt_groups, ctx))

@@ -439,12 +439,12 @@ def _paper(gpu: EngineConfig) -> EngineConfig:
     the relation probes on an OpenAI-compatible model (GPT-4o-mini in the paper; set ``roles.draft.base_url``
     and ``roles.probe.base_url``, or another ``model``), the judge on GPT-4o (``roles.judge.base_url``),
     Qwen3-Embedding-8B for the completeness check and QA retrieval (tau_comp = 0.6 was set for it), the rest
-    on local Llama-3.1-8B with LLMLingua-2 compression and LightMem's segmenter (the paper does not say which
-    model answered the questions: here the local one). Nothing is contacted until a ``base_url`` is set."""
+    on local Llama-3.1-8B with LLMLingua-2 compression of the whole dialogue and LightMem's segmenter (the
+    paper does not say which model answered the questions: here the local one). Nothing is contacted until a
+    ``base_url`` is set."""
     api = LLMConfig(backend="openai", model="gpt-4o-mini", max_concurrency=32)
     return dataclasses.replace(
-        gpu,
-        roles={"draft": api, "probe": dataclasses.replace(api), "judge": dataclasses.replace(api, model="gpt-4o")},
+        gpu, roles={"draft": api, "probe": dataclasses.replace(api), "judge": dataclasses.replace(api, model="gpt-4o")},
         embedder=dataclasses.replace(gpu.embedder, model="Qwen/Qwen3-Embedding-8B", batch_size=64),
         pipeline=dataclasses.replace(gpu.pipeline, segmenter="lightmem", tau_comp=0.6),
-    )
+        compression=dataclasses.replace(gpu.compression, speakers="all"))

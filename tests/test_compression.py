@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import Recording, halumem_sessions, make_session, scripted_config
-from tiny_compressor import TINY_COMPRESSOR_MAX_LENGTH, build_tiny_token_classifier
+from promem_fast.testing.tiny_compressor import TINY_COMPRESSOR_MAX_LENGTH, build_tiny_token_classifier
 
 from promem_fast.backends.base import Compressor, GenerationRequest
 from promem_fast.backends.compress_llmlingua import (
@@ -268,11 +268,12 @@ def prompts(llm: Recording, role: str) -> list[dict[str, str]]:
     return out
 
 
-def compression_config(enabled: bool, model: Path) -> EngineConfig:
+def compression_config(enabled: bool, model: Path, speakers: str = "all") -> EngineConfig:
     config = scripted_config()
     config.compression.enabled = enabled
     config.compression.rate = 0.5
     config.compression.model = str(model)
+    config.compression.speakers = speakers  # type: ignore[assignment]
     return config
 
 
@@ -307,6 +308,42 @@ def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_origina
     assert all(set(n.turn_ids) <= turn_ids for n in small.nodes)
     if which == "maya":  # one fact per turn survives compression: each still grounds in its own turn
         assert sorted(n.turn_ids for n in small.nodes) == sorted(n.turn_ids for n in plain.nodes)
+
+
+def test_compressing_the_other_speaker_keeps_the_owners_words_and_reads_details_from_the_block(
+        tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
+    session = halumem_sessions(1)[0]
+    counted = Recording(compressor, "compress")
+    (plain,), plain_backends = run([session], compression_config(False, tiny_model), compressor)
+    (small,), backends = run([session], compression_config(True, tiny_model, "other"), counted)
+    assert len(counted.calls) == 1
+    sent = counted.calls[0][0]
+    assistant = [t.text for t in session.turns if t.role != session.owner_role]
+    owner = [t.text for t in session.turns if t.role == session.owner_role]
+    assert list(sent) == assistant  # only the other speaker's messages go to the compressor
+    counts = small.stats.counts
+    assert 0 < counts["compression_tokens_after"] < counts["compression_tokens_before"]
+    block = "\n".join(shown_text(p) for p in prompts(backends["llm"], "draft"))
+    assert all(text in block for text in owner)  # the owner's words, verbatim
+    assert any(text not in block for text in assistant)
+    # details are asked from the block: the same requests as without compression, less the other's words
+    details = prompts(backends["llm"], "detail")
+    plain_details = prompts(plain_backends["llm"], "detail")
+    assert len(details) == len(plain_details)
+    assert [{k: v for k, v in f.items() if k != "dialogue"} for f in details] == \
+        [{k: v for k, v in f.items() if k != "dialogue"} for f in plain_details]
+    assert all(not f.get("text") for f in details)  # no original turn shown in the request itself
+    assert small.stats.stages["da"].prompt_tokens < plain.stats.stages["da"].prompt_tokens
+    assert [d.text for d in small.details] == [d.text for d in plain.details]
+    assert small.stats.counts["segments"] == plain.stats.counts["segments"]  # topics cut on what was said
+    assert sorted(n.text for n in small.nodes) == sorted(n.text for n in plain.nodes)
+
+
+def test_the_paper_profile_compresses_every_speaker_and_gpu_the_other() -> None:
+    assert EngineConfig.profile("paper").compression.speakers == "all"
+    assert EngineConfig.profile("gpu").compression.speakers == "other"
+    with pytest.raises(ConfigError, match="compression.speakers"):
+        EngineConfig.from_dict({"compression": {"speakers": "owner"}})
 
 
 TOPICS = [

@@ -383,7 +383,7 @@ def test_convert_with_a_session_limit_writes_one_session_per_user(tmp_path: Path
 
 
 def test_a_compressed_run_is_its_own_row_with_lower_token_cost(tmp_path: Path) -> None:
-    from tiny_compressor import build_tiny_token_classifier
+    from promem_fast.testing.tiny_compressor import build_tiny_token_classifier
 
     model = build_tiny_token_classifier(tmp_path / "lingua")
     out = tmp_path / "out"

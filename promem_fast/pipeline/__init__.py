@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from promem_fast.context import RunContext
 from promem_fast.pipeline.anchor import anchor_details
-from promem_fast.pipeline.common import gather, with_block
-from promem_fast.pipeline.compress import compress_turns
+from promem_fast.pipeline.common import gather
+from promem_fast.pipeline.compress import block_view
 from promem_fast.pipeline.completeness import check_completeness
 from promem_fast.pipeline.details import extract_details
 from promem_fast.pipeline.draft import draft_memory
@@ -42,10 +42,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
     view = DialogueView.of(session)
     ordinal = {tid: i for i, (tid, _) in enumerate(groups)}
 
-    prompt_groups = groups
-    if ctx.config.compression.enabled:
-        prompt_groups = yield from compress_turns(view, groups, ctx)
-    view = with_block(view, prompt_groups, ctx, compressed=prompt_groups is not groups)
+    view, prompt_groups = yield from block_view(view, groups, ctx)
 
     if cp.mode == "one-off":
         draft = yield from draft_memory(view, prompt_groups, ctx)
@@ -59,7 +56,7 @@ def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
         vectors = yield from embed_turns(view, groups, "cc" if need_events else "hv")
         if not need_events:
             return [], [], vectors
-        events, relations = yield from abstract_events(view, prompt_groups, vectors, ctx,
+        events, relations = yield from abstract_events(view, prompt_groups, groups, vectors, ctx,
                                                        with_relations=cp.relations)
         return events, relations, vectors
 

@@ -28,20 +28,20 @@ ROOM_FOR_ITEMS = 2048
 (the flat entry list of relation probing is the longest), on top of the largest reply budget."""
 
 
-def with_block(view: DialogueView, groups: Sequence[TurnGroup], ctx: RunContext, compressed: bool = False
-               ) -> DialogueView:
-    """``view`` with the session block that shows ``groups`` (compressed turns when compression is on: the
-    draft, events and relation checks then read them, while details are asked from the original turns shown
-    in their own requests), or the header alone when the dialogue does not fit the model's context beside the
-    longest reply and item, or when ``pipeline.dialogue_in_block`` is off (each prompt then shows the part of
-    the dialogue it needs)."""
+def with_block(view: DialogueView, groups: Sequence[TurnGroup], ctx: RunContext, compressed: bool = False,
+               detail_originals: bool = False) -> DialogueView:
+    """``view`` with the session block that shows ``groups`` (the compressed turns when ``compressed``: every
+    role that reads the block then reads them; ``detail_originals`` when the words details are taken from are
+    among the compressed ones, so details are asked from the original turns shown in their own requests), or
+    the header alone when the dialogue does not fit the model's context beside the longest reply and item, or
+    when ``pipeline.dialogue_in_block`` is off (each prompt then shows the part of the dialogue it needs)."""
     cp = ctx.config.pipeline
     block = session_block(view.owner, view.when, view.dialogue(groups)) if compressed else view.block
     room = max(cp.max_tokens[r] for r in ("detail", "event", "draft", "relation", "verify_relation"))
     fits = ctx.text_tokens("draft", block) + room + ROOM_FOR_ITEMS <= ctx.services.context_length("draft")
     if fits and cp.dialogue_in_block:
-        return replace(view, block=block, shows_dialogue=True, compressed=compressed)
-    return replace(without_dialogue(view), compressed=compressed)
+        return replace(view, block=block, shows_dialogue=True, detail_originals=detail_originals)
+    return replace(without_dialogue(view), detail_originals=detail_originals)
 
 
 def without_dialogue(view: DialogueView) -> DialogueView:

@@ -53,9 +53,9 @@ def extract_details(view: DialogueView, groups: list[TurnGroup], ctx: RunContext
     asks: list[_Ask] = []
     step = cp.detail_turns_per_request or len(groups)
     runs = [list(range(i, min(i + step, len(groups)))) for i in range(0, len(groups), step)]
-    if view.shows_dialogue and not view.compressed:
+    if view.shows_dialogue and not view.detail_originals:
         asks = [_Ask(turns) for turns in runs]
-    elif view.compressed and all(_fits(view, groups, ctx, source, turns) for turns in runs):
+    elif view.detail_originals and all(_fits(view, groups, ctx, source, turns) for turns in runs):
         asks = [_Ask(turns, shown_part("The turns", view.dialogue([groups[i] for i in turns]))) for turns in runs]
     else:
         empty = render("detail", view.block, user=view.owner, source=source, turns="0",

@@ -36,9 +36,11 @@ def uses_lightmem(ctx: RunContext) -> bool:
     return cp.segmenter == "lightmem" or (cp.segmenter == "auto" and ctx.config.compression.model is not None)
 
 
-def segment(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext
-            ) -> Program[list[list[int]]]:
-    """Topic segments: our embedding similarity cut, narrowed by LightMem's attention cut when it is used."""
+def segment(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
+            said: list[TurnGroup]) -> Program[list[list[int]]]:
+    """Topic segments: our embedding similarity cut, narrowed by LightMem's attention cut when it is used, then
+    split where longer than ``pipeline.max_segment_tokens`` of ``said`` (the turns as said: how compression
+    shows them changes what the prompts read, not how the session is cut into topics)."""
     cp = ctx.config.pipeline
     cuts = fine_boundaries(vectors, cp.theta_start, cp.theta_step, cp.theta_max)
     if uses_lightmem(ctx) and len(groups) > 2:
@@ -48,17 +50,19 @@ def segment(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ct
         else:
             cuts = combine_boundaries(cuts, coarse_boundaries(attention))
     segments = segments_from_boundaries(len(groups), cuts)
-    sizes = [ctx.text_tokens("event", view.turn(g)) for g in groups]
+    sizes = [ctx.text_tokens("event", view.turn(g)) for g in said]
     return cap_tokens(segments, sizes.__getitem__, cp.max_segment_tokens)
 
 
-def abstract_events(view: DialogueView, groups: list[TurnGroup], vectors: np.ndarray, ctx: RunContext,
-                    with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
+def abstract_events(view: DialogueView, groups: list[TurnGroup], said: list[TurnGroup], vectors: np.ndarray,
+                    ctx: RunContext, with_relations: bool) -> Program[tuple[list[Event], list[Relation]]]:
     """Events of every segment in one round, then (optionally) one relation request over all events.
 
-    When the session block holds the dialogue a segment's request names its turns instead of showing them."""
+    ``groups`` are the turns as the prompts show them (compressed when compression is on), ``said`` as they
+    were said. When the session block holds the dialogue a segment's request names its turns instead of
+    showing them."""
     cp = ctx.config.pipeline
-    segments = yield from segment(view, groups, vectors, ctx)
+    segments = yield from segment(view, groups, vectors, ctx, said)
     ctx.stats.bump("segments", len(segments))
     schema = schema_for("event", max_items=cp.max_list_items)
     label = "The turns"

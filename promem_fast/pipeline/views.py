@@ -43,8 +43,9 @@ class DialogueView:
     """The leading block every prompt of the session starts with (:func:`promem_fast.prompts.session_block`)."""
     shows_dialogue: bool = False
     """Whether ``block`` holds the whole dialogue (else each prompt carries the part it needs)."""
-    compressed: bool = False
-    """Whether the dialogue in ``block`` is the compressed one (details then show the original turns)."""
+    detail_originals: bool = False
+    """Whether the words details are taken from are compressed in ``block``, so details are asked from the
+    original turns, shown in their own requests."""
 
     @classmethod
     def of(cls, session: Session) -> DialogueView:
