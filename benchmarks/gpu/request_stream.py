@@ -227,8 +227,9 @@ def compression_of(config: EngineConfig) -> str:
     c = config.compression
     if not c.enabled:
         return "none"
-    return (f"LLMLingua-2 at rate {c.rate} of the {'other speaker' if c.speakers == 'other' else 'every speaker'}'s "
-            "messages (compression.speakers: " + c.speakers + "), tiny random weights of its shape")
+    whose = "the other speaker's" if c.speakers == "other" else "every speaker's"
+    return (f"LLMLingua-2 at rate {c.rate} of {whose} messages (compression.speakers: {c.speakers}), tiny random "
+            "weights of its shape")
 
 
 def dump(stream: Sequence[Req], cpu_s_per_request: float, path: Path) -> None:
