@@ -153,6 +153,22 @@ class Recording(ScriptedLLM):
         return out
 
 
+class TimedCompressor:
+    """A compressor whose seconds are counted apart: it is a model's work (on the GPU in the gpu profile), not
+    the engine's CPU. The stream's segments are the embedding cut, so only ``compress`` is asked for."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    def compress(self, texts: Sequence[str], rate: float, force_tokens: Sequence[str] = ()) -> list[str]:
+        started = time.perf_counter()
+        try:
+            return self.inner.compress(texts, rate, force_tokens)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
 @dataclasses.dataclass
 class Recorded:
     """A recorded run: the stream, the sessions, the engine's CPU seconds per request (prompt ids made the
@@ -206,17 +222,22 @@ def stream_config(compression: str | None = None) -> EngineConfig:
 def record_run(path: Path, tokenizer: SmolLM2 | None, compression: str | None = None) -> Recorded:
     """Every session of the HaluMem file, one in flight at a time (so the engine's rounds are that session's
     waves), under :func:`stream_config`. The engine's CPU is its wall time minus the stand-in's replies, the
-    recording and the comparison (the hashing embedder's, lexical NLI's and the tiny compressor's time stays
+    compressor's work, the recording and the comparison (the hashing embedder's and lexical NLI's time stays
     in)."""
     sessions = load_halumem_sessions(path)
     config = stream_config(compression)
     llm = Recording(tokenizer, config.llm)
+    compressor = None
+    if config.compression.enabled:
+        from promem_fast.backends.compress_llmlingua import LLMLingua2Compressor
+
+        compressor = TimedCompressor(LLMLingua2Compressor(config.compression))
     uncached = 0
     started = time.perf_counter()
-    for graph in Engine(config, llm=llm).extract_stream(sessions):
+    for graph in Engine(config, llm=llm, compressor=compressor).extract_stream(sessions):
         llm.session += 1  # one session in flight: every request so far was that session's
         uncached += graph.stats.total().uncached_prefill_tokens
-    engine_s = time.perf_counter() - started - llm.outside_engine_s
+    engine_s = time.perf_counter() - started - llm.outside_engine_s - (compressor.seconds if compressor else 0.0)
     n = max(len(llm.stream), 1)
     return Recorded(llm.stream, len(sessions), engine_s / n, (engine_s - llm.split_s + llm.whole_s) / n,
                     llm.mismatches, uncached)
