@@ -3,7 +3,7 @@
 =====================  ==========================  ==========================================
 stage                  module                      paper
 =====================  ==========================  ==========================================
-compression (opt.)     :mod:`.compress`            App. C LLMLingua-2 before draft and events
+compression (opt.)     :mod:`.compress`            App. C LLMLingua-2 of the block's dialogue
 details per turn       :mod:`.details`             §3.2 fine-grained detail extraction
 topic segments         :mod:`.segment`             §3.2 topic clustering (ours; LightMem's cut on top)
 events, relations      :mod:`.events`              §3.2 event abstraction, relation inference

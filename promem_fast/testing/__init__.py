@@ -3,7 +3,8 @@
 The scripted chat model (:mod:`.llm_scripted`), the word-overlap NLI checker (:mod:`.nli_lexical`), the
 hashing embedder (:mod:`.embed_hashing`) and one that pads its batches as a real model does
 (:mod:`.embed_padded`), the scripted evaluation answers and judges (:mod:`.eval_rules`), the tiny randomly
-initialised NLI classifier (:mod:`.tiny_nli`) and Llama with its trained tokenizer (:mod:`.tiny_llama`), and
+initialised NLI classifier (:mod:`.tiny_nli`), LLMLingua-2-shaped token classifier (:mod:`.tiny_compressor`)
+and Llama with its trained tokenizer (:mod:`.tiny_llama`), and
 the pure-Python reference of the native core (:mod:`.native_reference`), which the tests and the benchmarks
 both use. None of them is a model: what they say about quality means nothing.
 Beside them, for the tests and benchmarks of the service: a real PostgreSQL with pgvector (:mod:`.pg_server`)
