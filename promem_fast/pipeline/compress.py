@@ -23,7 +23,11 @@ def compress_turns(view: DialogueView, groups: list[TurnGroup], ctx: RunContext)
     """The turns with the chosen speakers' messages compressed (a message compressed to nothing keeps its text);
     the statistics count the tokens of the turns as the prompts show them."""
     everyone = ctx.config.compression.speakers == "all"
-    texts = tuple(m.text for _, messages in groups for m in messages if everyone or m.role != view.owner_role)
+
+    def chosen(m: Turn) -> bool:
+        return everyone or m.role != view.owner_role
+
+    texts = tuple(m.text for _, messages in groups for m in messages if chosen(m))
     if not texts:
         return groups
     (compressed,) = yield [Compress(stage="compress", texts=texts)]
@@ -33,7 +37,7 @@ def compress_turns(view: DialogueView, groups: list[TurnGroup], ctx: RunContext)
     shorter = iter(compressed)
 
     def shown(m: Turn) -> Turn:
-        if not (everyone or m.role != view.owner_role):
+        if not chosen(m):
             return m
         return Turn(turn_id=m.turn_id, role=m.role, text=next(shorter).strip() or m.text, timestamp=m.timestamp)
 
