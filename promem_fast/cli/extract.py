@@ -33,7 +33,9 @@ def register(sub: Any) -> None:
     p.add_argument("--on-error", choices=["skip", "stop"], help="bad input: skip it (default) or stop")
     p.add_argument("--no-timings", action="store_true", help="leave wall seconds out (byte-identical output)")
     p.add_argument("--fsync", action="store_true", help="fsync after every record")
-    p.add_argument("--compress", type=float, metavar="RATE", help="LLMLingua-2 compression keeping RATE of tokens")
+    p.add_argument("--compress", type=float, metavar="RATE",
+                   help="LLMLingua-2 compression keeping RATE of the tokens of the other speaker's messages "
+                        "(--set compression.speakers=all: of every message)")
     p.add_argument("--db", type=location_arg, help="also add each graph to this memory store as it is written")
     key_arg(p)
     config_args(p)
