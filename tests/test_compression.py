@@ -310,9 +310,10 @@ def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_origina
         assert sorted(n.turn_ids for n in small.nodes) == sorted(n.turn_ids for n in plain.nodes)
 
 
+@pytest.mark.parametrize("which", ["maya", "halumem"])
 def test_compressing_the_other_speaker_keeps_the_owners_words_and_reads_details_from_the_block(
-        tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
-    session = halumem_sessions(1)[0]
+        which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
+    session = maya if which == "maya" else halumem_sessions(1)[0]
     counted = Recording(compressor, "compress")
     (plain,), plain_backends = run([session], compression_config(False, tiny_model), compressor)
     (small,), backends = run([session], compression_config(True, tiny_model, "other"), counted)
