@@ -186,7 +186,7 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
     assert record["decoding"]["probe"] == {"backend": "scripted", "model": None, "base_url": None, "temperature": 0.0,
                                            "retry_temperature": 0.3, "seed": 0, "max_tokens": 96, "max_attempts": 3}
     assert (record["segmenter"], record["compression"], record["seeds"]) == (
-        "similarity", {"enabled": False, "rate": 0.6, "model": None}, [0])
+        "similarity", {"enabled": False, "rate": 0.6, "model": None, "speakers": "other"}, [0])
     assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}, "weights": None}
 
     # every probe failed: the report counts them under REL, as the graphs record them
@@ -463,3 +463,20 @@ def test_provenance_names_the_default_judge_and_embedder_by_file_and_hash() -> N
     embedder = record["embedder"]["weights"]
     assert embedder is not None and Path(embedder["path"]).is_dir() and len(embedder["sha256"]) == 64
     assert (Path(embedder["path"]) / "config.json").is_file() and embedder["bytes"] > 10_000_000
+
+
+def test_a_report_says_whose_messages_a_run_compressed() -> None:
+    from promem_fast.eval.provenance import describe
+
+    def line(compression: dict[str, object]) -> str:
+        (found,) = [x for x in describe({"segmenter": "lightmem", "seeds": [0], "compression": compression})
+                    if "compression:" in x]
+        return found
+
+    assert "compression: on, rate 0.6 of the other speaker's messages;" in line(
+        {"enabled": True, "rate": 0.6, "model": "m", "speakers": "other"})
+    assert "compression: on, rate 0.5 of every speaker's messages;" in line(
+        {"enabled": True, "rate": 0.5, "model": "m", "speakers": "all"})
+    # a record written before runs could keep the owner's words compressed every message
+    assert "of every speaker's messages" in line({"enabled": True, "rate": 0.6, "model": "m"})
+    assert "compression: off;" in line({"enabled": False, "rate": 0.6, "model": None, "speakers": "other"})

@@ -108,7 +108,8 @@ def provenance(config: EngineConfig, data: Iterable[str | Path], *,
         "config": config.to_dict(),
         "decoding": decoding(config),
         "segmenter": effective_segmenter(config),
-        "compression": {"enabled": compression.enabled, "rate": compression.rate, "model": compression.model},
+        "compression": {"enabled": compression.enabled, "rate": compression.rate, "model": compression.model,
+                        "speakers": compression.speakers},
         "nli": {"backend": config.nli.backend, "model": config.nli.model, "threshold": config.nli.threshold},
         "embedder": {"backend": config.embedder.backend, "model": config.embedder.model,
                      "weights": model_weights("embedder", config.embedder.backend, config.embedder.model)},
@@ -178,10 +179,15 @@ def describe(record: dict[str, Any]) -> list[str]:
     lines = [f"- code: {where}; Python {record.get('python')}",
              f"- judge: {record.get('judge', {}).get('model')} with {source}",
              f"- segmenter: {record.get('segmenter')}; compression: "
-             + ("on, rate " + f"{record['compression']['rate']:g}" if record.get("compression", {}).get("enabled")
-                else "off")
+             + (f"on, rate {record['compression']['rate']:g} of {_whose(record['compression'])} messages"
+                if record.get("compression", {}).get("enabled") else "off")
              + f"; seeds: {', '.join(map(str, record.get('seeds', [])))}"]
     for item in record.get("data", []):
         digest = item["sha256"] or "missing"
         lines.append(f"- data: `{item['path']}` sha256 `{digest}`")
     return lines
+
+
+def _whose(compression: dict[str, Any]) -> str:
+    """Whose messages a run compressed, in words (a record from before ``speakers`` compressed every one)."""
+    return "the other speaker's" if compression.get("speakers") == "other" else "every speaker's"
