@@ -27,3 +27,9 @@ class CompressionConfig:
     other speaker's lines are context, and in assistant dialogues most of the tokens. ``all``: every message,
     as the paper's Appendix C compresses the raw dialogue; details are then asked from the original turns,
     shown in their own requests."""
+
+
+def whose_messages(speakers: str | None) -> str:
+    """Whose messages ``speakers`` compresses, in words (a record without it, from before the setting, compressed
+    every message)."""
+    return "the other speaker's" if speakers == "other" else "every speaker's"

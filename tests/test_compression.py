@@ -277,13 +277,22 @@ def compression_config(enabled: bool, model: Path, speakers: str = "all") -> Eng
     return config
 
 
-@pytest.mark.parametrize("which", ["maya", "halumem"])
-def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_original(
-        which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
+def with_and_without(which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor, speakers: str
+                     ) -> tuple[Session, Recording, tuple[MemoryGraph, dict], tuple[MemoryGraph, dict]]:
+    """The session, the counting compressor, and the session's graph and backends without compression and
+    with it (compressing ``speakers``' messages)."""
     session = maya if which == "maya" else halumem_sessions(1)[0]
     counted = Recording(compressor, "compress")
     (plain,), plain_backends = run([session], compression_config(False, tiny_model), compressor)
-    (small,), backends = run([session], compression_config(True, tiny_model), counted)
+    (small,), backends = run([session], compression_config(True, tiny_model, speakers), counted)
+    return session, counted, (plain, plain_backends), (small, backends)
+
+
+@pytest.mark.parametrize("which", ["maya", "halumem"])
+def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_original(
+        which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
+    session, counted, (plain, plain_backends), (small, backends) = with_and_without(
+        which, maya, tiny_model, compressor, "all")
     assert len(counted.calls) == 1  # every message of the session in one request
     counts = small.stats.counts
     assert 0 < counts["compression_tokens_after"] < counts["compression_tokens_before"]
@@ -313,10 +322,8 @@ def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_origina
 @pytest.mark.parametrize("which", ["maya", "halumem"])
 def test_compressing_the_other_speaker_keeps_the_owners_words_and_reads_details_from_the_block(
         which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
-    session = maya if which == "maya" else halumem_sessions(1)[0]
-    counted = Recording(compressor, "compress")
-    (plain,), plain_backends = run([session], compression_config(False, tiny_model), compressor)
-    (small,), backends = run([session], compression_config(True, tiny_model, "other"), counted)
+    session, counted, (plain, plain_backends), (small, backends) = with_and_without(
+        which, maya, tiny_model, compressor, "other")
     assert len(counted.calls) == 1
     sent = counted.calls[0][0]
     assistant = [t.text for t in session.turns if t.role != session.owner_role]

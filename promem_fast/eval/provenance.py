@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from promem_fast.config import ROLES, EngineConfig
+from promem_fast.config_compression import whose_messages
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -174,20 +175,17 @@ def describe(record: dict[str, Any]) -> list[str]:
     where = (f"commit `{code['commit'][:12]}`" + (" (uncommitted changes)" if code.get("dirty") else "")
              if code.get("commit") else f"package version {code.get('package_version') or 'unknown'}")
     prompts = record.get("judge", {}).get("prompts", {})
+    compression = record.get("compression", {})
     source = ("the project's own prompts" if prompts.get("source") == "promem_fast" else
               f"`{prompts.get('path')}` (sha256 `{str(prompts.get('sha256'))[:16]}…`)")
     lines = [f"- code: {where}; Python {record.get('python')}",
              f"- judge: {record.get('judge', {}).get('model')} with {source}",
              f"- segmenter: {record.get('segmenter')}; compression: "
-             + (f"on, rate {record['compression']['rate']:g} of {_whose(record['compression'])} messages"
-                if record.get("compression", {}).get("enabled") else "off")
+             + (f"on, rate {compression['rate']:g} of {whose_messages(compression.get('speakers'))} messages"
+                if compression.get("enabled") else "off")
              + f"; seeds: {', '.join(map(str, record.get('seeds', [])))}"]
     for item in record.get("data", []):
         digest = item["sha256"] or "missing"
         lines.append(f"- data: `{item['path']}` sha256 `{digest}`")
     return lines
 
-
-def _whose(compression: dict[str, Any]) -> str:
-    """Whose messages a run compressed, in words (a record from before ``speakers`` compressed every one)."""
-    return "the other speaker's" if compression.get("speakers") == "other" else "every speaker's"
