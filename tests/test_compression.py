@@ -268,8 +268,10 @@ def prompts(llm: Recording, role: str) -> list[dict[str, str]]:
     return out
 
 
-def compression_config(enabled: bool, model: Path, speakers: str = "all") -> EngineConfig:
+def compression_config(enabled: bool, model: Path, speakers: str = "all", max_segment_tokens: int = 1024
+                       ) -> EngineConfig:
     config = scripted_config()
+    config.pipeline.max_segment_tokens = max_segment_tokens
     config.compression.enabled = enabled
     config.compression.rate = 0.5
     config.compression.model = str(model)
@@ -277,14 +279,16 @@ def compression_config(enabled: bool, model: Path, speakers: str = "all") -> Eng
     return config
 
 
-def with_and_without(which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor, speakers: str
+def with_and_without(which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor, speakers: str,
+                     max_segment_tokens: int = 1024
                      ) -> tuple[Session, Recording, tuple[MemoryGraph, dict], tuple[MemoryGraph, dict]]:
     """The session, the counting compressor, and the session's graph and backends without compression and
     with it (compressing ``speakers``' messages)."""
-    session = maya if which == "maya" else halumem_sessions(1)[0]
+    session = {"maya": maya, "topics": make_session("topics", "Maya", TOPICS)}.get(which) or halumem_sessions(1)[0]
     counted = Recording(compressor, "compress")
-    (plain,), plain_backends = run([session], compression_config(False, tiny_model), compressor)
-    (small,), backends = run([session], compression_config(True, tiny_model, speakers), counted)
+    (plain,), plain_backends = run([session], compression_config(False, tiny_model, "all", max_segment_tokens),
+                                   compressor)
+    (small,), backends = run([session], compression_config(True, tiny_model, speakers, max_segment_tokens), counted)
     return session, counted, (plain, plain_backends), (small, backends)
 
 
@@ -319,11 +323,12 @@ def test_compression_cuts_draft_tokens_but_details_and_grounding_see_the_origina
         assert sorted(n.turn_ids for n in small.nodes) == sorted(n.turn_ids for n in plain.nodes)
 
 
-@pytest.mark.parametrize("which", ["maya", "halumem"])
+@pytest.mark.parametrize("which", ["maya", "topics", "halumem"])
 def test_compressing_the_other_speaker_keeps_the_owners_words_and_reads_details_from_the_block(
         which: str, maya: Session, tiny_model: Path, compressor: LLMLingua2Compressor) -> None:
+    # segments capped short, so that capping on the compressed turns would cut the topics session differently
     session, counted, (plain, plain_backends), (small, backends) = with_and_without(
-        which, maya, tiny_model, compressor, "other")
+        which, maya, tiny_model, compressor, "other", max_segment_tokens=48)
     assert len(counted.calls) == 1
     sent = counted.calls[0][0]
     assistant = [t.text for t in session.turns if t.role != session.owner_role]
