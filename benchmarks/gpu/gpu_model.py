@@ -126,6 +126,8 @@ FLOOR_SHARES = {"scheduler_model": "continuous", "scheduler_model_small_chunk_bu
                 "roofline_kv_fp8": "roofline_kv_fp8", "scheduler_model_overhead_hidden": "continuous_overhead_hidden",
                 "roofline_overhead_hidden": "roofline_overhead_hidden"}
 """Each ``floor_share`` figure of a card and the row whose sessions/h it sets against the compute floor."""
+SHARE_AIMED = 0.6
+"""The share of the compute floor the projection aims at, for :func:`share_bound`."""
 
 
 def costs_on(gpu: GPU, a: Assumed) -> Costs:
@@ -333,7 +335,21 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
         fig / row["continuous_5000_token_window"]["sessions_per_hour"], 2)
     row["window_gain_over_fixed"] = round(fig / row["continuous_fixed_window"]["sessions_per_hour"], 2)
     row["floor_share"] = {share: round(row[key]["sessions_per_hour"] / floor, 3) for share, key in FLOOR_SHARES.items()}
+    row["floor_share_bound"] = share_bound(gpu, a, row["roofline"], floor, tokens)
     return row
+
+
+def share_bound(gpu: GPU, a: Assumed, roof: dict[str, Any], floor: int, tokens: dict[str, float]) -> dict[str, Any]:
+    """What bounds the roofline's share of the floor at these assumptions: the share its linear layers alone
+    would reach (no attention, no step overhead: the assumed matmul rate against the floor's), and the KV
+    tokens the replies of a session could read for the share to reach :data:`SHARE_AIMED` (attention then
+    memory-bound, steps as they are), beside the KV tokens they read now."""
+    floor_s = 3600 / floor
+    budget = floor_s / SHARE_AIMED - roof["linear_s_per_session"] - roof["steps_per_session"] * a.step_overhead_s
+    allowed = max(budget, 0.0) * gpu.bandwidth * a.bandwidth_efficiency / a.kv_bytes_per_token
+    return {"linear_layers_alone": round(floor_s / roof["linear_s_per_session"], 3),
+            "share_aimed": SHARE_AIMED, "kv_reads_per_session": round(tokens["decode_kv_reads"]),
+            "kv_reads_per_session_at_share_aimed": round(allowed)}
 
 
 def summarise(out: dict[str, Any]) -> None:

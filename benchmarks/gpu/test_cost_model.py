@@ -41,3 +41,17 @@ def test_the_roofline_adds_a_sessions_matmuls_and_its_attention() -> None:
     # 0.5 s, is shorter), attention 1,000 KV tokens at 100 bytes/s = 10 s; 12.2 s a session
     assert (out["linear_s_per_session"], out["attention_s_per_session"]) == pytest.approx((2.2, 10.0))
     assert out["sessions_per_hour"] == round(3600 / 12.2) and out["bound"] == "compute/memory"
+
+
+def test_the_share_bound_says_what_the_replies_could_read_for_60_percent_of_the_floor() -> None:
+    from benchmarks.gpu.gpu_model import GPU, KV_VALUES_PER_TOKEN, Assumed, share_bound
+
+    kv_bytes = 2 * KV_VALUES_PER_TOKEN  # bf16
+    gpu = GPU("T", bandwidth=100.0 * kv_bytes, flops=1000.0, memory=1e12)
+    a = Assumed(bandwidth_efficiency=1.0, compute_efficiency=1.0, step_overhead_s=0.5)
+    roof = {"linear_s_per_session": 2.0, "steps_per_session": 2.0}
+    # the floor, 1,200 sessions/h, is 3 s a session: at 60% a session may take 5 s, of which the matmuls take 2
+    # and two steps' overhead 1, leaving 2 s of KV reads at 100 tokens/s
+    out = share_bound(gpu, a, roof, 1200, {"decode_kv_reads": 450.0})
+    assert out == {"linear_layers_alone": 1.5, "share_aimed": 0.6, "kv_reads_per_session": 450,
+                   "kv_reads_per_session_at_share_aimed": 200}
