@@ -183,8 +183,9 @@ def test_a_result_and_its_report_record_code_data_config_and_failed_steps(tmp_pa
     # the whole effective config, and the settings that decide replies
     assert record["config"]["pipeline"]["tau_comp"] == 0.6 and record["config"]["llm"]["backend"] == "scripted"
     assert record["config"]["qa_top_k"] == 20 and record["config"]["embedder"]["backend"] == "hashing"
-    assert record["decoding"]["probe"] == {"backend": "scripted", "model": None, "base_url": None, "temperature": 0.0,
-                                           "retry_temperature": 0.3, "seed": 0, "max_tokens": 96, "max_attempts": 3}
+    assert record["decoding"]["probe"] == {"backend": "scripted", "model": None, "base_url": None, "dtype": "auto",
+                                           "engine_options": {}, "temperature": 0.0, "retry_temperature": 0.3,
+                                           "seed": 0, "max_tokens": 96, "max_attempts": 3}
     assert (record["segmenter"], record["compression"], record["seeds"]) == (
         "similarity", {"enabled": False, "rate": 0.6, "model": None, "speakers": "other"}, [0])
     assert record["judge"] == {"model": "scripted", "prompts": {"source": "promem_fast"}, "weights": None}
@@ -480,3 +481,26 @@ def test_a_report_says_whose_messages_a_run_compressed() -> None:
     # a record written before runs could keep the owner's words compressed every message
     assert "of every speaker's messages" in line({"enabled": True, "rate": 0.6, "model": "m"})
     assert "compression: off;" in line({"enabled": False, "rate": 0.6, "model": None, "speakers": "other"})
+
+
+def test_a_report_names_the_model_and_the_kv_cache_a_run_used() -> None:
+    from promem_fast.config import EngineConfig
+    from promem_fast.eval.provenance import decoding, describe
+
+    def models(overrides: list[str]) -> list[str]:
+        config = EngineConfig.profile("gpu").with_overrides(overrides)
+        record = {"segmenter": "lightmem", "seeds": [0], "compression": {}, "decoding": decoding(config)}
+        return [x for x in describe(record) if x.startswith("- model")]
+
+    llama = "meta-llama/Llama-3.1-8B-Instruct"
+    assert models([f"llm.model={llama}"]) == [f"- model: `vllm {llama}` (dtype bfloat16)"]
+    # two runs that differ only in the KV cache's number format must not read the same
+    assert models([f"llm.model={llama}", "llm.options.kv_cache_dtype=fp8"]) == [
+        f"- model: `vllm {llama}` (dtype bfloat16, kv_cache_dtype=fp8)"]
+    # a role given its own model gets a line of its own
+    lines = models([f"llm.model={llama}", "roles.qa.model=Qwen/Qwen3-8B"])
+    assert "- model of qa: `vllm Qwen/Qwen3-8B` (dtype bfloat16)" in lines and len(lines) == 2
+    # a record written before dtype and engine arguments were kept names the model alone
+    old = {"detail": {"backend": "llamacpp", "model": None}, "judge": {"backend": "llamacpp", "model": None}}
+    assert [x for x in describe({"decoding": old}) if x.startswith("- model")] == [
+        "- model: `llamacpp` (its default model)"]

@@ -7,8 +7,9 @@ result (``promem eval``), every aggregate (``promem eval aggregate -o``) and eve
   or, for an installed package, its version;
 - the data: each input file's path, size and sha256;
 - the effective config, every field (after the profile, the config file and ``--set`` were applied);
-- what decides a reply: per role the model, temperature, retry temperature, seed and reply budget; the
-  topic segmenter actually used; compression; the NLI model and threshold;
+- what decides a reply: per role the model, its dtype and the engine arguments passed to it verbatim
+  (``llm.options``: an FP8 KV cache, say), temperature, retry temperature, seed and reply budget; the topic
+  segmenter actually used; compression; the NLI model and threshold;
 - the judge: its model (a default one named by its file, with the weights' path, size and sha256, as for the
   embedder) and the source of its prompts (the project's own, or a file of the user's HaluMem
   checkout with its sha256).
@@ -84,11 +85,13 @@ def effective_segmenter(config: EngineConfig) -> str:
 
 
 def decoding(config: EngineConfig) -> dict[str, Any]:
-    """Per role, what decides its replies: backend, model, temperatures, seed and reply budget."""
+    """Per role, what decides its replies: backend, model, dtype, engine arguments, temperatures, seed and
+    reply budget."""
     out = {}
     for role in ROLES:
         llm = config.llm_for(role)
-        out[role] = {"backend": llm.backend, "model": llm.model, "base_url": llm.base_url,
+        out[role] = {"backend": llm.backend, "model": llm.model, "base_url": llm.base_url, "dtype": llm.dtype,
+                     "engine_options": dict(llm.options),
                      "temperature": llm.temperature, "retry_temperature": llm.retry_temperature,
                      "seed": llm.seed, "max_tokens": config.pipeline.max_tokens.get(role),
                      "max_attempts": config.pipeline.max_attempts}
@@ -118,6 +121,22 @@ def provenance(config: EngineConfig, data: Iterable[str | Path], *,
         "judge": {"model": _model(judge, weights), "prompts": judge_prompts or {"source": "promem_fast"},
                   "weights": weights},
     }
+
+
+def _models(decoding: dict[str, Any]) -> list[str]:
+    """One line per distinct model setting of the roles that extract and answer (the judge has its own line):
+    its backend and model, and, where recorded, its dtype and engine arguments, which change replies as much
+    as the model does (an FP8 KV cache rounds every attention)."""
+    roles: dict[str, list[str]] = {}
+    for role, d in decoding.items():
+        if role != "judge":
+            text = f"`{d['backend']} {d['model']}`" if d.get("model") else f"`{d['backend']}` (its default model)"
+            settings = ([f"dtype {d['dtype']}"] if "dtype" in d else []) + [
+                f"{k}={v}" for k, v in sorted((d.get("engine_options") or {}).items())]
+            roles.setdefault(text + (f" ({', '.join(settings)})" if settings else ""), []).append(role)
+    if len(roles) == 1:
+        return [f"- model: {next(iter(roles))}"]
+    return [f"- model of {', '.join(names)}: {text}" for text, names in roles.items()]
 
 
 def _model(llm: Any, weights: dict[str, Any] | None) -> str:
@@ -184,6 +203,7 @@ def describe(record: dict[str, Any]) -> list[str]:
              + (f"on, rate {compression['rate']:g} of {whose_messages(compression.get('speakers'))} messages"
                 if compression.get("enabled") else "off")
              + f"; seeds: {', '.join(map(str, record.get('seeds', [])))}"]
+    lines += _models(record.get("decoding", {}))
     for item in record.get("data", []):
         digest = item["sha256"] or "missing"
         lines.append(f"- data: `{item['path']}` sha256 `{digest}`")
