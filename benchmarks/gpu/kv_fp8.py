@@ -218,10 +218,10 @@ def run(prompts: Sequence[Prompt], max_new: int, threads: int, progress: Callabl
     for i, p in enumerate(prompts):
         ids = prompt_ids(tokenizer, p.messages)
         with torch.inference_mode():
-            out = reference_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                           max_new_tokens=min(p.max_tokens, max_new), do_sample=False,
-                                           temperature=None, top_p=None, top_k=None,
-                                           pad_token_id=tokenizer.eos_token_id)
+            out = reference_model.generate(
+                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=min(p.max_tokens, max_new), do_sample=False, temperature=None, top_p=None, top_k=None,
+                pad_token_id=tokenizer.eos_token_id)
         reply = out[0, len(ids):].tolist()
         sequences.append((ids + reply, len(reply)))
         progress(f"reference reply {i + 1}/{len(prompts)}: {len(reply)} tokens")
@@ -237,7 +237,8 @@ def run(prompts: Sequence[Prompt], max_new: int, threads: int, progress: Callabl
         variants[name] = {"what": what, **compare(
             replies, reference, [reply_predictions(model, ids, n) for ids, n in sequences], roles)}
         progress(f"{name}: {variants[name]['replies_unchanged']}/{len(prompts)} replies unchanged")
-    return {"prompts": len(prompts), "prompt_tokens_mean": round(sum(len(s) - n for s, n in sequences) / len(sequences)),
+    return {"prompts": len(prompts),
+            "prompt_tokens_mean": round(sum(len(s) - n for s, n in sequences) / len(sequences)),
             "reply_tokens": sum(n for _, n in sequences),
             "reference_generate_s": round(generate_s, 1),
             "variants": variants,

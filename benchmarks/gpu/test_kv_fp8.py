@@ -17,7 +17,8 @@ from benchmarks.gpu.kv_fp8 import compare, fp8  # noqa: E402
 
 def test_fp8_rounds_to_three_mantissa_bits_and_clips_at_448() -> None:
     x = torch.tensor([1.0, 0.3, 0.0123, 500.0, -1000.0, 300.0])
-    # 0.3 = 1.2 x 2^-2 -> 1.25 x 2^-2; 0.0123 is subnormal: 6.3 steps of 2^-9 -> 6 steps; 300 = 1.17 x 2^8 -> 1.125 x 2^8
+    # 0.3 = 1.2 x 2^-2 -> 1.25 x 2^-2; 0.0123 is subnormal: 6.3 steps of 2^-9 -> 6 steps;
+    # 300 = 1.17 x 2^8 -> 1.125 x 2^8
     assert fp8(x).tolist() == [1.0, 0.3125, 6 / 512, 448.0, -448.0, 288.0]
 
 
