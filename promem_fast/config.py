@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from promem_fast.config_compression import CompressionConfig
-from promem_fast.config_merge import merge, nondefault, without_keys
+from promem_fast.config_merge import merge, nondefault, without_keys, without_secrets
 from promem_fast.config_ranking import RankingConfig
 from promem_fast.errors import ConfigError
 from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
@@ -380,8 +380,10 @@ class EngineConfig:
         return dataclasses.asdict(self)
 
     def result_settings(self) -> dict[str, Any]:
-        """Every field that can change what a run writes (all but :data:`RUN_ONLY_FIELDS`), as JSON values."""
-        return json.loads(json.dumps(without_keys(dataclasses.asdict(self), RUN_ONLY_FIELDS)))
+        """Every field that can change what a run writes (all but :data:`RUN_ONLY_FIELDS`), as JSON values; a
+        secret among the engine arguments (``llm.options.hf_token``) is redacted, since the manifest beside a
+        run's output keeps these."""
+        return json.loads(json.dumps(without_secrets(without_keys(dataclasses.asdict(self), RUN_ONLY_FIELDS))))
 
     def fingerprint(self) -> str:
         """A hash of what makes two runs write the same records: :meth:`result_settings`, ``record_timings``

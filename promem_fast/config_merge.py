@@ -116,6 +116,26 @@ def nondefault(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, An
     return out
 
 
+SECRET_WORDS = frozenset({"token", "key", "secret", "password", "credential", "credentials", "apikey"})
+"""Words of an engine argument's name (split at ``_``) that mark its value a secret (``hf_token``, ``api_key``);
+``max_num_batched_tokens`` is not one."""
+REDACTED = "[redacted]"
+
+
+def redact_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Engine arguments (``llm.options``) with each secret's value replaced by :data:`REDACTED`: what a record,
+    a manifest or a report may hold of them (a token changes no reply)."""
+    return {k: REDACTED if SECRET_WORDS & set(k.lower().split("_")) else v for k, v in options.items()}
+
+
+def without_secrets(value: Any) -> Any:
+    """``value`` (a config as nested dicts) with every ``options`` mapping passed through :func:`redact_options`."""
+    if isinstance(value, dict):
+        return {k: redact_options(v) if k == "options" and isinstance(v, dict) else without_secrets(v)
+                for k, v in value.items()}
+    return value
+
+
 def without_keys(value: Any, keys: frozenset[str]) -> Any:
     """``value`` (a config as nested dicts) without the fields named in ``keys``, at any depth."""
     if isinstance(value, dict):

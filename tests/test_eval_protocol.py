@@ -504,3 +504,20 @@ def test_a_report_names_the_model_and_the_kv_cache_a_run_used() -> None:
     old = {"detail": {"backend": "llamacpp", "model": None}, "judge": {"backend": "llamacpp", "model": None}}
     assert [x for x in describe({"decoding": old}) if x.startswith("- model")] == [
         "- model: `llamacpp` (its default model)"]
+
+
+def test_a_secret_among_the_engine_arguments_stays_out_of_the_record_and_the_report() -> None:
+    import json
+
+    from promem_fast.config import EngineConfig
+    from promem_fast.eval.provenance import describe, provenance
+
+    config = EngineConfig.profile("gpu").with_overrides([
+        "llm.options.hf_token=hf_s3cr3t", "llm.options.max_num_batched_tokens=2048", "roles.qa.options.api_key=sk-9"])
+    record = provenance(config, [])
+    text = json.dumps(record) + "\n".join(describe(record))
+    assert "hf_s3cr3t" not in text and "sk-9" not in text
+    assert record["config"]["llm"]["options"] == {"hf_token": "[redacted]", "max_num_batched_tokens": 2048}
+    # an argument that only looks like one (tokens to batch) is kept as set
+    assert "max_num_batched_tokens=2048" in "\n".join(describe(record))
+

@@ -101,3 +101,14 @@ def test_evidence_recall_outputs_are_private(open_umask: None, tmp_path: Path) -
                  "-o", str(out)]) == 0
     assert modes(out) == {".": FOLDER, "graphs-locomo-full.jsonl": FILE, "store-locomo-retrieval.db": FILE,
                           "retrieval-locomo.json": FILE, "retrieval-locomo.md": FILE}
+
+
+def test_a_secret_engine_argument_is_written_to_no_file_of_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["extract", str(with_a_bad_line(tmp_path / "in.jsonl")), "-o", str(out / "graphs.jsonl"), *SCRIPTED,
+                 "--set", "llm.options.hf_token=hf_s3cr3t"]) == 0
+    written = {p.name: p.read_text(encoding="utf-8") for p in out.iterdir()}
+    assert set(written) == {"graphs.jsonl", "graphs.rejects.jsonl", "graphs.manifest.json"}
+    assert not [name for name, text in written.items() if "hf_s3cr3t" in text]
+    # the manifest still says the run had one, so a resume with another token is the same run
+    assert json.loads(written["graphs.manifest.json"])["config"]["llm"]["options"] == {"hf_token": "[redacted]"}

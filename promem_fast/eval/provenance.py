@@ -6,7 +6,8 @@ result (``promem eval``), every aggregate (``promem eval aggregate -o``) and eve
 - the code: the git commit of the checkout the package runs from (and whether it had uncommitted changes),
   or, for an installed package, its version;
 - the data: each input file's path, size and sha256;
-- the effective config, every field (after the profile, the config file and ``--set`` were applied);
+- the effective config, every field (after the profile, the config file and ``--set`` were applied), an
+  engine argument named as a secret (``hf_token``, ``api_key``) redacted;
 - what decides a reply: per role the model, its dtype and the engine arguments passed to it verbatim
   (``llm.options``: an FP8 KV cache, say), temperature, retry temperature, seed and reply budget; the topic
   segmenter actually used; compression; the NLI model and threshold;
@@ -28,6 +29,7 @@ from typing import Any
 
 from promem_fast.config import ROLES, EngineConfig
 from promem_fast.config_compression import whose_messages
+from promem_fast.config_merge import redact_options, without_secrets
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -91,7 +93,7 @@ def decoding(config: EngineConfig) -> dict[str, Any]:
     for role in ROLES:
         llm = config.llm_for(role)
         out[role] = {"backend": llm.backend, "model": llm.model, "base_url": llm.base_url, "dtype": llm.dtype,
-                     "engine_options": dict(llm.options),
+                     "engine_options": redact_options(llm.options),
                      "temperature": llm.temperature, "retry_temperature": llm.retry_temperature,
                      "seed": llm.seed, "max_tokens": config.pipeline.max_tokens.get(role),
                      "max_attempts": config.pipeline.max_attempts}
@@ -109,7 +111,7 @@ def provenance(config: EngineConfig, data: Iterable[str | Path], *,
         "python": platform.python_version(),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "data": data_files(data),
-        "config": config.to_dict(),
+        "config": without_secrets(config.to_dict()),
         "decoding": decoding(config),
         "segmenter": effective_segmenter(config),
         "compression": {"enabled": compression.enabled, "rate": compression.rate, "model": compression.model,
