@@ -380,9 +380,7 @@ class EngineConfig:
         return dataclasses.asdict(self)
 
     def result_settings(self) -> dict[str, Any]:
-        """Every field that can change what a run writes (all but :data:`RUN_ONLY_FIELDS`), as JSON values; a
-        secret among the engine arguments (``llm.options.hf_token``) is redacted, since the manifest beside a
-        run's output keeps these."""
+        """Each field that can change what a run writes (not :data:`RUN_ONLY_FIELDS`) as JSON, secrets redacted."""
         return json.loads(json.dumps(without_secrets(without_keys(dataclasses.asdict(self), RUN_ONLY_FIELDS))))
 
     def fingerprint(self) -> str:
