@@ -152,7 +152,7 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
                "bfloat16", "fp8_kv"),
     "fp8_qkv": ("bf16, queries, keys and values through FP8 (FlashAttention 3 on Hopper, FlashInfer by default)",
                 "bfloat16", "fp8_qkv"),
-    "fp8_qkv_scaled": ("as fp8_qkv, each tensor scaled to its own largest value (calibrated scales, at best)",
+    "fp8_qkv_scaled": ("as the row above, each tensor scaled to its own largest value (calibrated scales, at best)",
                        "bfloat16", "fp8_qkv_scaled"),
 }
 """Each variant: what it is, the model's dtype and its attention; the reference is bf16 with plain attention."""
