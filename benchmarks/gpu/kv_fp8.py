@@ -54,26 +54,19 @@ class Prompt:
 def engine_prompts(path: Path, sessions: int) -> list[Prompt]:
     """The prompts the engine sends for the first ``sessions`` sessions of the HaluMem file under the gpu
     profile's request stream (the scripted stand-in's replies decide which requests follow)."""
-    from benchmarks.gpu.request_stream import stream_config
+    from benchmarks.gpu.request_stream import role_of, stream_compressor, stream_config
     from promem_fast.engine import Engine
-    from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
+    from promem_fast.testing.llm_scripted import ScriptedLLM
 
     prompts: list[Prompt] = []
 
     class Recorder(ScriptedLLM):
         def generate(self, requests):  # type: ignore[no-untyped-def]
-            for r in requests:
-                parsed = parse_rendered(r.messages)
-                prompts.append(Prompt(parsed[0] if parsed else "?", [dict(m) for m in r.messages], r.max_tokens))
+            prompts.extend(Prompt(role_of(r.messages), [dict(m) for m in r.messages], r.max_tokens) for r in requests)
             return super().generate(requests)
 
     config = stream_config()
-    compressor = None
-    if config.compression.enabled:
-        from promem_fast.backends.compress_llmlingua import LLMLingua2Compressor
-
-        compressor = LLMLingua2Compressor(config.compression)
-    for _ in Engine(config, llm=Recorder(config.llm), compressor=compressor).extract_stream(
+    for _ in Engine(config, llm=Recorder(config.llm), compressor=stream_compressor(config)).extract_stream(
             load_halumem_sessions(path)[:sessions]):
         pass
     return prompts

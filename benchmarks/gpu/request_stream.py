@@ -139,8 +139,7 @@ class Recording(ScriptedLLM):
         entered = time.perf_counter()
         out = []
         for request, completion in zip(requests, super().generate(requests)):
-            parsed = parse_rendered(request.messages)
-            role = parsed[0] if parsed else "?"
+            role = role_of(request.messages)
             ids = request.prompt_ids or ()
             text = as_sent(completion.text, request.schema is not None and self.compact_json)
             if self.tokenizer is not None:
@@ -222,6 +221,22 @@ def stream_config(compression: str | None = None) -> EngineConfig:
     return config
 
 
+def stream_compressor(config: EngineConfig) -> TimedCompressor | None:
+    """The compressor of :func:`stream_config`'s run (LLMLingua-2's code on its model), timed apart; None when
+    the run compresses nothing."""
+    if not config.compression.enabled:
+        return None
+    from promem_fast.backends.compress_llmlingua import LLMLingua2Compressor
+
+    return TimedCompressor(LLMLingua2Compressor(config.compression))
+
+
+def role_of(messages: Sequence[Message]) -> str:
+    """The role a rendered request was made for (``?`` when its prompt is not one of ours)."""
+    parsed = parse_rendered(messages)
+    return parsed[0] if parsed else "?"
+
+
 def record_run(path: Path, tokenizer: SmolLM2 | None, compression: str | None = None) -> Recorded:
     """Every session of the HaluMem file, one in flight at a time (so the engine's rounds are that session's
     waves), under :func:`stream_config`. The engine's CPU is its wall time minus the stand-in's replies, the
@@ -230,11 +245,7 @@ def record_run(path: Path, tokenizer: SmolLM2 | None, compression: str | None = 
     sessions = load_halumem_sessions(path)
     config = stream_config(compression)
     llm = Recording(tokenizer, config.llm)
-    compressor = None
-    if config.compression.enabled:
-        from promem_fast.backends.compress_llmlingua import LLMLingua2Compressor
-
-        compressor = TimedCompressor(LLMLingua2Compressor(config.compression))
+    compressor = stream_compressor(config)
     uncached = 0
     started = time.perf_counter()
     for graph in Engine(config, llm=llm, compressor=compressor).extract_stream(sessions):
