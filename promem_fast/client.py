@@ -61,15 +61,13 @@ class Client:
 
     # ------------------------------------------------------------------------------ verbs
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
-            metadata: dict[str, Any] | None = None, date: str | None = None, wait: bool = True,
+            metadata: dict[str, Any] | None = None, date: str | None = None, infer: bool = True, wait: bool = True,
             timeout: float = 600.0) -> dict[str, Any]:
         """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
         one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
-        stored with it. With ``wait`` return the finished job's status, else the 202 reply (``job_id``,
-        ``accepted``, ``rejected``)."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        body = _drop_none({"sessions": as_sessions(messages, date), "metadata": metadata})
+        stored with it; ``infer=False`` keeps each message as written. With ``wait`` return the finished job's
+        status, else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        body = _drop_none({"sessions": as_sessions(messages, date, infer=infer), "metadata": metadata})
         reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
 
@@ -88,11 +86,12 @@ class Client:
             time.sleep(poll)
 
     def search(self, query: str, *, user_id: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
+               threshold: float | None = None, as_of: str | None = None, since: str | None = None,
+               until: str | None = None) -> Any:
         """The ``top_k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's
-        time; ``filters``: metadata conditions)."""
-        body = _drop_none({"query": query, "top_k": top_k, "filters": filters, "as_of": as_of, "since": since,
-                           "until": until})
+        time; ``filters``: metadata conditions; ``threshold``: the least score)."""
+        body = _drop_none({"query": query, "top_k": top_k, "filters": filters, "threshold": threshold,
+                           "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,

@@ -10,7 +10,8 @@ Input: JSONL, one session per line, in either form::
 ``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
 may be spelled ``content``; every ``timestamp`` is read once here into the one kept form of
 :mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
-(default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out.
+(default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out; ``"infer": false``
+keeps each message as written, with no model called (:mod:`promem_fast.verbatim`).
 Every problem is reported as an :class:`~promem_fast.errors.InputError` naming file, line, session and field,
 including what would only fail later (a lone surrogate cannot be written as UTF-8, a giant integer cannot be
 read back), so one bad record never ends a run.
@@ -108,6 +109,9 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     metadata = record.get("metadata", {})
     if not isinstance(metadata, dict):
         raise check.error("must be an object", "metadata")
+    infer = record.get("infer", True)
+    if not isinstance(infer, bool):
+        raise check.error(f"must be true or false, got {type(infer).__name__}", "infer")
     if "turns" in record:
         key, raw_turns = "turns", record["turns"]
     elif "messages" in record:
@@ -154,7 +158,7 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
         raise check.error(f"no turn is spoken by {owner!r}, whose memory this is (set owner_role to one of "
                           f"{sorted({t.role for t in turns})[:5]})", "owner_role")
     return Session(session_id=str(sid), user=user, turns=tuple(turns), timestamp=timestamp or turns[0].timestamp,
-                   metadata=metadata, owner_role=owner)
+                   metadata=metadata, owner_role=owner, infer=infer)
 
 
 def _check_session_id(check: _Check, sid: str) -> None:

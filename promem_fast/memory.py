@@ -13,6 +13,8 @@ CLI and MCP use as well. The verbs are mem0's (``add``, ``search``, ``get``, ``g
     memory.search("Where does Tom live?", user_id="tom", top_k=3)["results"]
     memory.search("Where does Tom live?", filters={"user_id": "tom", "topic": "home"})
     memory.search("Where did Tom live?", user_id="tom", as_of="2024-02-01")
+    memory.add("My locker code is 4411.", user_id="tom", agent_id="gym-bot", infer=False)  # kept as written
+    memory.search("locker", filters={"user_id": "tom", "agent_id": "gym-bot"}, threshold=0.3)
     memory.answer("Where did Tom live in January?", user_id="tom", as_of="2024-01-31")
 
 ``search`` and ``get_all`` give ``{"results": [memory...]}``; ``Memory(output_format="list")`` gives the bare
@@ -75,6 +77,10 @@ if TYPE_CHECKING:
     from promem_fast.store.store import MemoryStore, UpdateJudge
     from promem_fast.types import Session
 
+_MEM0_KEYS = frozenset({"vector_store", "graph_store", "history_db_path", "reranker", "version",
+                        "custom_fact_extraction_prompt", "custom_update_memory_prompt"})
+"""Top-level keys of a mem0 configuration that promem's has no section for."""
+
 PROFILE_ENV = "PROMEM_PROFILE"
 """The profile ``Memory()`` uses when none is given (default ``cpu``)."""
 
@@ -114,6 +120,24 @@ class Memory:
                                               update_judge=update_judge, profile=self._profile, key_file=key_file)
         self._engine: Engine | None = None
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | str | Path, **options: Any) -> Memory:
+        """A memory whose engine ``config`` sets: promem's sections as nested dicts (those ``promem config``
+        prints; a ``profile`` key picks the preset they go on) or a config file (``.yaml``, ``.toml``,
+        ``.json``); ``options`` are the constructor's (``path``, ``tenant``, ...). A mem0 configuration
+        (providers of ``llm``, ``vector_store``, ...) is refused, naming the key to translate."""
+        from promem_fast.errors import ConfigError
+
+        if not isinstance(config, dict):
+            return cls(config=EngineConfig.load(config), **options)
+        foreign = [key for key, value in config.items() if key in _MEM0_KEYS
+                   or isinstance(value, dict) and "provider" in value]
+        if foreign:
+            raise ConfigError(f"{foreign[0]!r} is mem0's configuration, not promem's: promem's sections are those "
+                              "`promem config` prints (llm.backend, llm.model, llm.base_url for an OpenAI-compatible "
+                              "server, embedder...), and the store is Memory's path")
+        return cls(config=EngineConfig.from_dict(config, source="Memory.from_config"), **options)
+
     # ------------------------------------------------------------------------------------ lifecycle
     @property
     def engine(self) -> Engine:
@@ -143,33 +167,48 @@ class Memory:
         self.close()
 
     # ------------------------------------------------------------------------------------ verbs
-    def add(self, messages: str | Sequence[dict[str, Any]] | dict[str, Any] | Session, *, user_id: str,
-            metadata: dict[str, Any] | None = None, date: str | None = None,
-            session_id: str | None = None) -> dict[str, Any]:
+    def add(self, messages: str | Sequence[dict[str, Any]] | dict[str, Any] | Session, *,
+            user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+            metadata: dict[str, Any] | None = None, date: str | None = None, timestamp: str | float | None = None,
+            session_id: str | None = None, infer: bool = True) -> dict[str, Any]:
         """Extract one session's memory and store it; ``messages`` is what the user said (a string), a list
-        of ``{"role", "content"}`` (roles ``user``/``assistant``), a session record (``promem extract``'s
-        input) or a ``Session``. ``metadata`` (a JSON object) is stored with it and filters searches."""
-        session = _session(messages, user_id, date, session_id, metadata)
+        of ``{"role", "content"}`` (roles ``user``/``assistant``; ``system`` messages are left out), a
+        session record (``promem extract``'s input) or a ``Session``. ``metadata`` (a JSON object) is stored
+        with it and filters searches; ``agent_id`` and ``run_id`` go into it under those names (mem0's scopes,
+        which ``filters`` and ``delete_all`` then take). ``date`` (or ``timestamp``: ISO 8601, or Unix
+        seconds) is when it was said. ``infer=False`` keeps each message as written, with no model called
+        (:mod:`promem_fast.verbatim`)."""
+        if user_id is None:
+            raise InputError("promem keeps memory per user: give user_id (agent_id and run_id go into the "
+                             "session's metadata, where filters and delete_all find them)", field="user_id")
+        session = _session(messages, user_id, _when(date, timestamp), session_id,
+                           _scoped(metadata, agent_id=agent_id, run_id=run_id))
+        if not infer:
+            session = dataclasses.replace(session, infer=False)
         sid = session.session_id
         if sid in self.store.sessions(user_id, tenant=self.tenant):
             return {"user_id": user_id, "session_id": sid, "added": False, "results": []}
-        self.store.ingest([session], self.engine, tenant=self.tenant)
+        if session.infer:
+            self.store.ingest([session], self.engine, tenant=self.tenant)
+        else:  # no engine: the embedder alone
+            from promem_fast.verbatim import verbatim_graph
+
+            self.store.add([verbatim_graph(session)], tenant=self.tenant, engine=self._engine)
         return {"user_id": user_id, "session_id": sid, "added": True,
                 "results": self.store.session_events(user_id, sid, tenant=self.tenant)}
 
-    def search(self, query: str, *, user_id: str | None = None, top_k: int | None = None,
-               limit: int | None = None, k: int | None = None, filters: dict[str, Any] | None = None,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
+    def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
+               filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
+               since: str | None = None, until: str | None = None) -> Any:
         """The ``top_k`` (or ``limit``, ``k``; default 10) memories closest to ``query``, best first: those
         current at ``as_of`` (default: now, the latest of each), said between ``since`` and ``until`` when
         given, whose metadata meets ``filters`` (:mod:`promem_fast.store.filters`; a ``user_id`` there
-        names the user)."""
-        user, conditions = _user_and_filters(user_id, filters)
-        given = [n for n in (top_k, limit, k) if n is not None]
-        if len(given) > 1:
-            raise InputError("give one of top_k, limit and k", field="top_k")
-        hits = self.store.search(user, query, given[0] if given else shapes.DEFAULT_K, tenant=self.tenant,
-                                 as_of=as_of, since=since, until=until, filters=conditions)
+        names the user, ``agent_id`` and ``run_id`` there or here the session's scope) and whose ``score``
+        (cosine with the query) is at least ``threshold`` when given."""
+        user, conditions = _user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        hits = self.store.search(user, query, _count(top_k, limit, k, shapes.DEFAULT_K), tenant=self.tenant,
+                                 as_of=as_of, since=since, until=until, filters=conditions, threshold=threshold)
         return self._out([hit.memory() for hit in hits])
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
@@ -187,21 +226,31 @@ class Memory:
         hit = one(self.store, memory_id, self.tenant)
         return None if hit is None else hit.memory()
 
-    def get_all(self, *, user_id: str | None = None, filters: dict[str, Any] | None = None,
+    def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                filters: dict[str, Any] | None = None, top_k: int | None = None, limit: int | None = None,
                 history: bool = False) -> Any:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``),
-        those whose metadata meets ``filters``."""
+        those whose metadata meets ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` (or
+        ``limit``) of them when given."""
         from promem_fast.store.filters import matches
 
-        user, conditions = _user_and_filters(user_id, filters)
-        hits = self.store.hits(user, tenant=self.tenant, history=history)
-        return self._out([hit.memory() for hit in hits if matches(hit.metadata, conditions)])
+        user, conditions = _user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        hits = [hit for hit in self.store.hits(user, tenant=self.tenant, history=history)
+                if matches(hit.metadata, conditions)]
+        return self._out([hit.memory() for hit in hits[:_count(top_k, limit, None, len(hits))]])
 
-    def update(self, memory_id: int, data: str) -> dict[str, Any]:
-        """Give a memory new text (``data``), by hand: same id, links and history, re-embedded."""
+    def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,
+               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Give a memory new text (``data``, or ``text`` as mem0 names it), by hand: same id, links and
+        history, re-embedded."""
         from promem_fast.store.editing import rewrite
 
-        hit = rewrite(self.store, memory_id, data, self.tenant)
+        if metadata is not None:
+            raise InputError("a memory's metadata is its session's, given to add(); update changes the text only",
+                             field="metadata")
+        if (data is None) == (text is None):
+            raise InputError("give the new text once, as data or text", field="data")
+        hit = rewrite(self.store, memory_id, data if text is None else text, self.tenant)
         if hit is None:
             raise InputError(f"there is no memory {memory_id}", field="memory_id")
         return hit.memory()
@@ -216,18 +265,29 @@ class Memory:
         if memory_id is not None and session_id is not None:
             raise InputError("give memory_id or session_id, not both", field="memory_id")
         if user_id is None:
-            found = self.get(memory_id) if memory_id is not None else None
+            if memory_id is None:
+                raise InputError("give user_id (or the id of a memory)", field="user_id")
+            found = self.get(memory_id)
             if found is None:
-                raise InputError("give user_id (or the id of an existing memory)", field="user_id")
+                raise InputError(f"there is no memory {memory_id}", field="memory_id")
             user_id = str(found["user_id"])
         narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
         engine = self.engine if narrow and self.store.update_judge != "off" else None
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 
-    def delete_all(self, *, user_id: str) -> dict[str, int]:
-        """Remove all memory of the user (gone from disk)."""
-        return self.delete(user_id=user_id)
+    def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
+                   run_id: str | None = None) -> dict[str, int]:
+        """Remove all memory of the user (gone from disk); with ``agent_id`` or ``run_id``, that of the user's
+        sessions added with them (what those sessions had replaced is judged again, as for one session)."""
+        if user_id is None:
+            raise InputError("give user_id: promem keeps memory per user (agent_id and run_id narrow it)",
+                             field="user_id")
+        scope = _scoped(None, agent_id=agent_id, run_id=run_id)
+        if not scope:
+            return self.delete(user_id=user_id)
+        sessions = self.store.sessions(user_id, tenant=self.tenant, filters=scope)
+        return {"deleted": sum(self.delete(user_id=user_id, session_id=sid)["deleted"] for sid in sessions)}
 
     def reset(self) -> dict[str, int]:
         """Remove all memory of every user of this tenant (other tenants of the store keep theirs)."""
@@ -239,10 +299,11 @@ class Memory:
         return memories if self.output_format == "list" else {"results": memories}
 
 
-def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, agent_id: str | None = None,
+                      run_id: str | None = None) -> tuple[str, dict[str, Any]]:
     """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
-    metadata conditions left."""
-    conditions = dict(filters or {})
+    metadata conditions left (``agent_id`` and ``run_id`` among them)."""
+    conditions = _scoped(filters, agent_id=agent_id, run_id=run_id)
     named = conditions.pop("user_id", None)
     if user_id is not None and named is not None and named != user_id:
         raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
@@ -250,6 +311,46 @@ def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None) -> tu
     if not isinstance(user, str) or not user:
         raise InputError("give user_id (or filters={'user_id': ...})", field="user_id")
     return user, conditions
+
+
+def _scoped(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[str, Any]:
+    """``metadata`` (or filters) with mem0's ``agent_id`` and ``run_id`` added under their names."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InputError("must be a JSON object", field="metadata")
+    merged = dict(metadata or {})
+    for name, value in scopes.items():
+        if value is None:
+            continue
+        if name in merged and merged[name] != value:
+            raise InputError(f"{name} {value!r} and the {name} {merged[name]!r} given with it differ", field=name)
+        merged[name] = value
+    return merged
+
+
+def _count(top_k: int | None, limit: int | None, k: int | None, default: int) -> int:
+    """How many results were asked for, by whichever of mem0's names."""
+    given = [n for n in (top_k, limit, k) if n is not None]
+    if len(given) > 1:
+        raise InputError("give one of top_k, limit and k", field="top_k")
+    return given[0] if given else default
+
+
+def _when(date: str | None, timestamp: str | float | None) -> str | None:
+    """When the messages were said: ``date``, or ``timestamp`` (ISO 8601, or Unix seconds as mem0's
+    platform takes it), as one ISO time in UTC."""
+    from datetime import datetime, timezone
+
+    if date is not None and timestamp is not None:
+        raise InputError("give date or timestamp, not both", field="timestamp")
+    if isinstance(timestamp, bool) or timestamp is not None and not isinstance(timestamp, (str, int, float)):
+        raise InputError("must be an ISO 8601 time or Unix seconds", field="timestamp")
+    if isinstance(timestamp, (int, float)):
+        try:
+            moment = datetime.fromtimestamp(timestamp, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise InputError(f"{timestamp!r} is no time a calendar holds", field="timestamp") from None
+        return moment.replace(tzinfo=None).isoformat(timespec="seconds")
+    return date if timestamp is None else timestamp
 
 
 def _session(messages: Any, user_id: str, date: str | None, session_id: str | None,
@@ -260,8 +361,6 @@ def _session(messages: Any, user_id: str, date: str | None, session_id: str | No
 
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InputError("must be a JSON object", field="metadata")
     if isinstance(messages, Session):
         if metadata:
             messages = dataclasses.replace(messages, metadata={**messages.metadata, **metadata})

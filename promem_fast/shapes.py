@@ -49,9 +49,24 @@ def job(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def as_sessions(data: Any, date: str | None = None) -> list[dict[str, Any]]:
-    """What an ``add`` was given (client, MCP), as sessions: a conversation (messages with ``role`` and ``content``)
-    becomes one session whose id is a digest of its messages and date, so adding it twice stores it once."""
+def as_sessions(data: Any, date: str | None = None, *, metadata: dict[str, Any] | None = None,
+                infer: bool = True) -> list[dict[str, Any]]:
+    """What an ``add`` was given (HTTP messages, client, MCP), as sessions (:func:`scoped`)."""
+    return scoped(_sessions(data, date, infer), metadata=metadata, infer=infer)
+
+
+def scoped(sessions: list[dict[str, Any]], *, metadata: dict[str, Any] | None = None,
+           infer: bool = True) -> list[dict[str, Any]]:
+    """The sessions each with ``metadata`` added to its own, and marked ``"infer": false`` without ``infer``
+    (kept as written, :mod:`promem_fast.verbatim`)."""
+    if metadata:
+        sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **metadata}} for s in sessions]
+    return sessions if infer else [{**s, "infer": False} for s in sessions]
+
+
+def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
+    """A conversation (messages with ``role`` and ``content``) becomes one session whose id is a digest of its
+    messages, date and form, so adding it twice stores it once (and kept as written, it is another session)."""
     if isinstance(data, Session):
         return [data.to_dict()]
     if isinstance(data, dict):
@@ -64,7 +79,8 @@ def as_sessions(data: Any, date: str | None = None) -> list[dict[str, Any]]:
         raise InputError(f"item {wrong} is not an object: give sessions, or messages with role and content",
                          field="messages")
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
-        digest = hashlib.sha256(json.dumps([items, date], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        said = [items, date] if infer else [items, date, "verbatim"]  # ids of extracted ones stay as they were
+        digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode("utf-8")).hexdigest()[:16]
         session = {"session_id": f"msg-{digest}", "messages": items}
         return [session if date is None else {**session, "timestamp": date}]
     return [dict(s) for s in items]

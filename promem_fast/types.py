@@ -50,6 +50,8 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     owner_role: str = "user"
     """Which ``Turn.role`` is the memory owner's (``user``, or a speaker's name in peer dialogues)."""
+    infer: bool = True
+    """False: each message is kept as written, no model called (:mod:`promem_fast.verbatim`)."""
 
     def turn_groups(self) -> list[tuple[int | str, tuple[Turn, ...]]]:
         """Messages grouped by turn id, in order of first appearance."""
@@ -66,6 +68,7 @@ class Session:
             "owner_role": self.owner_role,
             "turns": [asdict(t) for t in self.turns],
             "metadata": self.metadata,
+            **({} if self.infer else {"infer": False}),  # records of extracted sessions stay as they were
         }
 
 

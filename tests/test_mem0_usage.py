@@ -142,3 +142,116 @@ def test_metadata_travels_through_export_and_import_and_older_stores_gain_it(tmp
     with Memory(tmp_path / "old.db", profile="scripted") as old:
         old.add("I work as a nurse.", user_id="ana", metadata={"topic": "work"})
         assert [m["metadata"] for m in old.get_all(user_id="ana")["results"]] == [{"topic": "work"}]
+
+
+def mem0_scoped_program(location: str) -> dict[str, object]:
+    """What a mem0 2.x program writes: scopes by agent and run, reads through ``filters``, keeps some messages
+    as written (``infer=False``), asks for a least score, the first few memories and new text by ``text``."""
+    from promem_fast import Memory
+
+    m = Memory(location, profile="scripted")
+    m.add([{"role": "system", "content": "You recommend films."},
+           {"role": "user", "content": "I love sci-fi movies."},
+           {"role": "assistant", "content": "Noted, sci-fi it is."}],
+          user_id="alice", agent_id="film-bot", run_id="evening")
+    m.add("I play tennis every Sunday.", user_id="alice", agent_id="coach")
+    kept = m.add([{"role": "user", "content": "My locker code is 4411."}], user_id="alice", infer=False,
+                 timestamp=1_700_000_000)
+    again = m.add([{"role": "user", "content": "My locker code is 4411."}], user_id="alice", infer=False)
+    films = m.search("What does alice like to watch?", filters={"user_id": "alice", "agent_id": "film-bot"})
+    evening = m.get_all(filters={"user_id": "alice", "run_id": "evening"})
+    close = m.search("locker code", filters={"user_id": "alice"}, threshold=0.5)
+    first_two = m.get_all(filters={"user_id": "alice"}, top_k=2)
+    renamed = m.update(first_two["results"][0]["id"], text="Alice loves science fiction.")
+    coach_gone = m.delete_all(user_id="alice", agent_id="coach")
+    left = m.get_all(user_id="alice")
+    m.close()
+    return locals()
+
+
+def test_mem0_scoped_program_runs_and_keeps_verbatim_messages_as_written(store_at: str) -> None:
+    out = mem0_scoped_program(store_at)
+    # agent_id and run_id scope what filters find
+    assert [r["memory"] for r in out["films"]["results"]] == ["Alice love sci-fi movies."]  # type: ignore[index]
+    assert [r["metadata"] for r in out["evening"]["results"]] == [  # type: ignore[index]
+        {"agent_id": "film-bot", "run_id": "evening"}]
+    # infer=False: the message itself, dated by the Unix time given (1,700,000,000 s is 2023-11-14 22:13:20
+    # UTC), and the same message twice is two memories, not a duplicate merged away
+    (event,) = out["kept"]["results"]  # type: ignore[index]
+    assert event["memory"] == "My locker code is 4411." and event["event"] == "add"
+    assert [e["event"] for e in out["again"]["results"]] == ["add"]  # type: ignore[index]
+    verbatim = [r for r in out["left"]["results"] if r["memory"] == "My locker code is 4411."]  # type: ignore[index]
+    assert len(verbatim) == 2 and verbatim[0]["valid_from"] == "2023-11-14T22:13:20"
+    # threshold: only memories that close to the query; the film and tennis memories are not
+    assert {r["memory"] for r in out["close"]["results"]} == {"My locker code is 4411."}  # type: ignore[index]
+    assert all(r["score"] >= 0.5 for r in out["close"]["results"])  # type: ignore[index]
+    assert len(out["first_two"]["results"]) == 2  # type: ignore[index]
+    assert out["renamed"]["memory"] == "Alice loves science fiction."  # type: ignore[index]
+    # delete_all by agent removes that agent's session only
+    assert out["coach_gone"] == {"deleted": 1}
+    assert [r["memory"] for r in out["left"]["results"]] == [  # type: ignore[index]
+        "Alice loves science fiction.", "My locker code is 4411.", "My locker code is 4411."]
+
+
+def test_verbatim_messages_need_no_language_model(tmp_path: Path) -> None:
+    """infer=False stores with the embedder alone: an unreachable chat model is never asked."""
+    from promem_fast import EngineConfig, Memory
+
+    config = EngineConfig.profile("scripted").with_overrides(
+        ["llm.backend=openai", "llm.base_url=http://127.0.0.1:9/v1", "llm.model=nowhere", "llm.max_retries=0"])
+    with Memory(tmp_path / "m.db", config=config) as memory:
+        memory.add("I keep bees in Porto.", user_id="ana", infer=False)
+        memory.add("I keep bees in Porto.", user_id="ana", infer=False)
+        assert [r["memory"] for r in memory.get_all(user_id="ana")["results"]] == [
+            "I keep bees in Porto.", "I keep bees in Porto."]
+        assert memory.search("bees", user_id="ana")["results"][0]["memory"] == "I keep bees in Porto."
+
+
+def test_mem0_arguments_promem_cannot_take_are_refused_with_the_reason(tmp_path: Path) -> None:
+    from promem_fast import Memory
+    from promem_fast.errors import ConfigError
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        with pytest.raises(InputError, match="keeps memory per user"):
+            memory.add("I like tea.", agent_id="helper")
+        with pytest.raises(InputError, match="metadata is its session's"):
+            memory.update(1, text="x", metadata={"a": 1})
+        with pytest.raises(InputError, match="there is no memory 41"):
+            memory.delete(41)
+        with pytest.raises(InputError, match="date or timestamp"):
+            memory.add("I like tea.", user_id="ana", date="2024-01-01", timestamp=1)
+        with pytest.raises(InputError, match="agent_id 'a' and the agent_id 'b'"):
+            memory.add("I like tea.", user_id="ana", agent_id="a", metadata={"agent_id": "b"})
+    with pytest.raises(ConfigError, match="'vector_store' is mem0's configuration"):
+        Memory.from_config({"vector_store": {"provider": "faiss", "config": {"path": "x"}}})
+
+
+def test_from_config_takes_promem_sections(tmp_path: Path) -> None:
+    from promem_fast import Memory
+
+    with Memory.from_config({"profile": "scripted", "ranking": {"when": False}}, path=tmp_path / "m.db") as memory:
+        assert memory.config.ranking.when is False and memory.config.llm.backend == "scripted"
+        memory.add("I keep bees.", user_id="ana")
+        assert memory.search("bees", user_id="ana")["results"][0]["memory"] == "Ana keep bees."
+
+
+def test_async_memory_runs_the_verbs_in_the_order_awaited(tmp_path: Path) -> None:
+    """Concurrent awaits on one AsyncMemory each see what the calls made before them wrote."""
+    import asyncio
+
+    from promem_fast import AsyncMemory
+
+    async def program() -> tuple[list[object], dict[str, object]]:
+        async with AsyncMemory(tmp_path / "m.db", profile="scripted") as memory:
+            added = memory.add("I moved to Denver.", user_id="tom", date="2024-03-02")
+            found = memory.search("Where does Tom live?", user_id="tom")
+            listed = memory.get_all(user_id="tom")
+            results = await asyncio.gather(added, found, listed)
+            gone = await memory.delete_all(user_id="tom")
+        return results, gone
+
+    (added, found, listed), gone = asyncio.run(program())
+    assert [e["memory"] for e in added["results"]] == ["Tom moved to Denver."]  # type: ignore[index]
+    assert [r["memory"] for r in found["results"]] == ["Tom moved to Denver."]  # type: ignore[index]
+    assert [r["valid_from"] for r in listed["results"]] == ["2024-03-02T00:00:00"]  # type: ignore[index]
+    assert gone == {"deleted": 1}

@@ -495,15 +495,24 @@ def test_the_mem0_verbs_over_http_metadata_filters_update_delete_all_and_reset(
         client.add("I keep bees in Porto.", user_id="Ana", metadata={"topic": "hobby"})
         client.add("I work as a nurse.", user_id="Ana", metadata={"topic": "work"})
         client.add("I live in Lisbon.", user_id="Rui")
+        client.add("My locker code is 4411.", user_id="Ana", infer=False)  # kept as written, no model
+        client.add("My locker code is 4411.", user_id="Ana", infer=False)  # the same message: added once
+        assert [m["memory"] for m in client.get_all(user_id="Ana")["results"]] == [
+            "Ana keep bees in Porto.", "Ana work as a nurse.", "My locker code is 4411."]
         work = client.search("what does Ana do", user_id="Ana", top_k=5, filters={"topic": "work"})["results"]
         assert [(m["memory"], m["metadata"]) for m in work] == [("Ana work as a nurse.", {"topic": "work"})]
         with pytest.raises(ServerError) as bad:
             client.search("x", user_id="Ana", filters={"no such key!": 1})
         assert bad.value.status == 422 and "plain name" in str(bad.value.detail)
+        every = client.search("what does Ana do", user_id="Ana", top_k=5)["results"]
+        best = max(m["score"] for m in every)
+        assert [m["id"] for m in client.search("what does Ana do", user_id="Ana", threshold=best)["results"]] == [
+            m["id"] for m in every if m["score"] >= best]
+        assert client.search("what does Ana do", user_id="Ana", threshold=min(best + 0.01, 1.0))["results"] == []
         changed = client.update(work[0]["id"], "Ana works as a surgeon.", user_id="Ana")
         assert (changed["id"], changed["memory"]) == (work[0]["id"], "Ana works as a surgeon.")
         assert client.search("surgeon", user_id="Ana", top_k=1)["results"][0]["id"] == work[0]["id"]
-        assert client.delete_all(user_id="Ana") == {"deleted": 2}
+        assert client.delete_all(user_id="Ana") == {"deleted": 3}
         assert client.reset() == {"deleted": 1}
         assert client.users() == []
     with Client(server.url, keys["b"]) as other:

@@ -35,6 +35,11 @@ def test_extract_into_a_store_then_search_ask_export_import_ingest(
                  *SCRIPTED]) == 0
     hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(hits) == 3 and hits[0]["memory"] == probe.text and hits[0]["session_ids"] == [probe.session_id]
+    least = hits[0]["score"]  # --threshold keeps the hits that close to the query, in the same order
+    assert main(["search", probe.text, "--db", str(db), "--user", user, "-k", "3", "--history", "--json",
+                 "--threshold", str(least), *SCRIPTED]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == [
+        h["id"] for h in hits if h["score"] >= least]
 
     assert main(["ask", f"What about {probe.text}", "--db", str(db), "--user", user, "--json", *SCRIPTED]) == 0
     reply = json.loads(capsys.readouterr().out)

@@ -19,6 +19,8 @@ def register(sub: Any) -> None:
     p.add_argument("-k", "--top-k", "--limit", dest="k", type=int, default=DEFAULT_K,
                    help=f"entries to return (default {DEFAULT_K})")
     p.add_argument("--history", action="store_true", help="include entries that newer ones superseded")
+    p.add_argument("--threshold", type=float, metavar="COSINE",
+                   help="only entries whose score (cosine with the query) is at least this")
     time_args(p)
     filter_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per entry (the HTTP API's shape)")
@@ -93,7 +95,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if unknown_user(store, args):
             return 1
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
-                            filters=dict(args.filters or []), **given_time(args))
+                            filters=dict(args.filters or []), threshold=args.threshold, **given_time(args))
     for hit in hits:
         if args.json:
             print(json.dumps(hit.memory(), ensure_ascii=False))

@@ -16,6 +16,7 @@ import numpy as np
 from promem_fast.errors import InputError
 from promem_fast.times import iso_time
 from promem_fast.types import MemoryGraph
+from promem_fast.verbatim import MODE as VERBATIM
 
 from . import rows
 from .api import Database
@@ -108,9 +109,11 @@ def write_verdicts(db: Database, user_pk: int, session_pk: int, merges: Sequence
 
 
 def session_entries(db: Database, session_pk: int, dim: int) -> tuple[list[tuple[int, str, str | None]], np.ndarray]:
-    """A session's embedded entries ``(id, text, valid_from)`` in graph order, and their vectors."""
-    found = db.execute(f"SELECT id, text, valid_from, {db.vector_sql('vector')} FROM nodes WHERE session_pk = ? "
-                       "AND vector IS NOT NULL ORDER BY local_id", (session_pk,)).fetchall()
+    """A session's embedded entries ``(id, text, valid_from)`` in graph order, and their vectors: what is
+    judged against the user's older memory. None for a session kept as written (:mod:`promem_fast.verbatim`)."""
+    found = db.execute(f"SELECT n.id, n.text, n.valid_from, {db.vector_sql('n.vector')} FROM nodes n JOIN sessions s "
+                       "ON s.id = n.session_pk WHERE n.session_pk = ? AND n.vector IS NOT NULL AND s.mode <> ? "
+                       "ORDER BY n.local_id", (session_pk, VERBATIM)).fetchall()
     return [(int(i), t, f) for i, t, f, _ in found], db.decode_vectors([v for *_, v in found], dim)
 
 

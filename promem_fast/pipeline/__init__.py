@@ -33,10 +33,13 @@ from promem_fast.pipeline.views import DialogueView
 from promem_fast.requests import Program
 from promem_fast.times import iso_time
 from promem_fast.types import Detail, Edge, Event, MemoryEntry, MemoryGraph, Session
+from promem_fast.verbatim import verbatim_graph
 
 
 def session_program(session: Session, ctx: RunContext) -> Program[MemoryGraph]:
-    """Extract the verified memory graph G = (V, E, A) of one session."""
+    """Extract the verified memory graph G = (V, E, A) of one session (or keep its messages as written)."""
+    if not session.infer:
+        return verbatim_graph(session)
     cp = ctx.config.pipeline
     groups = session.turn_groups()
     view = DialogueView.of(session)

@@ -21,7 +21,7 @@ from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.metrics import CountResponses
 from promem_fast.serve.service import NotFound, Service
-from promem_fast.shapes import as_sessions
+from promem_fast.shapes import as_sessions, scoped
 
 require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -121,10 +121,8 @@ def _job_routes(v1: APIRouter, service: Service) -> None:
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
-        sessions = body.sessions if body.sessions is not None else as_sessions(body.messages, body.date)
-        if body.metadata:
-            sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **body.metadata}}
-                        if isinstance(s, dict) else s for s in sessions]
+        sessions = (scoped(body.sessions, metadata=body.metadata, infer=body.infer) if body.sessions is not None
+                    else as_sessions(body.messages, body.date, metadata=body.metadata, infer=body.infer))
         job, rejected = service.submit(who.tenant, user_id, sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)
@@ -190,7 +188,8 @@ def _query_routes(v1: APIRouter, service: Service) -> None:
         # one hop to the thread pool for the search itself (a real embedder may take milliseconds), none for
         # the key check before it or the reply's validation after it
         return {"results": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.count(),
-                                                   filters=body.filters, **scope(body))}
+                                                   filters=body.filters, threshold=body.threshold,
+                                                   **scope(body))}
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:

@@ -38,27 +38,28 @@ def build_server(service: Service, tenant: str) -> Any:
 
     @server.tool()
     async def add(user_id: str, messages: list[dict[str, Any]] | str, date: str | None = None,
-                  metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+                  metadata: dict[str, Any] | None = None, infer: bool = True) -> dict[str, Any]:
         """Extract and store the memory of a user's dialogue: what the user said (a string), one conversation
         as messages [{"role": "user" | "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list
         of sessions (each with session_id, optional timestamp and turns: [{"role", "text"}]). metadata (an
-        object) is stored with it and can filter searches."""
-        chat = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
-        sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **metadata}} if metadata else s
-                    for s in as_sessions(chat, date)]
+        object) is stored with it and can filter searches; infer=false keeps each message as written (no model
+        called)."""
+        sessions = as_sessions(messages, date, metadata=metadata, infer=infer)
         return await anyio.to_thread.run_sync(calls.add_and_wait, user_id, sessions)
 
     @server.tool()
     async def search(user_id: str, query: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
-                     as_of: str | None = None, since: str | None = None,
-                     until: str | None = None) -> dict[str, list[dict[str, Any]]]:
+                     as_of: str | None = None, since: str | None = None, until: str | None = None,
+                     threshold: float | None = None) -> dict[str, list[dict[str, Any]]]:
         """The memories of a user nearest to a query, best first, with their details, links and dates, as
         {"results": [...]}. filters: metadata conditions ({"key": value}, {"key": {"in": [..]}});
+        threshold: only memories whose score (cosine with the query) is at least this;
         as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
         since/until: only memories said on or after / said on or before these times (a bare day is all of it)."""
         when = _given(as_of=as_of, since=since, until=until)
         found = await anyio.to_thread.run_sync(
-            guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, **when), user_id)
+            guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, threshold=threshold, **when),
+            user_id)
         return {"results": found}
 
     @server.tool()

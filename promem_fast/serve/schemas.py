@@ -23,6 +23,8 @@ class AddSessions(BaseModel):
         default=None, description="one conversation: [{role, content}] or what the user said")
     date: str | None = Field(default=None, max_length=64, description="when the messages were said (ISO 8601)")
     metadata: dict[str, Any] | None = Field(default=None, description="stored with the sessions; filters search")
+    infer: bool = Field(default=True, description="false: keep each message as written, no model called (mem0's "
+                        "infer=False; such memories replace no older one)")
 
     @model_validator(mode="after")
     def _one_form(self) -> AddSessions:
@@ -52,6 +54,8 @@ class SearchQuery(TimeScope):
     filters: dict[str, Any] | None = Field(
         default=None, description='metadata conditions, all to hold: {"key": value}, {"key": {"in": [..]}}, '
                                   '{"key": {"ne": value}}')
+    threshold: float | None = Field(default=None, ge=-1, le=1, description="only memories whose score (cosine "
+                                    "with the query) is at least this (mem0's minimum score); default none")
 
     @model_validator(mode="after")
     def _one_count(self) -> SearchQuery:

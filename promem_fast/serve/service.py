@@ -177,11 +177,13 @@ class Service:
         return int(self.worker.call("delete", tenant, user, session, None)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
-               filters: dict[str, Any] | None = None, **when: str) -> list[dict[str, Any]]:
+               filters: dict[str, Any] | None = None, threshold: float | None = None,
+               **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window (refused by field before any work);
-        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`)."""
+        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`); ``threshold``: the least score."""
         when = _window(when)  # first: a bad time is the caller's error whoever the user
-        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters, **when)
+        hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters,
+                                 threshold=threshold, **when)
         return [hit.memory() for hit in hits]
 
     def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:

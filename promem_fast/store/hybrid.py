@@ -115,7 +115,9 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     order = fuse(dense, lexical, config, timed=timed)
     read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)
     best = collapse(order, read.vector, config, k, text_of=read.text)
-    return [(node, float(found @ vector) if (found := read.vector(node)) is not None else 0.0) for node, _ in best]
+    # six decimals, the score every surface shows, so a threshold compares with what the caller saw
+    return [(node, round(float(found @ vector), 6) if (found := read.vector(node)) is not None else 0.0)
+            for node, _ in best]
 
 
 def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope: tuple[str, tuple[Any, ...]],

@@ -226,10 +226,15 @@ class MemoryStore:
             "SELECT u.name FROM users u JOIN tenants t ON t.id = u.tenant_id WHERE t.name = ? ORDER BY u.id",
             (tenant,))]
 
-    def sessions(self, user: str, *, tenant: str = "default") -> list[str]:
+    def sessions(self, user: str, *, tenant: str = "default", filters: dict[str, Any] | None = None) -> list[str]:
+        """The user's session ids in the order they arrived; with ``filters``, those whose metadata meets
+        them (:mod:`.filters`: the rule searches use)."""
+        where, params = metadata_scope(filters, ("t.name = ? AND u.name = ?", (tenant, user)), alias="x",
+                                       dialect=self.db.dialect)
         return [sid for (sid,) in self.db.execute(
-            "SELECT s.session_id FROM sessions s JOIN users u ON u.id = s.user_id JOIN tenants t ON "
-            "t.id = u.tenant_id WHERE t.name = ? AND u.name = ? ORDER BY s.id", (tenant, user))]
+            "SELECT x.session_id FROM (SELECT id, id AS session_pk, session_id, user_id FROM sessions) x "
+            f"JOIN users u ON u.id = x.user_id JOIN tenants t ON t.id = u.tenant_id WHERE {where} ORDER BY x.id",
+            params)]
 
     def hits(self, user: str, *, tenant: str = "default", history: bool = False) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
@@ -242,13 +247,15 @@ class MemoryStore:
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None,
-               filters: dict[str, Any] | None = None) -> list[Hit]:
+               filters: dict[str, Any] | None = None, threshold: float | None = None) -> list[Hit]:
         """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
         held then, a replaced fact included when the time is before its replacement. ``since``/``until``:
         those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it).
-        ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`)."""
+        ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`). ``threshold``: only
+        memories whose cosine with the query (their ``score``) is at least that, in the same order (mem0's
+        minimum score): fewer than ``k`` when fewer pass."""
         from promem_fast.persistence.timeline import time_window, validity
 
         from .hybrid import search
@@ -256,7 +263,10 @@ class MemoryStore:
         window = time_window(as_of, since, until)
         scope = metadata_scope(filters, validity(*window, history=history), dialect=self.db.dialect)
         user_pk = self.user_id(tenant, user)
-        return [] if user_pk is None or k <= 0 else search(self, user_pk, user, query, k, scope, window[0])
+        if user_pk is None or k <= 0:
+            return []
+        hits = search(self, user_pk, user, query, k, scope, window[0])
+        return hits if threshold is None else [h for h in hits if h.score is not None and h.score >= threshold]
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         """Query vectors (an embedder's query prompt, when it has one)."""
