@@ -146,7 +146,8 @@ def test_metadata_travels_through_export_and_import_and_older_stores_gain_it(tmp
 
 def mem0_scoped_program(location: str) -> dict[str, object]:
     """What a mem0 2.x program writes: scopes by agent and run, reads through ``filters``, keeps some messages
-    as written (``infer=False``), asks for a least score, the first few memories and new text by ``text``."""
+    as written (``infer=False``), asks for a least score, the first few memories and new text by ``text``;
+    ``timestamp`` in Unix seconds is the form mem0's hosted platform takes (its open-source ``add`` refuses it)."""
     from promem_fast import Memory
 
     m = Memory(location, profile="scripted")
