@@ -332,6 +332,8 @@ def _count(top_k: int | None, limit: int | None, k: int | None, default: int) ->
     given = [n for n in (top_k, limit, k) if n is not None]
     if len(given) > 1:
         raise InputError("give one of top_k, limit and k", field="top_k")
+    if given and (isinstance(given[0], bool) or not isinstance(given[0], int) or given[0] < 0):
+        raise InputError(f"must be a whole number of memories, not {given[0]!r}", field="top_k")
     return given[0] if given else default
 
 

@@ -221,6 +221,8 @@ def test_mem0_arguments_promem_cannot_take_are_refused_with_the_reason(tmp_path:
             memory.delete(41)
         with pytest.raises(InputError, match="date or timestamp"):
             memory.add("I like tea.", user_id="ana", date="2024-01-01", timestamp=1)
+        with pytest.raises(InputError, match="whole number of memories, not -1"):
+            memory.get_all(user_id="ana", top_k=-1)
         with pytest.raises(InputError, match="agent_id 'a' and the agent_id 'b'"):
             memory.add("I like tea.", user_id="ana", agent_id="a", metadata={"agent_id": "b"})
     with pytest.raises(ConfigError, match="'vector_store' is mem0's configuration"):
