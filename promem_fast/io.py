@@ -8,7 +8,7 @@ Input: JSONL, one session per line, in either form::
     {"session_id": "s2", "user": "Maya Chen", "messages": [{"role": "user", "content": "..."}, ...]}
 
 ``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
-may be spelled ``content``; every ``timestamp`` is read once here into the one kept form of
+may be spelled ``content``; every ``timestamp`` (a JSON number: Unix seconds) is read once here into the one kept form of
 :mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
 (default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out; ``"infer": false``
 keeps each message as written, with no model called (:mod:`promem_fast.verbatim`).
@@ -68,8 +68,11 @@ class _Check:
         return value
 
     def timestamp(self, record: dict[str, Any], where: str) -> str | None:
-        """The timestamp in the one kept form (:mod:`promem_fast.times`): read here once, for every reader."""
-        value = self.text(record, "timestamp", where, required=False)
+        """The timestamp in the one kept form (:mod:`promem_fast.times`): read here once, for every reader; a
+        number is Unix seconds."""
+        value: str | float | None = record.get("timestamp")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            value = self.text(record, "timestamp", where, required=False)
         if value is None:
             return None
         try:

@@ -337,25 +337,15 @@ def _count(top_k: int | None, limit: int | None, k: int | None, default: int) ->
     return given[0] if given else default
 
 
-def _when(date: str | None, timestamp: str | float | None) -> str | None:
-    """When the messages were said: ``date``, or ``timestamp`` (ISO 8601, or Unix seconds as mem0's
-    platform takes it), as one ISO time in UTC."""
-    from datetime import datetime, timezone
-
+def _when(date: str | None, timestamp: str | float | None) -> str | float | None:
+    """When the messages were said: ``date`` or ``timestamp`` (mem0's platform's name), read with every other
+    timestamp by :func:`promem_fast.io.session_from_dict` (ISO 8601, a dataset form, or Unix seconds)."""
     if date is not None and timestamp is not None:
         raise InputError("give date or timestamp, not both", field="timestamp")
-    if isinstance(timestamp, bool) or timestamp is not None and not isinstance(timestamp, (str, int, float)):
-        raise InputError("must be an ISO 8601 time or Unix seconds", field="timestamp")
-    if isinstance(timestamp, (int, float)):
-        try:
-            moment = datetime.fromtimestamp(timestamp, timezone.utc)
-        except (OverflowError, OSError, ValueError):
-            raise InputError(f"{timestamp!r} is no time a calendar holds", field="timestamp") from None
-        return moment.replace(tzinfo=None).isoformat(timespec="seconds")
     return date if timestamp is None else timestamp
 
 
-def _session(messages: Any, user_id: str, date: str | None, session_id: str | None,
+def _session(messages: Any, user_id: str, date: str | float | None, session_id: str | None,
              metadata: dict[str, Any] | None) -> Session:
     """The session ``add`` was given, as a validated :class:`Session` of ``user_id``."""
     from promem_fast.io import session_from_dict

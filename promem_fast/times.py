@@ -4,7 +4,7 @@ Sessions arrive dated in several forms: ISO 8601, HaluMem's "Sep 04, 2025, 09:05
 8 May, 2023", LongMemEval's "2023/05/20 (Sat) 02:21", plain days. Input (:func:`promem_fast.io.session_from_dict`
 and the benchmark loaders) turns each into one form, :func:`iso_time`'s, so that every later reader (the
 session date of the prompts, the chat template's ``date_string``, the store's ``valid_from`` and the order
-sessions are judged in) sees the same instant. Readers downstream go through :func:`day_of`, which reads that
+sessions are judged in) sees the same instant. A JSON number is read as Unix seconds (UTC). Readers downstream go through :func:`day_of`, which reads that
 form (and, for a :class:`~promem_fast.types.Session` built by hand, any accepted form) the same way.
 
 The rule: a time is kept naive, to the second; a time with an offset is turned into UTC first; a time whose
@@ -41,8 +41,14 @@ class TimeProblem(ValueError):
     """A time that cannot be kept: unreadable, or outside the years the rule allows (the message says which)."""
 
 
-def parse_time(value: str) -> datetime:
-    """``value`` as a naive datetime to the second (UTC when it had an offset); :class:`TimeProblem` if none."""
+def parse_time(value: str | float) -> datetime:
+    """``value`` as a naive datetime to the second (UTC when it had an offset; a number is Unix seconds, as
+    chat logs and mem0's platform give them, so UTC too); :class:`TimeProblem` if none."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, timezone.utc).replace(tzinfo=None, microsecond=0)
+        except (OverflowError, OSError, ValueError):
+            raise TimeProblem(f"{value!r} Unix seconds fall outside the years 0001-9999") from None
     text = value.strip()
     found: datetime | None = None
     try:

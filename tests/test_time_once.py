@@ -37,6 +37,7 @@ FORMS = {  # the form as a dataset writes it -> the day and the template's date_
     "2023/05/20 (Sat) 02:21": ("2023-05-20", "20 May 2023"),          # LongMemEval
     "2023/05/20": ("2023-05-20", "20 May 2023"),
     "2024-03-02T23:30:00-05:00": ("2024-03-03", "03 Mar 2024"),       # an offset: the day in UTC
+    1_700_000_000: ("2023-11-14", "14 Nov 2023"),                     # Unix seconds (22:13:20 UTC)
 }
 TURNS = [("I moved to Lisbon in May for a job at Nordvik Labs.", "Lisbon is lovely; how is the new job?")]
 
@@ -57,8 +58,8 @@ class Dated(ScriptedLLM):
         return super().generate(requests)
 
 
-@pytest.mark.parametrize("form", sorted(FORMS))
-def test_each_accepted_form_reaches_prompts_template_and_store_as_one_day(form: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", sorted(FORMS, key=str))
+def test_each_accepted_form_reaches_prompts_template_and_store_as_one_day(form: str | int, tmp_path: Path) -> None:
     day, date_string = FORMS[form]
     session = session_from_dict(make_session("s1", "Maya", TURNS, timestamp=form).to_dict())
     llm = Dated()
@@ -101,6 +102,14 @@ def test_a_session_time_the_rule_refuses_is_an_input_error_naming_the_field(stam
     with pytest.raises(InputError) as caught:
         session_from_dict(record)
     assert caught.value.field == "timestamp" and stamp[:20] in caught.value.message
+
+
+@pytest.mark.parametrize("stamp", [1e12, float("inf"), float("nan"), True])
+def test_unix_seconds_outside_the_calendar_or_not_a_number_are_refused_by_field(stamp: float) -> None:
+    record = {**make_session("s1", "Maya", TURNS).to_dict(), "timestamp": stamp}
+    with pytest.raises(InputError) as caught:
+        session_from_dict(record)
+    assert caught.value.field == "timestamp"
 
 
 def promem(*args: str) -> subprocess.CompletedProcess[str]:
