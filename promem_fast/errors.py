@@ -69,7 +69,8 @@ class BackendError(PromemError, RuntimeError):
 
 
 class SessionFailed(PromemError, RuntimeError):
-    """With ``on_error='stop'``: a session's program crashed, so the run ends (the cause is chained)."""
+    """A session's program crashed (the cause is chained): with ``on_error='stop'`` the run ends; ``Memory.add``
+    raises it for the one session it was given, which is then not stored."""
 
 
 class BackendUnavailable(PromemError, RuntimeError):

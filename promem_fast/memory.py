@@ -38,8 +38,10 @@ Result shapes (every time ISO 8601, every memory named by one ``id``):
      "metadata": {"topic": "home"},         # what add() was given with its session
      "links": [{"relation": "temporal", "direction": "out", "id": 18, "memory": "..."}]}
 
-*add*: ``{"user_id", "session_id", "added": bool (false: the store had the session), "results": [event]}``
-with one event per memory the session gave::
+*add*: ``{"user_id", "session_id", "added": bool (false: the store had the session), "results": [event],
+"failed_steps": [{"stage", "item", "error"}]}`` (the extraction steps that failed, so a session that gave few
+memories or none says why: a small model's reply that looped, a judge that could not decide) with one event
+per memory the session gave::
 
     {"id": 21, "memory": "...", "event": "add" | "update" | "duplicate",
      "replaces": [17],      # "update": the memories it superseded
@@ -187,15 +189,16 @@ class Memory:
             session = dataclasses.replace(session, infer=False)
         sid = session.session_id
         if sid in self.store.sessions(user_id, tenant=self.tenant):
-            return {"user_id": user_id, "session_id": sid, "added": False, "results": []}
+            return {"user_id": user_id, "session_id": sid, "added": False, "results": [], "failed_steps": []}
         if session.infer:
-            self.store.ingest([session], self.engine, tenant=self.tenant)
+            self._extract(session)
         else:  # no engine: the embedder alone
             from promem_fast.verbatim import verbatim_graph
 
             self.store.add([verbatim_graph(session)], tenant=self.tenant, engine=self._engine)
         return {"user_id": user_id, "session_id": sid, "added": True,
-                "results": self.store.session_events(user_id, sid, tenant=self.tenant)}
+                "results": self.store.session_events(user_id, sid, tenant=self.tenant),
+                "failed_steps": self.store.session_failures(user_id, sid, tenant=self.tenant)}
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
@@ -294,6 +297,24 @@ class Memory:
         from promem_fast.store.editing import reset
 
         return {"deleted": reset(self.store, self.tenant)}
+
+    def _extract(self, session: Session) -> None:
+        """Extract and store one session. Its program failing (a model server that does not answer, a backend
+        that crashed) stores nothing, and says so: :class:`SessionFailed` with the cause, never a quiet
+        ``added`` with no memories."""
+        from promem_fast.errors import SessionFailed
+
+        engine = self.engine
+        failed: list[BaseException] = []
+        before = engine.on_session_error
+        engine.on_session_error = lambda _, exc: failed.append(exc)
+        try:
+            self.store.ingest([session], engine, tenant=self.tenant)
+        finally:
+            engine.on_session_error = before
+        if failed:
+            raise SessionFailed(f"session {session.session_id!r} of {session.user!r} was not stored: "
+                                f"{type(failed[0]).__name__}: {failed[0]}") from failed[0]
 
     def _out(self, memories: list[dict[str, Any]]) -> Any:
         return memories if self.output_format == "list" else {"results": memories}

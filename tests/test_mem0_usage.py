@@ -258,3 +258,43 @@ def test_async_memory_runs_the_verbs_in_the_order_awaited(tmp_path: Path) -> Non
     assert [r["memory"] for r in found["results"]] == ["Tom moved to Denver."]  # type: ignore[index]
     assert [r["valid_from"] for r in listed["results"]] == ["2024-03-02T00:00:00"]  # type: ignore[index]
     assert gone == {"deleted": 1}
+
+
+def test_an_add_whose_model_does_not_answer_raises_and_stores_nothing(tmp_path: Path) -> None:
+    """A chat model server that is down: add says the session was not stored (mem0 raises too), rather than
+    reporting it added with no memories; the store keeps nothing of it, and the same add works later."""
+    from promem_fast import EngineConfig, Memory
+    from promem_fast.errors import SessionFailed
+
+    config = EngineConfig.profile("scripted").with_overrides(
+        ["llm.backend=openai", "llm.base_url=http://127.0.0.1:9/v1", "llm.model=nowhere", "llm.max_retries=0"])
+    with Memory(tmp_path / "m.db", config=config) as memory:
+        with pytest.raises(SessionFailed, match="session 's1' of 'ana' was not stored: BackendUnavailable"):
+            memory.add("I keep bees in Porto.", user_id="ana", session_id="s1")
+        assert memory.store.sessions("ana") == [] and memory.get_all(user_id="ana") == {"results": []}
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        again = memory.add("I keep bees in Porto.", user_id="ana", session_id="s1")
+        assert again["added"] and [e["memory"] for e in again["results"]] == ["Ana keep bees in Porto."]
+        assert again["failed_steps"] == []
+
+
+def test_an_add_says_which_steps_failed(tmp_path: Path) -> None:
+    """A draft reply that is no JSON at all, every try: the session is stored with what the other steps gave,
+    and the failed step is named in what the store reports for it (``add``'s ``failed_steps``)."""
+    from promem_fast import EngineConfig
+    from promem_fast.engine import Engine
+    from promem_fast.io import session_from_dict
+    from promem_fast.store import MemoryStore
+    from promem_fast.testing.llm_scripted import ScriptedLLM
+
+    config = EngineConfig.profile("scripted")
+    session = session_from_dict({"session_id": "s1", "user": "ana", "messages": [
+        {"role": "user", "content": "I keep bees in Porto."}, {"role": "assistant", "content": "Lovely."}]})
+    with Engine(config, llm=ScriptedLLM(rules={"draft": lambda fields: "facts: bees, bees, bees"})) as engine:
+        (graph,) = engine.extract([session])
+    with MemoryStore(tmp_path / "m.db", config) as store:
+        store.add([graph])
+        assert store.sessions("ana") == ["s1"]  # stored all the same
+        failed = store.session_failures("ana", "s1")
+        assert store.session_failures("bob", "s1") == [] and store.session_failures("ana", "s2") == []
+    assert [f["stage"] for f in failed] == ["draft"] and failed[0]["item"] == "draft chunk 1/1"

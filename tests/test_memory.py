@@ -25,7 +25,8 @@ def test_memory_verbs_take_messages_and_give_dicts_with_one_id_and_iso_times(tmp
         assert first["added"] and first["session_id"] == "s1"
         assert [(e["event"], e["memory"]) for e in first["results"]] == [("add", "Tom live in Boston near the harbour.")]
         assert memory.add(chat("I live in Boston near the harbour."), user_id="Tom", session_id="s1",
-                          date="2024-01-15") == {"user_id": "Tom", "session_id": "s1", "added": False, "results": []}
+                          date="2024-01-15") == {"user_id": "Tom", "session_id": "s1", "added": False, "results": [],
+                                                 "failed_steps": []}
         memory.add(chat("I adopted a beagle named Biscuit."), user_id="Tom", date="2024-03-02T18:00:00+01:00",
                    session_id="s2")
         hits = memory.search("Where does Tom live?", user_id="Tom", k=1)["results"]

@@ -13,6 +13,7 @@ duplicate is merged into the memory it repeats. The store records the embedder t
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -332,10 +333,23 @@ class MemoryStore:
         """What each memory of one stored session did (added, updated, merged as a duplicate), with reasons."""
         from promem_fast.persistence.links import session_events
 
-        user_pk = self.user_id(tenant, user)
-        row = None if user_pk is None else self.db.execute(
-            "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
+        row = self._session_row(tenant, user, session_id)
         return [] if row is None else session_events(self.db, int(row[0]))
+
+    def session_failures(self, user: str, session_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
+        """The steps of one stored session's extraction that failed (``stage``, ``item``, ``error``): why a
+        session may have given fewer memories than it says, or none."""
+        row = self._session_row(tenant, user, session_id)
+        if row is None:
+            return []
+        (stats,) = self.db.execute("SELECT stats FROM sessions WHERE id = ?", (int(row[0]),)).fetchone()
+        failures = json.loads(stats or "{}").get("failures", [])
+        return [{"stage": f.get("stage"), "item": f.get("item"), "error": f.get("error")} for f in failures]
+
+    def _session_row(self, tenant: str, user: str, session_id: str) -> Any:
+        user_pk = self.user_id(tenant, user)
+        return None if user_pk is None else self.db.execute(
+            "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
         """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
