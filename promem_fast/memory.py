@@ -64,6 +64,7 @@ judged again, so the memory is exactly as if they had never been added.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import uuid
 from collections.abc import Sequence
@@ -78,6 +79,17 @@ if TYPE_CHECKING:
     from promem_fast.engine import Engine
     from promem_fast.store.store import MemoryStore, UpdateJudge
     from promem_fast.types import Session
+
+log = logging.getLogger(__name__)
+
+SMALL_MODEL_NOTE = (
+    "Memory extracts with SmolLM2-135M-Instruct on the CPU (the cpu profile's default model): it runs anywhere, "
+    "but a 135M model writes few, shallow or wrong memories, and for a short message often none (each add's "
+    "failed_steps says why). For real memories give it a real model: Memory(profile=\"gpu\") on a GPU, or any "
+    "OpenAI-compatible server (llama-server, vllm serve, Ollama): Memory.from_config({\"profile\": \"cpu\", "
+    "\"llm\": {\"backend\": \"openai\", \"base_url\": \"http://127.0.0.1:8080/v1\", \"model\": \"MODEL\"}})")
+"""Logged once per ``Memory`` when its engine loads the shipped 135M model, which a program's author may not
+know they chose by leaving the profile out."""
 
 _MEM0_KEYS = frozenset({"vector_store", "graph_store", "history_db_path", "reranker", "version",
                         "custom_fact_extraction_prompt", "custom_update_memory_prompt"})
@@ -148,6 +160,8 @@ class Memory:
             from promem_fast.engine import Engine
 
             engine = Engine(self.config, embedder=self.store.embedder)
+            if self.config.llm.backend == "llamacpp" and self.config.llm.model is None:
+                log.warning(SMALL_MODEL_NOTE)
             try:
                 engine.services.preload()  # a missing library or model: the first add says so, with the fix
             except BaseException:

@@ -298,3 +298,34 @@ def test_an_add_says_which_steps_failed(tmp_path: Path) -> None:
         failed = store.session_failures("ana", "s1")
         assert store.session_failures("bob", "s1") == [] and store.session_failures("ana", "s2") == []
     assert [f["stage"] for f in failed] == ["draft"] and failed[0]["item"] == "draft chunk 1/1"
+
+
+@pytest.mark.slow
+def test_the_cpu_default_says_once_that_its_model_is_small_and_how_to_give_it_a_real_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``Memory()`` with no profile extracts with the shipped 135M model: a program's author who left the profile
+    out is told once, with the two ways to a real model, and each add still says what it got."""
+    import logging
+
+    from promem_fast import Memory
+
+    with caplog.at_level(logging.WARNING, logger="promem_fast.memory"):
+        with Memory(tmp_path / "m.db", profile="cpu") as memory:
+            first = memory.add("I moved to Denver last week and started a new job as a nurse.", user_id="alice")
+            memory.add("I love playing tennis on weekends with my sister Anna.", user_id="alice")
+        with Memory(tmp_path / "s.db", profile="scripted") as other:
+            other.add("I keep bees.", user_id="ana")
+    notes = [r.getMessage() for r in caplog.records if "SmolLM2-135M" in r.getMessage()]
+    assert len(notes) == 1 and 'profile="gpu"' in notes[0] and '"backend": "openai"' in notes[0]
+    assert first["added"] and set(first) == {"user_id", "session_id", "added", "results", "failed_steps"}
+    assert first["results"] or first["failed_steps"]  # memories, or the steps that gave none
+
+
+def test_from_config_points_the_cpu_profile_at_an_openai_compatible_server(tmp_path: Path) -> None:
+    """The configuration the small-model note suggests is one ``from_config`` takes as written."""
+    from promem_fast import Memory
+
+    with Memory.from_config({"profile": "cpu", "llm": {"backend": "openai", "base_url": "http://127.0.0.1:8080/v1",
+                                                      "model": "MODEL"}}, path=tmp_path / "m.db") as memory:
+        assert (memory.config.llm.backend, memory.config.llm.base_url, memory.config.llm.model) == (
+            "openai", "http://127.0.0.1:8080/v1", "MODEL")
