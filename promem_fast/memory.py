@@ -36,7 +36,8 @@ Result shapes (every time ISO 8601, every memory named by one ``id``):
      "score": 0.81,                         # cosine with the query (search only, else null)
      "details": ["Denver"],                 # details anchored to it
      "metadata": {"topic": "home"},         # what add() was given with its session
-     "links": [{"relation": "temporal", "direction": "out", "id": 18, "memory": "..."}]}
+     "links": [{"relation": "temporal", "direction": "out", "id": 18, "memory": "..."}],
+     "edits": [{"text": "Tom lives in Denver", "at": "2026-12-04T09:00:00Z"}]}  # texts update() replaced
 
 *add*: ``{"user_id", "session_id", "added": bool (false: the store had the session), "results": [event],
 "failed_steps": [{"stage", "item", "error"}]}`` (the extraction steps that failed, so a session that gave few
@@ -55,7 +56,8 @@ per memory the session gave::
 "duplicate", "reason"}]}``: the replacement graph through the memory (two facts replaced by one are two
 edges into one node, not a chain).
 
-*update*: the memory with its new text (re-embedded; the old text is kept in the node's ``edits``).
+*update*: the memory with its new text (re-embedded; the text it replaced is kept in its ``edits``, oldest first,
+shown wherever the memory is: deleting the memory removes them with it).
 
 *delete*, *delete_all*, *reset*: ``{"deleted": n}`` memories removed; what they had replaced or merged is
 judged again, so the memory is exactly as if they had never been added.

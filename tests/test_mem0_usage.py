@@ -81,6 +81,10 @@ def check_mem0_program(out: dict[str, object]) -> None:
     assert [r["memory"] for r in out["sport"]["results"]] == ["Alice play tennis every Sunday."]  # type: ignore[index]
     assert len(out["top"]["results"]) == 1  # type: ignore[index]
     assert out["updated"]["memory"] == "Alice loves science fiction cinema."  # type: ignore[index]
+    # the text it replaced is shown with it, in the memory and in its history (mem0's history shows it too)
+    assert [e["text"] for e in out["updated"]["edits"]] == ["Alice love sci-fi movies."]  # type: ignore[index]
+    assert out["history"]["nodes"][0]["edits"] == out["updated"]["edits"]  # type: ignore[index]
+    assert out["updated"]["edits"][0]["at"].endswith("Z")  # type: ignore[index]
     # re-embedded at once: a search by the new words finds it first
     assert out["after_update"]["results"][0]["id"] == out["first"]["id"]  # type: ignore[index]
     assert out["history"]["id"] == out["first"]["id"]  # type: ignore[index]

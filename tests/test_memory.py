@@ -11,7 +11,7 @@ from promem_fast import Memory
 from promem_fast.errors import InputError
 
 MEMORY_KEYS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at",
-               "superseded_by", "reason", "score", "details", "metadata", "links"}
+               "superseded_by", "reason", "score", "details", "metadata", "links", "edits"}
 
 
 def chat(text: str) -> list[dict[str, str]]:

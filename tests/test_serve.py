@@ -105,7 +105,7 @@ def test_search_returns_ranked_hits_with_details_and_dates(a: httpx.Client) -> N
 
 
 MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
-                 "reason", "score", "details", "metadata", "links"}
+                 "reason", "score", "details", "metadata", "links", "edits"}
 
 
 def test_a_hit_has_one_id(a: httpx.Client) -> None:

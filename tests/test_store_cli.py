@@ -14,7 +14,7 @@ from promem_fast.store import MemoryStore
 
 SCRIPTED = ["--profile", "scripted", "--no-progress"]
 MEMORY_FIELDS = {"id", "memory", "user_id", "session_ids", "valid_from", "valid_until", "recorded_at", "superseded_by",
-                 "reason", "score", "details", "metadata", "links"}
+                 "reason", "score", "details", "metadata", "links", "edits"}
 
 
 def test_extract_into_a_store_then_search_ask_export_import_ingest(

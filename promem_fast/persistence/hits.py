@@ -74,6 +74,7 @@ class Hit:
             "details": list(self.details), "metadata": dict(self.metadata),
             "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
                        "memory": e["text"]} for e in self.edges],
+            "edits": [{"text": e["text"], "at": e["at"]} for e in self.node.get("edits", [])],
         }
 
 

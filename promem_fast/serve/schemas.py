@@ -84,6 +84,11 @@ class Link(BaseModel):
     memory: str = Field(description="the linked memory's text")
 
 
+class Edit(BaseModel):
+    text: str = Field(description="the memory's text before this update")
+    at: str = Field(description="when the update was made (ISO 8601, UTC)")
+
+
 class Memory(BaseModel):
     """One memory: a search hit (with ``score``), a listed memory or a node of a history."""
 
@@ -100,6 +105,7 @@ class Memory(BaseModel):
     details: list[str]
     metadata: dict[str, Any] = Field(default_factory=dict, description="what its session was added with")
     links: list[Link]
+    edits: list[Edit] = Field(default_factory=list, description="the texts an update replaced, oldest first")
 
 
 class Hits(BaseModel):
