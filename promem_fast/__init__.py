@@ -21,5 +21,5 @@ from promem_fast.io import load_sessions
 from promem_fast.types import MemoryGraph, Session, Turn
 from promem_fast.version import __version__
 
-__all__ = ["AsyncMemory", "Engine", "EngineConfig", "Memory", "MemoryGraph", "RunSummary", "Session", "Turn", "load_sessions",
-           "__version__"]
+__all__ = ["AsyncMemory", "Engine", "EngineConfig", "Memory", "MemoryGraph", "RunSummary", "Session", "Turn",
+           "load_sessions", "__version__"]

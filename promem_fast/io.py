@@ -8,8 +8,8 @@ Input: JSONL, one session per line, in either form::
     {"session_id": "s2", "user": "Maya Chen", "messages": [{"role": "user", "content": "..."}, ...]}
 
 ``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
-may be spelled ``content``; every ``timestamp`` (a JSON number: Unix seconds) is read once here into the one kept form of
-:mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
+may be spelled ``content``; every ``timestamp`` (a JSON number: Unix seconds) is read once here into the one
+kept form of :mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
 (default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out; ``"infer": false``
 keeps each message as written, with no model called (:mod:`promem_fast.verbatim`).
 Every problem is reported as an :class:`~promem_fast.errors.InputError` naming file, line, session and field,

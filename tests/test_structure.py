@@ -33,7 +33,8 @@ MAX_LINES = 450
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "version", "deps", "config", "config_merge", "config_ranking", "config_compression",
      "prompts", "native", "jsonl", "io", "models", "manifest", "run_summary", "isolation", "progress", "shapes", "names",
-     "private", "prefix_cache", "times", "loops", "verbatim"),
+     "private", "prefix_cache", "times", "loops",
+     "verbatim"),
     ("backends",),
     ("requests", "services", "parsing", "context"),
     ("pipeline",),
