@@ -15,7 +15,7 @@ import pytest
 from promem_fast.backends.base import GenerationRequest
 from promem_fast.backends.llm_openai import OpenAICompatLLM, estimate_tokens
 from promem_fast.config import LLMConfig
-from promem_fast.errors import BackendError, BackendUnavailable, ContextOverflow
+from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, ContextOverflow
 from promem_fast.prompts import schema_for
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -34,6 +34,9 @@ class FakeServer:
         self.delay_s = 0.0
         self.tokenize = True
         self.usage = True
+        self.json_object_only = False
+        """Refuse a ``response_format`` of a type other than ``text`` or ``json_object``, as llama-cpp-python's
+        server does (HTTP 500, its request validation's message)."""
         self.models: list[dict[str, Any]] = [{"id": "served-model", "object": "model", "max_model_len": 2048}]
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -106,6 +109,11 @@ class FakeServer:
                         time.sleep(server.delay_s)
                     if failure is not None:
                         reply(failure[0], {"error": {"message": f"scripted {failure[0]}"}}, failure[1])
+                        return
+                    form = (body.get("response_format") or {}).get("type", "text")
+                    if server.json_object_only and form not in ("text", "json_object"):
+                        reply(500, {"detail": f"1 validation error: body.response_format.type: {form!r} is not "
+                                              "'text' or 'json_object'"})
                         return
                     last = body["messages"][-1]["content"]
                     if last == "BAD":
@@ -199,6 +207,72 @@ def test_schemas_go_strict_only_in_the_form_openai_accepts(server: FakeServer) -
         "properties": {"facts": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}}}
     assert sent["details"] == {"name": "reply", "strict": False, "schema": details}
     assert sent["relation"] == {"name": "reply", "strict": False, "schema": relation}
+
+
+def test_a_server_that_refuses_json_schema_gets_json_object_with_the_schema_after_one_refusal(
+        server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    """llama-cpp-python's server takes a schema only as ``{"type": "json_object", "schema": ...}``: the refused
+    request is sent again in that form at once (not retried as it was, minutes of backoff at default
+    settings), every later one goes in that form, and the switch is said once."""
+    server.json_object_only = True
+    backend = _backend(server.url, max_concurrency=1)
+    answers = backend.generate([_request(f"q{i}", schema=SCHEMA) for i in range(3)])
+    assert [json.loads(a.text)["echo"] for a in answers] == ["q0", "q1", "q2"]
+    assert [b["response_format"]["type"] for b in server.chat_bodies()] == [
+        "json_schema", "json_object", "json_object", "json_object"]
+    assert server.chat_bodies()[1]["response_format"]["schema"] == SCHEMA
+    assert sum("refuses response_format json_schema" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_fixed_schema_form_is_kept_and_a_wrong_one_refused(server: FakeServer) -> None:
+    server.json_object_only = True
+    with pytest.raises(BackendError, match="response_format"):
+        _backend(server.url, options={"backoff_s": 0.01, "schema_form": "json_schema"}).generate(
+            [_request("q", schema=SCHEMA)])
+    assert len(server.chat_bodies()) == 1  # refused once, not retried
+    fixed = _backend(server.url, options={"backoff_s": 0.01, "schema_form": "json_object"})
+    assert json.loads(fixed.generate([_request("r", schema=SCHEMA)])[0].text) == {"echo": "r"}
+    with pytest.raises(ConfigError, match="schema_form must be auto, json_schema or json_object"):
+        _backend(server.url, options={"schema_form": "grammar"})
+
+
+@pytest.mark.slow
+def test_llama_cpp_python_server_answers_the_pipelines_schemas(tmp_path: Any) -> None:
+    """The real llama-cpp-python OpenAI-compatible server with the shipped SmolLM2: the pipeline's draft
+    schema is answered with JSON that holds to it, through the form that server takes."""
+    import subprocess
+    import sys
+
+    from promem_fast.backends._llamacpp_load import default_model_path
+    from promem_fast.testing.service_processes import free_port
+
+    port = free_port()
+    log = (tmp_path / "server.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
+                                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"],
+                               stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.5)
+        backend = _backend(url, model="smollm2", context_length=2048, max_retries=0)
+        schema = schema_for("draft", max_items=3)
+        (answer,) = backend.generate([GenerationRequest(messages=(
+            {"role": "system", "content": "List facts about the user as JSON."},
+            {"role": "user", "content": 'Reply as {"facts": [...]}: "I keep bees in Porto."'}),
+            schema=schema, max_tokens=64, temperature=0.0)])
+        facts = json.loads(answer.text)["facts"]
+        assert isinstance(facts, list) and len(facts) <= 3 and all(isinstance(f, str) for f in facts)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
 
 
 def test_no_key_sends_no_authorization(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:

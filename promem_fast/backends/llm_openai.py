@@ -6,10 +6,13 @@ on-prem deployment needs no HTTP client package. Nothing is contacted unless ``l
 Requests: ``model``, ``messages``, ``max_tokens``, ``temperature``, ``seed``, and when the engine gives a
 schema ``response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": ...,
 "strict": ...}}``: strict, in the form OpenAI's strict mode accepts, when the schema has one, else as written
-and not strict (:mod:`._openai_schema`); ``ignore_eos`` (a vLLM extension) is sent only when the config asks
-for it. Every other
-key of ``LLMConfig.options`` is merged into each request body as is, except the backend's own knobs
-``backoff_s`` (base delay of the exponential backoff, default 0.5 s) and ``max_backoff_s`` (cap, 30 s).
+and not strict (:mod:`._openai_schema`). A server that refuses that form (llama-cpp-python's refuses any
+``response_format`` type but ``text`` and ``json_object``) gets ``{"type": "json_object", "schema": ...}``
+from then on, the form it takes, after one refused request and a warning; ``schema_form`` fixes either.
+``ignore_eos`` (a vLLM extension) is sent only when the config asks for it. Every other key of
+``LLMConfig.options`` is merged into each request body as is, except the backend's own knobs ``backoff_s``
+(base delay of the exponential backoff, default 0.5 s), ``max_backoff_s`` (cap, 30 s) and ``schema_form``
+(``auto``, ``json_schema`` or ``json_object``).
 
 Failures: HTTP 429, 5xx, refused connections and timeouts are retried up to ``max_retries`` times with
 exponential backoff and jitter; the jitter comes from a generator seeded by (``seed``, request position,
@@ -60,6 +63,9 @@ CHARS_PER_TOKEN = 3
 TEMPLATE_TOKENS = 8
 """Estimated chat-template tokens per message (role header and separators), also overcounted."""
 _UNAVAILABLE = frozenset({429, 502, 503, 504})
+SCHEMA_FORMS = ("json_schema", "json_object")
+"""How a reply schema is sent: OpenAI's form (vLLM and llama.cpp's llama-server take it too), or
+``json_object`` with a ``schema``, which llama-cpp-python's server takes."""
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -70,6 +76,10 @@ class _Retryable(Exception):
     status: int | None
     message: str
     retry_after: float | None = None
+
+
+class _FormRefused(BackendError):
+    """The server refused the request's ``response_format``: not retried as it is, but in the other form."""
 
 
 def _server_message(raw: bytes) -> str:
@@ -125,6 +135,10 @@ class OpenAICompatLLM:
         extra = dict(config.options)
         self._backoff_s = float(extra.pop("backoff_s", 0.5))
         self._max_backoff_s = float(extra.pop("max_backoff_s", 30.0))
+        form = str(extra.pop("schema_form", "auto"))
+        if form not in ("auto", *SCHEMA_FORMS):
+            raise ConfigError(f"llm.options.schema_form must be auto, json_schema or json_object, not {form!r}")
+        self._schema_form, self._form_fixed = ("json_schema" if form == "auto" else form), form != "auto"
         self._extra_body = extra
         host = urllib.parse.urlsplit(self.base_url).hostname or ""
         # Loopback servers are never reached through a proxy that the environment may name.
@@ -155,6 +169,8 @@ class OpenAICompatLLM:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             message = _server_message(exc.read() or b"")
+            if exc.code in (400, 422, 500) and "response_format" in message and body and "response_format" in body:
+                raise _FormRefused(f"{url} answered HTTP {exc.code}: {message}") from exc
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable(exc.code, message, _retry_after(exc.headers.get("Retry-After"))) from exc
             if exc.code == 400 and ("context length" in message.lower() or "maximum context" in message.lower()):
@@ -274,7 +290,9 @@ class OpenAICompatLLM:
             "temperature": request.temperature,
             "seed": request.seed,
         }
-        if request.schema is not None:
+        if request.schema is not None and self._schema_form == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": dict(request.schema)}
+        elif request.schema is not None:
             strict = strict_form(request.schema)
             body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "reply", "schema": dict(request.schema) if strict is None else strict,
@@ -284,7 +302,19 @@ class OpenAICompatLLM:
         return body
 
     def _complete(self, position: int, request: GenerationRequest) -> Completion:
-        data = self._call("POST", f"{self.base_url}/chat/completions", self._body(request), position)
+        url = f"{self.base_url}/chat/completions"
+        body = self._body(request)
+        try:
+            data = self._call("POST", url, body, position)
+        except _FormRefused as exc:
+            if self._form_fixed or body["response_format"]["type"] != "json_schema":
+                raise
+            if self._schema_form == "json_schema":  # the first request to hear it says so; the others just resend
+                logger.warning("%s refuses response_format json_schema (%s); sending reply schemas as json_object "
+                               "with a schema from now on (llm.options.schema_form)", self.base_url,
+                               " ".join(str(exc).split())[:240])
+                self._schema_form = "json_object"
+            data = self._call("POST", url, self._body(request), position)
         try:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
