@@ -9,9 +9,10 @@ Input: JSONL, one session per line, in either form::
 
 ``turn_id`` is optional (a user message opens a new turn, the replies after it share its id); ``text``
 may be spelled ``content``; every ``timestamp`` (a JSON number: Unix seconds) is read once here into the one
-kept form of :mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names whose memory it is when the speakers are peers
-(default ``user``); ``system`` messages of the OpenAI form are not dialogue and are left out; ``"infer": false``
-keeps each message as written, with no model called (:mod:`promem_fast.verbatim`).
+kept form of :mod:`promem_fast.times` (``2023-05-08T13:56:00``), or refused by field; ``owner_role`` names
+whose memory it is when the speakers are peers (default ``user``); ``system`` messages of the OpenAI form are
+not dialogue and are left out; ``"infer": false`` keeps each message as written, with no model called
+(:mod:`promem_fast.verbatim`).
 Every problem is reported as an :class:`~promem_fast.errors.InputError` naming file, line, session and field,
 including what would only fail later (a lone surrogate cannot be written as UTF-8, a giant integer cannot be
 read back), so one bad record never ends a run.

@@ -88,8 +88,9 @@ SMALL_MODEL_NOTE = (
     "Memory extracts with SmolLM2-135M-Instruct on the CPU (the cpu profile's default model): it runs anywhere, "
     "but a 135M model writes few, shallow or wrong memories, and for a short message often none (each add's "
     "failed_steps says why). For real memories give it a real model: Memory(profile=\"gpu\") on a GPU, or any "
-    "OpenAI-compatible server (llama-server, vllm serve, python -m llama_cpp.server): Memory.from_config({\"profile\": \"cpu\", "
-    "\"llm\": {\"backend\": \"openai\", \"base_url\": \"http://127.0.0.1:8080/v1\", \"model\": \"MODEL\"}})")
+    "OpenAI-compatible server (llama-server, vllm serve, python -m llama_cpp.server): "
+    "Memory.from_config({\"profile\": \"cpu\", \"llm\": {\"backend\": \"openai\", "
+    "\"base_url\": \"http://127.0.0.1:8080/v1\", \"model\": \"MODEL\"}})")
 """Logged once per ``Memory`` when its engine loads the shipped 135M model, which a program's author may not
 know they chose by leaving the profile out."""
 

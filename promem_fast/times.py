@@ -4,8 +4,9 @@ Sessions arrive dated in several forms: ISO 8601, HaluMem's "Sep 04, 2025, 09:05
 8 May, 2023", LongMemEval's "2023/05/20 (Sat) 02:21", plain days. Input (:func:`promem_fast.io.session_from_dict`
 and the benchmark loaders) turns each into one form, :func:`iso_time`'s, so that every later reader (the
 session date of the prompts, the chat template's ``date_string``, the store's ``valid_from`` and the order
-sessions are judged in) sees the same instant. A JSON number is read as Unix seconds (UTC). Readers downstream go through :func:`day_of`, which reads that
-form (and, for a :class:`~promem_fast.types.Session` built by hand, any accepted form) the same way.
+sessions are judged in) sees the same instant. A JSON number is read as Unix seconds (UTC). Readers downstream
+go through :func:`day_of`, which reads that form (and, for a :class:`~promem_fast.types.Session` built by hand,
+any accepted form) the same way.
 
 The rule: a time is kept naive, to the second; a time with an offset is turned into UTC first; a time whose
 UTC instant falls outside the years 0001–9999 (``0001-01-01T00:00:00+05:00``) is refused by name, as is a
