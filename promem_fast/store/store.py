@@ -340,16 +340,14 @@ class MemoryStore:
         """The steps of one stored session's extraction that failed (``stage``, ``item``, ``error``): why a
         session may have given fewer memories than it says, or none."""
         row = self._session_row(tenant, user, session_id)
-        if row is None:
-            return []
-        (stats,) = self.db.execute("SELECT stats FROM sessions WHERE id = ?", (int(row[0]),)).fetchone()
-        failures = json.loads(stats or "{}").get("failures", [])
+        failures = [] if row is None else json.loads(row[1] or "{}").get("failures", [])
         return [{"stage": f.get("stage"), "item": f.get("item"), "error": f.get("error")} for f in failures]
 
     def _session_row(self, tenant: str, user: str, session_id: str) -> Any:
+        """The stored session's ``(id, stats)``, or None."""
         user_pk = self.user_id(tenant, user)
         return None if user_pk is None else self.db.execute(
-            "SELECT id FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
+            "SELECT id, stats FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
         """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
