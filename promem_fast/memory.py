@@ -205,7 +205,7 @@ class Memory:
         if not infer:
             session = dataclasses.replace(session, infer=False)
         sid = session.session_id
-        if sid in self.store.sessions(user_id, tenant=self.tenant):
+        if self.store.has_session(self.tenant, user_id, sid):
             return {"user_id": user_id, "session_id": sid, "added": False, "results": [], "failed_steps": []}
         if session.infer:
             self._extract(session)
