@@ -21,7 +21,7 @@ from promem_fast.deps import require
 from promem_fast.errors import InputError, PromemError
 from promem_fast.names import name_problem
 from promem_fast.private import open_private
-from promem_fast.shapes import DEFAULT_K, as_sessions
+from promem_fast.shapes import DEFAULT_K, as_sessions, with_scopes
 from promem_fast.types import Session
 
 
@@ -61,12 +61,14 @@ class Client:
 
     # ------------------------------------------------------------------------------ verbs
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
-            metadata: dict[str, Any] | None = None, date: str | None = None, infer: bool = True, wait: bool = True,
-            timeout: float = 600.0) -> dict[str, Any]:
+            agent_id: str | None = None, run_id: str | None = None, metadata: dict[str, Any] | None = None,
+            date: str | None = None, infer: bool = True, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
         """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
         one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
-        stored with it; ``infer=False`` keeps each message as written. With ``wait`` return the finished job's
-        status, else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        stored with it, ``agent_id`` and ``run_id`` in it under those names (as :meth:`promem_fast.Memory.add`);
+        ``infer=False`` keeps each message as written. With ``wait`` return the finished job's status, else the
+        202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        metadata = with_scopes(metadata, agent_id=agent_id, run_id=run_id) or None
         body = _drop_none({"sessions": as_sessions(messages, date, infer=infer), "metadata": metadata})
         reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
@@ -85,11 +87,13 @@ class Client:
                 raise PromemError(f"job {job_id} not finished after {timeout:g} s: {status}")
             time.sleep(poll)
 
-    def search(self, query: str, *, user_id: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
-               threshold: float | None = None, as_of: str | None = None, since: str | None = None,
-               until: str | None = None) -> Any:
+    def search(self, query: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
+               top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None, threshold: float | None = None,
+               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
         """The ``top_k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's
-        time; ``filters``: metadata conditions; ``threshold``: the least score)."""
+        time; ``filters``: metadata conditions, ``agent_id`` and ``run_id`` among them; ``threshold``: the
+        least score)."""
+        filters = with_scopes(filters, agent_id=agent_id, run_id=run_id) or None
         body = _drop_none({"query": query, "top_k": top_k, "filters": filters, "threshold": threshold,
                            "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
@@ -100,8 +104,12 @@ class Client:
         body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
         return self._call("POST", self._u(user_id) + "/answer", json=body)
 
-    def get_all(self, *, user_id: str, history: bool = False) -> Any:
-        return self._out(self._call("GET", self._u(user_id) + "/memories", params={"history": history})["memories"])
+    def get_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
+                filters: dict[str, Any] | None = None, top_k: int | None = None, history: bool = False) -> Any:
+        """The user's memories, oldest first (replaced ones too with ``history``), those whose metadata meets
+        ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` when given."""
+        params = _drop_none({"history": history, "top_k": top_k, "filters": _json(filters, agent_id, run_id)})
+        return self._out(self._call("GET", self._u(user_id) + "/memories", params=params)["memories"])
 
     def get(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
         return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}")
@@ -132,8 +140,11 @@ class Client:
                                    f"/memories/{int(memory_id)}" if memory_id is not None else "")
         return self._call("DELETE", path)
 
-    def delete_all(self, *, user_id: str) -> dict[str, int]:
-        return self.delete(user_id=user_id)
+    def delete_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
+                   filters: dict[str, Any] | None = None) -> dict[str, int]:
+        """All memory of ``user_id``, or with ``agent_id``, ``run_id`` or ``filters`` that of the user's sessions
+        added with them (what they had replaced is judged again, once)."""
+        return self._call("DELETE", self._u(user_id), params=_drop_none({"filters": _json(filters, agent_id, run_id)}))
 
     def reset(self) -> dict[str, int]:
         """Delete all memory of every user of the key's tenant."""
@@ -170,6 +181,12 @@ class Client:
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
+
+
+def _json(filters: dict[str, Any] | None, agent_id: str | None, run_id: str | None) -> str | None:
+    """Filters with mem0's scopes, as the JSON the ``filters`` query parameter takes (``None``: no condition)."""
+    conditions = with_scopes(filters, agent_id=agent_id, run_id=run_id)
+    return json.dumps(conditions) if conditions else None
 
 
 def _segment(name: str, field: str) -> str:

@@ -201,7 +201,7 @@ class Memory:
             raise InputError("promem keeps memory per user: give user_id (agent_id and run_id go into the "
                              "session's metadata, where filters and delete_all find them)", field="user_id")
         session = _session(messages, user_id, _when(date, timestamp), session_id,
-                           _scoped(metadata, agent_id=agent_id, run_id=run_id))
+                           shapes.with_scopes(metadata, agent_id=agent_id, run_id=run_id))
         if not infer:
             session = dataclasses.replace(session, infer=False)
         sid = session.session_id
@@ -252,11 +252,8 @@ class Memory:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``),
         those whose metadata meets ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` (or
         ``limit``) of them when given."""
-        from promem_fast.store.filters import matches
-
         user, conditions = _user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
-        hits = [hit for hit in self.store.hits(user, tenant=self.tenant, history=history)
-                if matches(hit.metadata, conditions)]
+        hits = self.store.hits(user, tenant=self.tenant, history=history, filters=conditions)
         return self._out([hit.memory() for hit in hits[:_count(top_k, limit, None, len(hits))]])
 
     def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,
@@ -299,15 +296,13 @@ class Memory:
     def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
                    run_id: str | None = None) -> dict[str, int]:
         """Remove all memory of the user (gone from disk); with ``agent_id`` or ``run_id``, that of the user's
-        sessions added with them (what those sessions had replaced is judged again, as for one session)."""
+        sessions added with them, at once (what those sessions had replaced is judged again, once)."""
         if user_id is None:
             raise InputError("give user_id: promem keeps memory per user (agent_id and run_id narrow it)",
                              field="user_id")
-        scope = _scoped(None, agent_id=agent_id, run_id=run_id)
-        if not scope:
-            return self.delete(user_id=user_id)
-        sessions = self.store.sessions(user_id, tenant=self.tenant, filters=scope)
-        return {"deleted": sum(self.delete(user_id=user_id, session_id=sid)["deleted"] for sid in sessions)}
+        scope = shapes.with_scopes(None, agent_id=agent_id, run_id=run_id)
+        engine = self.engine if scope and self.store.update_judge != "off" else None
+        return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, filters=scope, engine=engine)}
 
     def reset(self) -> dict[str, int]:
         """Remove all memory of every user of this tenant (other tenants of the store keep theirs)."""
@@ -341,7 +336,7 @@ def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, ag
                       run_id: str | None = None) -> tuple[str, dict[str, Any]]:
     """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
     metadata conditions left (``agent_id`` and ``run_id`` among them)."""
-    conditions = _scoped(filters, agent_id=agent_id, run_id=run_id)
+    conditions = shapes.with_scopes(filters, agent_id=agent_id, run_id=run_id)
     named = conditions.pop("user_id", None)
     if user_id is not None and named is not None and named != user_id:
         raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
@@ -349,20 +344,6 @@ def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, ag
     if not isinstance(user, str) or not user:
         raise InputError("give user_id (or filters={'user_id': ...})", field="user_id")
     return user, conditions
-
-
-def _scoped(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[str, Any]:
-    """``metadata`` (or filters) with mem0's ``agent_id`` and ``run_id`` added under their names."""
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InputError("must be a JSON object", field="metadata")
-    merged = dict(metadata or {})
-    for name, value in scopes.items():
-        if value is None:
-            continue
-        if name in merged and merged[name] != value:
-            raise InputError(f"{name} {value!r} and the {name} {merged[name]!r} given with it differ", field=name)
-        merged[name] = value
-    return merged
 
 
 def _count(top_k: int | None, limit: int | None, k: int | None, default: int) -> int:

@@ -64,6 +64,21 @@ def scoped(sessions: list[dict[str, Any]], *, metadata: dict[str, Any] | None = 
     return sessions if infer else [{**s, "infer": False} for s in sessions]
 
 
+def with_scopes(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[str, Any]:
+    """``metadata`` (or filters) with mem0's scopes (``agent_id=``, ``run_id=``) added under their names: on every
+    surface they are session metadata, which filters, lists and scoped deletes then match."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InputError("must be a JSON object", field="metadata")
+    merged = dict(metadata or {})
+    for name, value in scopes.items():
+        if value is None:
+            continue
+        if name in merged and merged[name] != value:
+            raise InputError(f"{name} {value!r} and the {name} {merged[name]!r} given with it differ", field=name)
+        merged[name] = value
+    return merged
+
+
 def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     """A conversation (messages with ``role`` and ``content``) becomes one session whose id is a digest of its
     messages, date and form, so adding it twice stores it once (and kept as written, it is another session)."""

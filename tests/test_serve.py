@@ -517,3 +517,49 @@ def test_the_mem0_verbs_over_http_metadata_filters_update_delete_all_and_reset(
         assert client.users() == []
     with Client(server.url, keys["b"]) as other:
         assert other.users() == [MAYA]  # another tenant keeps its memory
+
+
+def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
+        served: tuple[Server, dict[str, str]]) -> None:
+    """A mem0 program's agent_id and run_id through the client: stored with the session, then the scope of
+    get_all, search and delete_all, which removes that agent's memory only; a malformed ``filters`` query
+    parameter is a 422 naming it."""
+    from promem_fast.client import Client, ServerError
+    from promem_fast.errors import InputError
+
+    def said(memory: dict[str, Any]) -> str:
+        """Which of the three things Ana said a memory is about."""
+        (word,) = [w for w in ("bees", "tomatoes", "nurse") if w in memory["memory"]]
+        return word
+
+    server, keys = served
+    with Client(server.url, keys["c"]) as client:
+        client.add("I keep bees in Porto.", user_id="Ana", agent_id="garden-bot", run_id="monday")
+        client.add("I grow tomatoes on my balcony.", user_id="Ana", agent_id="garden-bot", run_id="friday")
+        client.add("I work as a nurse.", user_id="Ana", agent_id="career-bot")
+        garden = client.get_all(user_id="Ana", agent_id="garden-bot")["results"]
+        assert [(said(m), m["metadata"]) for m in garden] == [
+            ("bees", {"agent_id": "garden-bot", "run_id": "monday"}),
+            ("tomatoes", {"agent_id": "garden-bot", "run_id": "friday"})]
+        assert [said(m) for m in client.get_all(user_id="Ana", run_id="friday")["results"]] == ["tomatoes"]
+        assert [said(m) for m in client.get_all(user_id="Ana", top_k=1)["results"]] == ["bees"]  # oldest first
+        found = client.search("what does Ana do", user_id="Ana", agent_id="career-bot")["results"]
+        assert [said(m) for m in found] == ["nurse"]
+        with pytest.raises(InputError, match="differ"):  # refused before anything is sent
+            client.get_all(user_id="Ana", agent_id="a", filters={"agent_id": "b"})
+        assert client.delete_all(user_id="Ana", agent_id="nobody") == {"deleted": 0}  # a known user: nothing
+        assert client.delete_all(user_id="Ana", agent_id="garden-bot") == {"deleted": 2}
+        assert [said(m) for m in client.get_all(user_id="Ana")["results"]] == ["nurse"]
+        assert len(client.sessions(user_id="Ana")) == 1
+        with pytest.raises(ServerError) as unknown:
+            client.delete_all(user_id="Nobody", agent_id="garden-bot")
+        assert unknown.value.status == 404
+        client.delete_all(user_id="Ana")
+    with server.client(keys["c"]) as http:
+        for bad, said in (("{not json", "not JSON"), ('["agent_id"]', "JSON object"),
+                          ('{"a b": 1}', "plain name")):
+            for reply in (http.get("/v1/users/Ana/memories", params={"filters": bad}),
+                          http.delete("/v1/users/Ana", params={"filters": bad})):
+                assert reply.status_code == 422, reply.text
+                (problem,) = reply.json()["detail"]
+                assert problem["loc"] == ["query", "filters"] and said in problem["msg"]

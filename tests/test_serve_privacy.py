@@ -185,6 +185,36 @@ def test_deleting_a_user_while_its_job_runs_sticks_and_purges_the_job(tmp_path: 
         assert raw.execute("SELECT COUNT(*) FROM serve_queue").fetchone()[0] == 0
 
 
+def test_deleting_an_agents_sessions_while_their_job_runs_sticks_and_keeps_the_other_agents(tmp_path: Path) -> None:
+    """mem0's ``delete_all(user_id=, agent_id=)`` over HTTP while that agent's sessions are being extracted: the
+    queued ones are cancelled, the running ones are not stored when they finish, the stored ones go, and no
+    job record keeps their ids; the user's other agent keeps its memory."""
+    import json
+
+    server, key = started(tmp_path, "--max-in-flight", "4")
+    try:
+        with server.client(key) as http:
+            kept = [make_session(f"b{i}", "Zed", TURNS).to_dict() for i in range(2)]
+            assert wait_job(http, http.post("/v1/users/Zed/sessions", json={
+                "sessions": kept, "metadata": {"agent_id": "bot-b"}}).json()["job_id"])["done"] == 2
+            busy = [make_session(f"a{i}", "Zed", TURNS * 3).to_dict() for i in range(150)]
+            job = http.post("/v1/users/Zed/sessions", json={"sessions": busy, "metadata": {"agent_id": "bot-a"}}
+                            ).json()["job_id"]
+            until(lambda: http.get(f"/v1/jobs/{job}").json()["done"] > 0, 60)
+            reply = http.delete("/v1/users/Zed", params={"filters": json.dumps({"agent_id": "bot-a"})})
+            assert reply.status_code == 200, reply.text
+            until(lambda: queue_depth(server) == 0, 180)  # the sessions running at the delete finish
+            assert queue_depth(server) == 0
+            assert http.get("/v1/users/Zed/sessions").json()["sessions"] == ["b0", "b1"]  # none came back
+            left = http.get("/v1/users/Zed/memories").json()["memories"]
+            assert left and {m["metadata"]["agent_id"] for m in left} == {"bot-b"}
+    finally:
+        server.stop()
+    with sqlite3.connect(tmp_path / "memory.db") as raw:  # no record of bot-a's sessions is left in the queue
+        assert raw.execute("SELECT COUNT(*) FROM serve_queue WHERE session_id LIKE 'a%' OR payload LIKE '%bot-a%'"
+                           ).fetchone()[0] == 0
+
+
 def test_finished_jobs_expire_after_the_retention_period(tmp_path: Path) -> None:
     server, key = started(tmp_path, "--job-retention", "1")
     try:

@@ -141,6 +141,18 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             goats = tool_result(await client.call_tool("list", {"user_id": "Goatherd"}))
             assert goats and all(m["valid_from"].startswith("2025-05-04") for m in goats)
             assert any("goats" in m["memory"] for m in goats)
+            hens = [{"role": "user", "content": "I keep six hens in my garden in Bergen."}]
+            tool_result(await client.call_tool("add", {"user_id": "Goatherd", "messages": hens,
+                                                       "metadata": {"agent_id": "poultry-bot"}}))
+            poultry = {"agent_id": "poultry-bot"}
+            listed_hens = tool_result(await client.call_tool("list", {"user_id": "Goatherd", "filters": poultry}))
+            assert listed_hens and all("hens" in m["memory"] for m in listed_hens)
+            assert len(tool_result(await client.call_tool("list", {"user_id": "Goatherd", "top_k": 1}))) == 1
+            cut = tool_result(await client.call_tool("delete", {"user_id": "Goatherd", "filters": poultry}))
+            assert cut == {"deleted": len(listed_hens)}
+            assert tool_result(await client.call_tool("list", {"user_id": "Goatherd"})) == goats  # the goats stay
+            wrong = await client.call_tool("list", {"user_id": "Goatherd", "filters": {"a b": 1}})
+            assert wrong.is_error and "plain name" in str(wrong.content)
             missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})
             assert missing.is_error and "no memory for user 'Nobody'" in str(missing.content)
 

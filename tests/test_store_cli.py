@@ -159,5 +159,13 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
     assert json.loads(capsys.readouterr().out) == {"deleted": 0}
     with MemoryStore(db, read_only=True) as store:
         assert "s2" not in store.sessions("Sharon Brown", tenant="acme")
+    # the memory of the sessions added with a topic (mem0's delete_all by agent_id, on the command line)
+    assert main(["delete", "--filter", "topic=hobby", *where, *user, *SCRIPTED]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert main(["list", *where, *user, "--json"]) == 0
+    assert [json.loads(line)["metadata"] for line in capsys.readouterr().out.splitlines()] == [{"topic": "work"}]
+    with pytest.raises(SystemExit):  # one of a memory, a session and filters
+        main(["delete", "--filter", "topic=work", "--session-id", "s1", *where, *user])
+    capsys.readouterr()
     assert main(["reset", *where, "--yes"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"deleted": 2}
+    assert json.loads(capsys.readouterr().out) == {"deleted": 1}

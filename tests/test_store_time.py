@@ -267,3 +267,39 @@ def test_asking_ahead_for_several_sessions_gives_the_links_of_one_at_a_time_in_f
     assert found[0] == found[1]
     assert sum(1 for row in found[0] if row[3] is not None) >= 20  # jobs, homes and plant counts replaced
     assert calls[0] == 11 and calls[1] <= 3  # one judge run per session after the first, against a few
+
+def test_deleting_the_sessions_of_a_scope_at_once_judges_the_rest_once_as_adding_them_would(
+        tmp_path: Path) -> None:
+    """mem0's ``delete_all(user_id=, agent_id=)``: every session of one agent goes, in one step. The memory is
+    then that of a store never given those sessions, and the sessions after them are judged once, asking the
+    judge what adding them to the first would ask (deleting one by one judges s3 twice: after s2, after s4)."""
+    from dataclasses import replace
+
+    s4 = graph("s4", "Tom", [BOSTON, VESPA], timestamp="2024-08-01T09:00:00")
+    s5 = graph("s5", "Tom", [HONDA], timestamp="2024-09-01T09:00:00")
+    bot = {"agent_id": "relocation-bot"}
+    sessions = [S1, replace(S2, metadata=bot), S3, replace(s4, metadata=bot), s5]
+
+    def counting_engine(asked: list[int]) -> Engine:
+        def judge(fields: dict[str, str]) -> dict[str, str]:
+            asked.append(1)
+            return table_judge(fields)
+        config = scripted_config()
+        return Engine(config, llm=ScriptedLLM(config.llm, rules={"store_update": judge}))
+
+    deleting: list[int] = []
+    with open_store(tmp_path / "a.db") as store, counting_engine(deleting) as eng:
+        store.add(sessions, engine=eng)
+        deleting.clear()
+        assert store.delete(user="Tom", filters=bot, engine=eng) == 5  # s2's three memories and s4's two
+        assert store.sessions("Tom") == ["s1", "s3", "s5"]
+        # what s2 had done is undone: Boston is current again (s3 and s5 say nothing of a home)
+        assert (BOSTON, ("s1",)) in current(store) and not any(t == DENVER for t, _ in current(store))
+        after = state(store)
+    adding: list[int] = []
+    with open_store(tmp_path / "b.db") as never, counting_engine(adding) as eng:
+        never.add([S1], engine=eng)
+        adding.clear()
+        never.add([S3, s5], engine=eng)
+        assert state(never) == after
+    assert len(deleting) == len(adding) > 0

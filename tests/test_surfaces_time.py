@@ -86,7 +86,8 @@ def test_mcp_tools_take_the_same_time_arguments() -> None:
     assert tools["search"]["top_k"]["default"] == 10  # the HTTP body's and mem0's name
     assert set(tools["add"]) == {"user_id", "messages", "date", "metadata", "infer"}
     assert tools["add"]["infer"]["default"] is True and "threshold" in tools["search"]  # as over HTTP
-    assert set(tools["delete"]) == {"user_id", "memory_id", "session_id"}
+    assert set(tools["delete"]) == {"user_id", "memory_id", "session_id", "filters"}  # filters: as DELETE's query
+    assert {"filters", "top_k"} <= set(tools["list"])  # as GET .../memories
 
 
 def test_the_page_lists_what_holds_now_and_the_rest_on_request(tom: tuple[Server, str], browser: Any) -> None:

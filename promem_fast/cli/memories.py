@@ -12,7 +12,6 @@ from promem_fast.cli.common import build_config, config_args
 from promem_fast.cli.search import filter_arg, unknown_user, user_arg
 from promem_fast.cli.store_io import store_args
 from promem_fast.persistence.api import shown
-from promem_fast.store.filters import matches
 
 
 def register(sub: Any) -> None:
@@ -37,12 +36,15 @@ def register(sub: Any) -> None:
     p.add_argument("memory_id", type=int)
     store_args(p)
     p.set_defaults(func=cmd_history)
-    p = sub.add_parser("delete", help="delete one memory, one session's memory, or all memory of a user")
+    p = sub.add_parser("delete", help="delete one memory, one session's memory, the memory of the sessions "
+                       "whose metadata meets --filter, or all memory of a user")
     store_args(p)
     user_arg(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--memory-id", type=int, help="the memory to delete")
     which.add_argument("--session-id", help="the session whose memory to delete")
+    filter_arg(which, "delete the memory of the user's sessions whose metadata has KEY=VALUE (repeat: all must "
+                      "hold), e.g. --filter agent_id=support-bot")
     config_args(p)  # a store that judges updates judges again what the deleted memory had replaced
     p.set_defaults(func=cmd_delete)
     p = sub.add_parser("reset", help="delete all memory of every user of the tenant")
@@ -62,8 +64,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _open(args) as store:
         if unknown_user(store, args):
             return 1
-        hits = [hit for hit in store.hits(args.user, tenant=args.tenant, history=args.history)
-                if matches(hit.metadata, dict(args.filters or []))]
+        hits = store.hits(args.user, tenant=args.tenant, history=args.history, filters=dict(args.filters or []))
     for hit in hits:
         item = hit.memory()
         if args.json:
@@ -122,7 +123,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if unknown_user(store, args):
             return 1
         had_session = args.session_id in store.sessions(args.user, tenant=args.tenant)  # maybe without memories
-        deleted = store.delete(tenant=args.tenant, user=args.user, session=args.session_id, node=args.memory_id)
+        deleted = store.delete(tenant=args.tenant, user=args.user, session=args.session_id, node=args.memory_id,
+                               filters=dict(args.filters or []))
     if not deleted and (args.memory_id is not None or args.session_id is not None and not had_session):
         what = f"memory #{args.memory_id}" if args.memory_id is not None else f"session {args.session_id!r}"
         print(f"promem: {args.user!r} has no {what} in {shown(args.db)}", file=sys.stderr)

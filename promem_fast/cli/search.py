@@ -40,10 +40,10 @@ def user_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user-id", "--user", dest="user", required=True, help="the user whose memory is meant")
 
 
-def filter_arg(parser: argparse.ArgumentParser) -> None:
+def filter_arg(parser: Any, help: str = "only memories whose session's metadata has KEY equal to VALUE (a JSON "
+                                        "value, else text); repeat for several") -> None:
     parser.add_argument("--filter", dest="filters", action="append", type=metadata_condition, metavar="KEY=VALUE",
-                        help="only memories whose session's metadata has KEY equal to VALUE (a JSON value, else "
-                             "text); repeat for several")
+                        help=help)
 
 
 def metadata_condition(text: str) -> tuple[str, Any]:

@@ -16,7 +16,8 @@ from typing import Annotated, Any, NoReturn
 from promem_fast.deps import require
 from promem_fast.errors import InputError, PromemError
 from promem_fast.serve import schemas as api
-from promem_fast.serve.guards import URL_KEY_REFUSED, NodeId, SessionId, User, key_in_url, text_body
+from promem_fast.serve.guards import (MAX_ID, URL_KEY_REFUSED, NodeId, SessionId, User, filters_query, key_in_url,
+                                     text_body)
 from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.metrics import CountResponses
@@ -74,6 +75,7 @@ def _refuse(request: Request, detail: str) -> NoReturn:
 
 
 Who = Annotated[Caller, Depends(caller)]
+Filters = Annotated[dict[str, Any] | None, Depends(filters_query)]
 
 
 AUTH_FAILURE_RATE, AUTH_FAILURE_BURST = 1.0, 100
@@ -141,9 +143,11 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
 
     @v1.get("/users/{user_id}/memories", response_model=api.Memories,
             summary="All memories of a user")
-    def memories(user_id: User, who: Who,
-                 history: Annotated[bool, Query(description="include superseded versions")] = False) -> Any:
-        return {"memories": service.memories(who.tenant, user_id, history=history)}
+    def memories(user_id: User, who: Who, filters: Filters,
+                 history: Annotated[bool, Query(description="include superseded versions")] = False,
+                 top_k: Annotated[int | None, Query(ge=0, le=MAX_ID, description="only the first this many "
+                                                    "(oldest first)")] = None) -> Any:
+        return {"memories": service.memories(who.tenant, user_id, history=history, filters=filters, top_k=top_k)}
 
     @v1.get("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="One memory")
     def memory(node_id: NodeId, user_id: User, who: Who) -> Any:
@@ -171,9 +175,10 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def delete_session(session_id: SessionId, user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id, session=session_id)}
 
-    @v1.delete("/users/{user_id}", response_model=api.Deleted, summary="Delete all memory of a user")
-    def delete_user(user_id: User, who: Who) -> Any:
-        return {"deleted": service.delete(who.tenant, user_id)}
+    @v1.delete("/users/{user_id}", response_model=api.Deleted,
+               summary="Delete all memory of a user, or (with filters) that of the sessions whose metadata meets them")
+    def delete_user(user_id: User, who: Who, filters: Filters) -> Any:
+        return {"deleted": service.delete(who.tenant, user_id, filters=filters)}
 
     @v1.post("/reset", response_model=api.Deleted, summary="Delete all memory of every user of the key's tenant")
     def reset(who: Who) -> Any:

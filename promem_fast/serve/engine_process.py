@@ -277,8 +277,8 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
                 value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant,  # type: ignore[arg-type]
                                                 **when))
             elif method == "delete":
-                tenant, user, session, node = args
-                value = int(reader.delete(tenant=tenant, user=user, session=session, node=node,
+                tenant, user, session, node, filters = args
+                value = int(reader.delete(tenant=tenant, user=user, session=session, node=node, filters=filters,
                                           engine=gate))  # type: ignore[arg-type]
             elif method == "update":
                 tenant, node, text = args

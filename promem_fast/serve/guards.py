@@ -13,14 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request
+from fastapi import HTTPException, Query, Request
 from fastapi import Path as PathParam
 from pydantic import AfterValidator
 
+from promem_fast.errors import InputError
 from promem_fast.jsonl import find_unwritable
 from promem_fast.names import MAX_NAME_CHARS, name_problem
+from promem_fast.store.filters import metadata_scope
 
 MAX_ID = 2**63 - 1
 """Largest memory id (SQLite's INTEGER is 64-bit signed)."""
@@ -38,6 +40,28 @@ User = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME_CHARS, descrip
 SessionId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME_CHARS, description="a session's id"),
                       AfterValidator(_name)]
 NodeId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a memory's id")]
+
+FILTERS_HELP = ('metadata conditions as a JSON object, all to hold: {"key": value}, {"key": {"in": [..]}}, '
+                '{"key": {"ne": value}} (mem0\'s agent_id and run_id are such keys)')
+
+
+def filters_query(filters: Annotated[str | None, Query(max_length=4000, description=FILTERS_HELP)] = None
+                  ) -> dict[str, Any] | None:
+    """The ``filters`` query parameter read as JSON and checked by the rule searches use
+    (:mod:`promem_fast.store.filters`); anything else is a 422 naming it."""
+    if filters is None:
+        return None
+    try:
+        value = json.loads(filters)
+        if not isinstance(value, dict):
+            raise InputError('must be a JSON object such as {"agent_id": "support-bot"}', field="filters")
+        metadata_scope(value, ("1", ()))  # the same refusals as a search's filters, before any work
+    except (ValueError, InputError) as exc:
+        msg = exc.message if isinstance(exc, InputError) else f"not JSON: {exc}"
+        raise HTTPException(422, [{"loc": ["query", "filters"], "field": "query.filters", "msg": msg,
+                                   "type": "value_error"}]) from None
+    return value
+
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 

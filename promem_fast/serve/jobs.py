@@ -18,11 +18,14 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from promem_fast.persistence.api import Database
+
+from promem_fast.store.filters import matches
 
 from .db import Tables
 
@@ -208,8 +211,10 @@ class JobQueue:
             if gone.rowcount:
                 conn.execute(_DRAINED)
 
-    def cancel(self, tenant: str, user: str, session_id: str | None = None) -> int:
-        """Cancel the user's queued and running sessions (or only one session's) and remove their records.
+    def cancel(self, tenant: str, user: str, sessions: Collection[str] | None = None,
+               filters: dict[str, Any] | None = None) -> int:
+        """Cancel the user's queued and running sessions (or only those named in ``sessions`` and those whose
+        metadata meets ``filters``: :mod:`promem_fast.store.filters`) and remove their records.
 
         Queued sessions are deleted; running ones stay in the queue as ``cancelled``, with their session id
         and payload blanked, until the engine finishes them, and are not stored then (the store's write
@@ -217,10 +222,15 @@ class JobQueue:
         name on the jobs whose sessions are still running and deletes every other job of theirs. Returns
         the sessions that were pending or running."""
         scope = 'job IN (SELECT id FROM serve_jobs WHERE tenant = ? AND "user" = ?)'
-        params: tuple[str, ...] = (tenant, user)
-        if session_id is not None:
-            scope, params = scope + " AND session_id = ?", (*params, session_id)
+        params: tuple[Any, ...] = (tenant, user)
         with self._transaction() as conn:
+            if sessions is not None or filters:
+                named = list(sessions or ())
+                chosen = [seq for seq, payload in conn.execute(
+                    f"SELECT seq, payload FROM serve_queue WHERE {scope} AND state IN ('pending', 'running')", params)
+                    if filters and matches(json.loads(payload).get("metadata") or {}, filters)]
+                scope = (f"{scope} AND (session_id IN ({_marks(named)}) OR seq IN ({_marks(chosen)}))")
+                params = (*params, *named, *chosen)
             (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "
                                    "('pending', 'running')", params).fetchone()
             conn.execute(f"UPDATE serve_queue SET state='cancelled', session_id='', payload='', error=NULL "
@@ -265,3 +275,8 @@ class JobQueue:
         return {"job_id": job, "user": head[0], "created": head[1], "total": total, **counts,
                 "state": "finished" if finished else ("queued" if counts["pending"] == total else "running"),
                 "errors": [{"session_id": sid, "error": err} for sid, state, err in rows if state == "failed"]}
+
+
+def _marks(values: Collection[Any]) -> str:
+    """SQL placeholders for ``values`` (``NULL``, which matches nothing, for none)."""
+    return ",".join("?" * len(values)) or "NULL"

@@ -82,10 +82,12 @@ def build_server(service: Service, tenant: str) -> Any:
         return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, question, **when), user_id)
 
     @server.tool(name="list")
-    async def list_memories(user_id: str, history: bool = False) -> list[dict[str, Any]]:
-        """All current memories of a user, oldest first (with history: replaced versions too)."""
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.memories(tenant, u, history=history),
-                                              user_id)
+    async def list_memories(user_id: str, history: bool = False, filters: dict[str, Any] | None = None,
+                            top_k: int | None = None) -> list[dict[str, Any]]:
+        """All current memories of a user, oldest first (with history: replaced versions too); filters: metadata
+        conditions as for search; top_k: only the first this many."""
+        return await anyio.to_thread.run_sync(
+            guarded, lambda u: service.memories(tenant, u, history=history, filters=filters, top_k=top_k), user_id)
 
     @server.tool()
     async def history(user_id: str, memory_id: int) -> dict[str, Any]:
@@ -93,12 +95,15 @@ def build_server(service: Service, tenant: str) -> Any:
         return await anyio.to_thread.run_sync(guarded, lambda u: service.history(tenant, u, memory_id), user_id)
 
     @server.tool()
-    async def delete(user_id: str, memory_id: int | None = None, session_id: str | None = None) -> dict[str, int]:
-        """Delete one memory, one session's memory, or (given neither) all memory of a user."""
-        if memory_id is not None and session_id is not None:
-            raise ToolError("delete takes a memory_id or a session_id, not both")
+    async def delete(user_id: str, memory_id: int | None = None, session_id: str | None = None,
+                     filters: dict[str, Any] | None = None) -> dict[str, int]:
+        """Delete one memory, one session's memory, the memory of the sessions whose metadata meets filters
+        (conditions as for search), or (given none of these) all memory of a user."""
+        if sum(given is not None for given in (memory_id, session_id, filters)) > 1:
+            raise ToolError("delete takes one of memory_id, session_id and filters")
         return {"deleted": await anyio.to_thread.run_sync(
-            guarded, lambda u: service.delete(tenant, u, session=session_id, node=memory_id), user_id)}
+            guarded, lambda u: service.delete(tenant, u, session=session_id, node=memory_id, filters=filters),
+            user_id)}
 
     return server
 

@@ -144,8 +144,14 @@ class Service:
             raise NotFound("user")
         return user
 
-    def memories(self, tenant: str, user: str, *, history: bool = False) -> list[dict[str, Any]]:
-        return [hit.memory() for hit in self.store.hits(self._user(tenant, user), tenant=tenant, history=history)]
+    def memories(self, tenant: str, user: str, *, history: bool = False, filters: dict[str, Any] | None = None,
+                 top_k: int | None = None) -> list[dict[str, Any]]:
+        """The user's memories, oldest first, those whose session's metadata meets ``filters``; the first
+        ``top_k`` when given."""
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            raise InputError(f"must be a whole number of memories, not {top_k!r}", field="top_k")
+        hits = self.store.hits(self._user(tenant, user), tenant=tenant, history=history, filters=filters)
+        return [hit.memory() for hit in hits[:top_k]]
 
     def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
         """The replacement graph through ``node_id``; only found among the tenant's user's own memories."""
@@ -161,20 +167,26 @@ class Service:
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
 
-    def delete(self, tenant: str, user: str, *, session: str | None = None, node: int | None = None) -> int:
-        """Remove a memory, a session or a user; returns the memories removed. Deleting a session or a user
-        also cancels its queued and running extraction and removes its job records (so nothing comes back
-        when a running session finishes); 404 only when there was neither memory nor work to remove."""
+    def delete(self, tenant: str, user: str, *, session: str | None = None, node: int | None = None,
+               filters: dict[str, Any] | None = None) -> int:
+        """Remove a memory, a session, the sessions whose metadata meets ``filters`` or a user; returns the
+        memories removed. Deleting sessions or a user also cancels their queued and running extraction and
+        removes their job records (so nothing comes back when a running session finishes); 404 only when
+        there was neither memory nor work to remove (a known user none of whose sessions meets the filters:
+        0)."""
         if node is not None:
             self.memory(tenant, user, node)
             # what the removed memory had replaced is judged again, in the engine process
-            return int(self.worker.call("delete", tenant, user, None, node))
-        cancelled = self.queue.cancel(tenant, user, session)
-        stored = self.store.user_id(tenant, user) is not None and (
-            session is None or session in self.store.sessions(user, tenant=tenant))
+            return int(self.worker.call("delete", tenant, user, None, node, None))
+        filters = filters or None
+        known = self.store.user_id(tenant, user) is not None
+        named = ([session] if session is not None else
+                 self.store.sessions(user, tenant=tenant, filters=filters) if filters and known else None)
+        cancelled = self.queue.cancel(tenant, user, named, filters)
+        stored = known and (session is None or self.store.has_session(tenant, user, session))
         if not stored and not cancelled:
             raise NotFound("session" if session is not None else "user")
-        return int(self.worker.call("delete", tenant, user, session, None)) if stored else 0
+        return int(self.worker.call("delete", tenant, user, session, None, filters)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
                filters: dict[str, Any] | None = None, threshold: float | None = None,

@@ -31,6 +31,10 @@ from promem_fast.persistence.vectors import IndexKind
 
 from .filters import metadata_scope
 
+_SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id FROM sessions) x"
+"""The sessions as ``x``, each its own ``session_pk``: metadata filters (:mod:`.filters`) read a session's
+metadata through ``x.session_pk``, as they do for a memory's."""
+
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
     from promem_fast.engine import Engine
@@ -233,18 +237,19 @@ class MemoryStore:
         where, params = metadata_scope(filters, ("t.name = ? AND u.name = ?", (tenant, user)), alias="x",
                                        dialect=self.db.dialect)
         return [sid for (sid,) in self.db.execute(
-            "SELECT x.session_id FROM (SELECT id, id AS session_pk, session_id, user_id FROM sessions) x "
-            f"JOIN users u ON u.id = x.user_id JOIN tenants t ON t.id = u.tenant_id WHERE {where} ORDER BY x.id",
+            f"SELECT x.session_id FROM {_SESSIONS_AS_X} JOIN users u ON u.id = x.user_id "
+            f"JOIN tenants t ON t.id = u.tenant_id WHERE {where} ORDER BY x.id",
             params)]
 
-    def hits(self, user: str, *, tenant: str = "default", history: bool = False) -> list[Hit]:
+    def hits(self, user: str, *, tenant: str = "default", history: bool = False,
+             filters: dict[str, Any] | None = None) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
-        replaced or merged."""
+        replaced or merged; with ``filters``, those whose session's metadata meets them (:mod:`.filters`)."""
         user_pk = self.user_id(tenant, user)
         if user_pk is None:
             return []
         where = "n.user_id = ?" + ("" if history else " AND n.superseded_by IS NULL AND n.merged_into IS NULL")
-        return rows.read_hits(self.db, where, (user_pk,))
+        return rows.read_hits(self.db, *metadata_scope(filters, (where, (user_pk,)), dialect=self.db.dialect))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None,
@@ -359,44 +364,61 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------------------ removing
     def delete(self, *, tenant: str = "default", user: str, session: str | None = None,
-               node: int | None = None, engine: Engine | None = None) -> int:
-        """Remove a node, a session or a whole user (the narrowest given); returns the nodes removed.
+               node: int | None = None, filters: dict[str, Any] | None = None, engine: Engine | None = None) -> int:
+        """Remove a node, a session, the sessions whose metadata meets ``filters`` (:mod:`.filters`) or a whole
+        user (the narrowest given); returns the nodes removed.
 
-        The memory is then as if the removed ones had never been added: the sessions from the removed one on
-        (canonical order) lose their links and are judged again (on ``engine``, else the store's own).
+        The memory is then as if the removed ones had never been added: the sessions from the earliest removed
+        one on (canonical order) lose their links and are judged again, once for all the removed sessions (on
+        ``engine``, else the store's own). The removal itself is one transaction: all or nothing.
         """
         from promem_fast.persistence.pending import key_of, reopen_from
 
         from .ordering import settle
 
+        filters = filters or None  # no condition: every session, so the whole user
+        narrow = node is not None or session is not None or filters is not None
         with self.db.transaction() as db:
             user_pk = self.user_id(tenant, user)
             if user_pk is None:
                 return 0
             if node is not None:
                 where, params = "user_id = ? AND id = ?", (user_pk, node)
-            elif session is not None:
-                where, params = ("user_id = ? AND session_pk IN (SELECT id FROM sessions WHERE user_id = ? AND "
-                                 "session_id = ?)"), (user_pk, user_pk, session)
+            elif narrow:
+                chosen, chosen_params = self._sessions_of(user_pk, session, filters)
+                if db.execute(f"{chosen} LIMIT 1", chosen_params).fetchone() is None:
+                    return 0
+                where, params = f"user_id = ? AND session_pk IN ({chosen})", (user_pk, *chosen_params)
             else:
                 where, params = "user_id = ?", (user_pk,)
             (count,) = db.execute(f"SELECT COUNT(*) FROM nodes WHERE {where}", params).fetchone()
-            first = db.execute(f"SELECT session_pk FROM nodes WHERE {where} LIMIT 1", params).fetchone()
-            if first is not None and (node is not None or session is not None):  # a session without nodes
-                reopen_from(db, user_pk, key_of(db, int(first[0])), inclusive=True)  # changed nothing
+            if narrow:  # sessions without nodes changed nothing: judging again starts at the first with some
+                keys = [key_of(db, int(pk)) for (pk,) in db.execute(
+                    f"SELECT DISTINCT session_pk FROM nodes WHERE {where}", params)]
+                if keys:
+                    reopen_from(db, user_pk, min(keys), inclusive=True)
             if node is not None:
                 rows.forget_node(db, user_pk, node)
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_pk, node))
-            elif session is not None:
-                db.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session))
+            elif narrow:
+                db.execute(f"DELETE FROM sessions WHERE user_id = ? AND id IN ({chosen})", (user_pk, *chosen_params))
             else:
                 db.execute("DELETE FROM users WHERE id = ?", (user_pk,))
             db.execute("UPDATE users SET generation = generation + 1 WHERE id = ?", (user_pk,))
         self.db.removed(user_pk)
-        if node is not None or session is not None:
+        if narrow:
             settle(self, [user_pk], engine)
         self.db.compact()
         return int(count)
+
+    def _sessions_of(self, user_pk: int, session: str | None, filters: dict[str, Any] | None
+                     ) -> tuple[str, tuple[Any, ...]]:
+        """SQL for the row ids of the user's session named ``session`` and/or of those whose metadata meets
+        ``filters``, with its parameters (a subquery: any number of sessions, no parameter per session)."""
+        where, params = metadata_scope(filters, ("x.user_id = ?", (user_pk,)), alias="x", dialect=self.db.dialect)
+        if session is not None:
+            where, params = f"{where} AND x.session_id = ?", (*params, session)
+        return f"SELECT x.id FROM {_SESSIONS_AS_X} WHERE {where}", params
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path | IO[str], *, tenant: str | None = None) -> int:
