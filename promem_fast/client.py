@@ -59,6 +59,10 @@ class Client:
     def _u(user: str) -> str:
         return "/v1/users/" + _segment(user, "user_id")
 
+    def _m(self, memory_id: int, user: str | None) -> str:
+        """A memory's path: under its user when named, else the tenant's (``/v1/memories/{id}``)."""
+        return ("/v1" if user is None else self._u(user)) + f"/memories/{int(memory_id)}"
+
     # ------------------------------------------------------------------------------ verbs
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
             agent_id: str | None = None, run_id: str | None = None, metadata: dict[str, Any] | None = None,
@@ -111,16 +115,17 @@ class Client:
         params = _drop_none({"history": history, "top_k": top_k, "filters": _json(filters, agent_id, run_id)})
         return self._out(self._call("GET", self._u(user_id) + "/memories", params=params)["memories"])
 
-    def get(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
-        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}")
+    def get(self, memory_id: int, *, user_id: str | None = None) -> dict[str, Any]:
+        """One memory by id (of ``user_id`` when given: another user's id is then not found)."""
+        return self._call("GET", self._m(memory_id, user_id))
 
-    def update(self, memory_id: int, data: str, *, user_id: str) -> dict[str, Any]:
+    def update(self, memory_id: int, data: str, *, user_id: str | None = None) -> dict[str, Any]:
         """Give a memory new text (same id and history, re-embedded); returns the memory."""
-        return self._call("PATCH", self._u(user_id) + f"/memories/{int(memory_id)}", json={"data": data})
+        return self._call("PATCH", self._m(memory_id, user_id), json={"data": data})
 
-    def history(self, memory_id: int, *, user_id: str) -> dict[str, Any]:
+    def history(self, memory_id: int, *, user_id: str | None = None) -> dict[str, Any]:
         """The replacement graph through a memory: ``{"id", "nodes" (oldest first), "edges"}``."""
-        return self._call("GET", self._u(user_id) + f"/memories/{int(memory_id)}/history")
+        return self._call("GET", self._m(memory_id, user_id) + "/history")
 
     def users(self) -> list[str]:
         return self._call("GET", "/v1/users")["users"]
@@ -131,14 +136,18 @@ class Client:
     def graph(self, *, user_id: str) -> dict[str, Any]:
         return self._call("GET", self._u(user_id) + "/graph")
 
-    def delete(self, memory_id: int | None = None, *, user_id: str, session_id: str | None = None
+    def delete(self, memory_id: int | None = None, *, user_id: str | None = None, session_id: str | None = None
                ) -> dict[str, int]:
-        """Delete one memory, one session's memory, or (with neither) all memory of ``user_id``."""
+        """Delete one memory (its user need not be named), one session's memory, or (with neither) all memory
+        of ``user_id``."""
         if session_id is not None and memory_id is not None:
             raise PromemError("delete takes a memory or a session, not both")
-        path = self._u(user_id) + (f"/sessions/{_segment(session_id, 'session_id')}" if session_id is not None else
-                                   f"/memories/{int(memory_id)}" if memory_id is not None else "")
-        return self._call("DELETE", path)
+        if memory_id is not None:
+            return self._call("DELETE", self._m(memory_id, user_id))
+        if user_id is None:
+            raise InputError("give user_id (or the id of a memory)", field="user_id")
+        suffix = f"/sessions/{_segment(session_id, 'session_id')}" if session_id is not None else ""
+        return self._call("DELETE", self._u(user_id) + suffix)
 
     def delete_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
                    filters: dict[str, Any] | None = None) -> dict[str, int]:

@@ -345,6 +345,11 @@ def test_too_many_requests_get_429_with_retry_after(served: tuple[Server, dict[s
     ("DELETE", f"/v1/users/{TOMAS}/sessions/SESSION", None),
     ("GET", f"/v1/users/{TOMAS}/memories/NODE", None),
     ("DELETE", f"/v1/users/{TOMAS}/memories/NODE", None),
+    ("GET", "/v1/memories/NODE", None),
+    ("GET", "/v1/memories/NODE/history", None),
+    ("PATCH", "/v1/memories/NODE", {"data": "Tomas Berg works nowhere."}),
+    ("DELETE", "/v1/memories/NODE", None),
+    ("DELETE", f"/v1/users/{TOMAS}?filters=%7B%7D", None),
     ("GET", "/v1/jobs/JOB", None),
 ])
 def test_another_tenants_memory_is_not_found(a: httpx.Client, b: httpx.Client, method: str, path: str,
@@ -554,7 +559,21 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
         with pytest.raises(ServerError) as unknown:
             client.delete_all(user_id="Nobody", agent_id="garden-bot")
         assert unknown.value.status == 404
-        client.delete_all(user_id="Ana")
+        # a memory by id alone, as mem0's get, update, history and delete take it
+        (nurse,) = client.get_all(user_id="Ana")["results"]
+        assert client.get(nurse["id"]) == nurse
+        assert client.update(nurse["id"], "Ana works as a midwife.")["memory"] == "Ana works as a midwife."
+        assert [m["memory"] for m in client.history(nurse["id"])["nodes"]] == ["Ana works as a midwife."]
+        assert client.get(nurse["id"], user_id="Ana")["edits"][0]["text"] == nurse["memory"]
+        with pytest.raises(ServerError) as elsewhere:  # named under another user: not found
+            client.get(nurse["id"], user_id="Rui")
+        assert elsewhere.value.status == 404
+        assert client.delete(nurse["id"]) == {"deleted": 1}
+        with pytest.raises(ServerError) as gone:
+            client.get(nurse["id"])
+        assert gone.value.status == 404
+        with pytest.raises(InputError, match="user_id"):
+            client.delete()
     with server.client(keys["c"]) as http:
         for bad, said in (("{not json", "not JSON"), ('["agent_id"]', "JSON object"),
                           ('{"a b": 1}', "plain name")):

@@ -166,6 +166,24 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
         return {"deleted": service.delete(who.tenant, user_id, node=node_id)}
 
+    # the same four by id alone, whoever the tenant's user (mem0's get, update, history and delete by memory_id)
+    @v1.get("/memories/{node_id}", response_model=api.Memory, summary="One memory of the tenant by id")
+    def memory_by_id(node_id: NodeId, who: Who) -> Any:
+        return service.memory(who.tenant, service.owner(who.tenant, node_id), node_id)
+
+    @v1.get("/memories/{node_id}/history", response_model=api.History,
+            summary="What a memory of the tenant replaced and what replaced it")
+    def history_by_id(node_id: NodeId, who: Who) -> Any:
+        return service.history(who.tenant, service.owner(who.tenant, node_id), node_id)
+
+    @v1.patch("/memories/{node_id}", response_model=api.Memory, summary="Give a memory of the tenant new text")
+    def update_by_id(body: api.Update, node_id: NodeId, who: Who) -> Any:
+        return service.update(who.tenant, service.owner(who.tenant, node_id), node_id, body.data)
+
+    @v1.delete("/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory of the tenant")
+    def delete_by_id(node_id: NodeId, who: Who) -> Any:
+        return {"deleted": service.delete(who.tenant, service.owner(who.tenant, node_id), node=node_id)}
+
     @v1.get("/users/{user_id}/sessions", response_model=api.Sessions, summary="Sessions stored for a user")
     def sessions(user_id: User, who: Who) -> Any:
         return {"sessions": service.sessions(who.tenant, user_id)}

@@ -164,6 +164,16 @@ class Service:
     def memory(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
         return next(m for m in self.history(tenant, user, node_id)["nodes"] if m["id"] == node_id)
 
+    def owner(self, tenant: str, node_id: int) -> str:
+        """The user of the tenant's memory ``node_id`` (current or replaced), else 404: for routes that name a
+        memory by id alone, as :meth:`promem_fast.Memory.get` does."""
+        from promem_fast.store.editing import one
+
+        hit = one(self.store, node_id, tenant)
+        if hit is None:
+            raise NotFound("memory")
+        return hit.user
+
     def sessions(self, tenant: str, user: str) -> list[str]:
         return list(self.store.sessions(self._user(tenant, user), tenant=tenant))
 
