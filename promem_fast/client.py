@@ -21,7 +21,7 @@ from promem_fast.deps import require
 from promem_fast.errors import InputError, PromemError
 from promem_fast.names import name_problem
 from promem_fast.private import open_private
-from promem_fast.shapes import DEFAULT_K, as_sessions, with_scopes
+from promem_fast.shapes import DEFAULT_K, as_sessions, result_count, user_and_filters, with_scopes
 from promem_fast.types import Session
 
 
@@ -91,14 +91,17 @@ class Client:
                 raise PromemError(f"job {job_id} not finished after {timeout:g} s: {status}")
             time.sleep(poll)
 
-    def search(self, query: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
-               top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None, threshold: float | None = None,
-               as_of: str | None = None, since: str | None = None, until: str | None = None) -> Any:
-        """The ``top_k`` memories of ``user_id`` nearest ``query``, best first (``as_of``: the question's
-        time; ``filters``: metadata conditions, ``agent_id`` and ``run_id`` among them; ``threshold``: the
-        least score)."""
-        filters = with_scopes(filters, agent_id=agent_id, run_id=run_id) or None
-        body = _drop_none({"query": query, "top_k": top_k, "filters": filters, "threshold": threshold,
+    def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None, top_k: int | None = None, limit: int | None = None,
+               filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
+               since: str | None = None, until: str | None = None) -> Any:
+        """The ``top_k`` (or ``limit``; default 10) memories of ``user_id`` nearest ``query``, best first
+        (``as_of``: the question's time; ``filters``: metadata conditions, ``agent_id`` and ``run_id`` among
+        them, and the user as ``filters={"user_id": ...}`` where ``user_id`` is not given; ``threshold``: the
+        least score), as :meth:`promem_fast.Memory.search` reads them."""
+        user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        body = _drop_none({"query": query, "top_k": result_count(top_k, limit, None, DEFAULT_K),
+                           "filters": conditions or None, "threshold": threshold,
                            "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
@@ -108,11 +111,15 @@ class Client:
         body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
         return self._call("POST", self._u(user_id) + "/answer", json=body)
 
-    def get_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None,
-                filters: dict[str, Any] | None = None, top_k: int | None = None, history: bool = False) -> Any:
+    def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                filters: dict[str, Any] | None = None, top_k: int | None = None, limit: int | None = None,
+                history: bool = False) -> Any:
         """The user's memories, oldest first (replaced ones too with ``history``), those whose metadata meets
-        ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` when given."""
-        params = _drop_none({"history": history, "top_k": top_k, "filters": _json(filters, agent_id, run_id)})
+        ``filters`` (and ``agent_id``, ``run_id``; the user may be named there); the first ``top_k`` (or
+        ``limit``) when given."""
+        user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        params = _drop_none({"history": history, "top_k": result_count(top_k, limit, None, None),
+                             "filters": _json(conditions)})
         return self._out(self._call("GET", self._u(user_id) + "/memories", params=params)["memories"])
 
     def get(self, memory_id: int, *, user_id: str | None = None) -> dict[str, Any]:
@@ -153,7 +160,8 @@ class Client:
                    filters: dict[str, Any] | None = None) -> dict[str, int]:
         """All memory of ``user_id``, or with ``agent_id``, ``run_id`` or ``filters`` that of the user's sessions
         added with them (what they had replaced is judged again, once)."""
-        return self._call("DELETE", self._u(user_id), params=_drop_none({"filters": _json(filters, agent_id, run_id)}))
+        scope = with_scopes(filters, agent_id=agent_id, run_id=run_id)
+        return self._call("DELETE", self._u(user_id), params=_drop_none({"filters": _json(scope)}))
 
     def reset(self) -> dict[str, int]:
         """Delete all memory of every user of the key's tenant."""
@@ -192,9 +200,8 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
 
-def _json(filters: dict[str, Any] | None, agent_id: str | None, run_id: str | None) -> str | None:
-    """Filters with mem0's scopes, as the JSON the ``filters`` query parameter takes (``None``: no condition)."""
-    conditions = with_scopes(filters, agent_id=agent_id, run_id=run_id)
+def _json(conditions: dict[str, Any]) -> str | None:
+    """Metadata conditions as the JSON the ``filters`` query parameter takes (``None``: no condition)."""
     return json.dumps(conditions) if conditions else None
 
 

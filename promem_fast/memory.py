@@ -226,8 +226,9 @@ class Memory:
         given, whose metadata meets ``filters`` (:mod:`promem_fast.store.filters`; a ``user_id`` there
         names the user, ``agent_id`` and ``run_id`` there or here the session's scope) and whose ``score``
         (cosine with the query) is at least ``threshold`` when given."""
-        user, conditions = _user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
-        hits = self.store.search(user, query, _count(top_k, limit, k, shapes.DEFAULT_K), tenant=self.tenant,
+        user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        count = shapes.result_count(top_k, limit, k, shapes.DEFAULT_K)
+        hits = self.store.search(user, query, count, tenant=self.tenant,
                                  as_of=as_of, since=since, until=until, filters=conditions, threshold=threshold)
         return self._out([hit.memory() for hit in hits])
 
@@ -252,9 +253,9 @@ class Memory:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``),
         those whose metadata meets ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` (or
         ``limit``) of them when given."""
-        user, conditions = _user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         hits = self.store.hits(user, tenant=self.tenant, history=history, filters=conditions)
-        return self._out([hit.memory() for hit in hits[:_count(top_k, limit, None, len(hits))]])
+        return self._out([hit.memory() for hit in hits[:shapes.result_count(top_k, limit, None, len(hits))]])
 
     def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,
                metadata: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -330,30 +331,6 @@ class Memory:
 
     def _out(self, memories: list[dict[str, Any]]) -> Any:
         return memories if self.output_format == "list" else {"results": memories}
-
-
-def _user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, agent_id: str | None = None,
-                      run_id: str | None = None) -> tuple[str, dict[str, Any]]:
-    """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
-    metadata conditions left (``agent_id`` and ``run_id`` among them)."""
-    conditions = shapes.with_scopes(filters, agent_id=agent_id, run_id=run_id)
-    named = conditions.pop("user_id", None)
-    if user_id is not None and named is not None and named != user_id:
-        raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
-    user = user_id if user_id is not None else named
-    if not isinstance(user, str) or not user:
-        raise InputError("give user_id (or filters={'user_id': ...})", field="user_id")
-    return user, conditions
-
-
-def _count(top_k: int | None, limit: int | None, k: int | None, default: int) -> int:
-    """How many results were asked for, by whichever of mem0's names."""
-    given = [n for n in (top_k, limit, k) if n is not None]
-    if len(given) > 1:
-        raise InputError("give one of top_k, limit and k", field="top_k")
-    if given and (isinstance(given[0], bool) or not isinstance(given[0], int) or given[0] < 0):
-        raise InputError(f"must be a whole number of memories, not {given[0]!r}", field="top_k")
-    return given[0] if given else default
 
 
 def _when(date: str | None, timestamp: str | float | None) -> str | float | None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
 from promem_fast.types import Session
+
+_D = TypeVar("_D", int, None)
 
 DEFAULT_K = 10
 """Memories a search returns unless told otherwise, on every surface (the CLI, HTTP, the client, MCP), as
@@ -77,6 +79,30 @@ def with_scopes(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[s
             raise InputError(f"{name} {value!r} and the {name} {merged[name]!r} given with it differ", field=name)
         merged[name] = value
     return merged
+
+
+def user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, agent_id: str | None = None,
+                     run_id: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
+    metadata conditions left (``agent_id`` and ``run_id`` among them)."""
+    conditions = with_scopes(filters, agent_id=agent_id, run_id=run_id)
+    named = conditions.pop("user_id", None)
+    if user_id is not None and named is not None and named != user_id:
+        raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
+    user = user_id if user_id is not None else named
+    if not isinstance(user, str) or not user:
+        raise InputError("give user_id (or filters={'user_id': ...})", field="user_id")
+    return user, conditions
+
+
+def result_count(top_k: int | None, limit: int | None, k: int | None, default: _D) -> int | _D:
+    """How many results were asked for, by whichever of mem0's names."""
+    given = [n for n in (top_k, limit, k) if n is not None]
+    if len(given) > 1:
+        raise InputError("give one of top_k, limit and k", field="top_k")
+    if given and (isinstance(given[0], bool) or not isinstance(given[0], int) or given[0] < 0):
+        raise InputError(f"must be a whole number of memories, not {given[0]!r}", field="top_k")
+    return given[0] if given else default
 
 
 def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:

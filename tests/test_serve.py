@@ -550,6 +550,13 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
         assert [said(m) for m in client.get_all(user_id="Ana", top_k=1)["results"]] == ["bees"]  # oldest first
         found = client.search("what does Ana do", user_id="Ana", agent_id="career-bot")["results"]
         assert [said(m) for m in found] == ["nurse"]
+        # mem0 2.x names the user inside filters, and the count as limit
+        assert client.search("what does Ana do", filters={"user_id": "Ana", "agent_id": "career-bot"}) == {
+            "results": found}
+        assert [said(m) for m in client.get_all(filters={"user_id": "Ana"}, limit=2)["results"]] == ["bees", "tomatoes"]
+        assert len(client.search("Ana", user_id="Ana", limit=2)["results"]) == 2
+        with pytest.raises(InputError, match="user_id"):
+            client.search("what does Ana do", filters={"agent_id": "career-bot"})
         with pytest.raises(InputError, match="differ"):  # refused before anything is sent
             client.get_all(user_id="Ana", agent_id="a", filters={"agent_id": "b"})
         assert client.delete_all(user_id="Ana", agent_id="nobody") == {"deleted": 0}  # a known user: nothing
