@@ -38,6 +38,8 @@ class FakeServer:
         """Refuse a ``response_format`` of a type other than ``text`` or ``json_object``, as llama-cpp-python's
         server does (HTTP 500, its request validation's message)."""
         self.models: list[dict[str, Any]] = [{"id": "served-model", "object": "model", "max_model_len": 2048}]
+        self.props: dict[str, Any] | None = None
+        """What ``GET /props`` answers (llama.cpp's llama-server), else 404."""
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
@@ -72,6 +74,8 @@ class FakeServer:
                     server.requests.append(("GET", self.path, None, dict(self.headers)))
                 if self.path == "/v1/models":
                     self._reply(200, {"object": "list", "data": server.models})
+                elif self.path == "/props" and server.props is not None:
+                    self._reply(200, server.props)
                 else:
                     self._reply(404, {"error": {"message": "no such route"}})
 
@@ -118,6 +122,11 @@ class FakeServer:
                     last = body["messages"][-1]["content"]
                     if last == "BAD":
                         reply(400, {"object": "error", "message": "the request is malformed", "code": 400})
+                        return
+                    if last == "HUGE":  # llama-server's refusal of a prompt longer than its slot's window
+                        reply(400, {"error": {"code": 400, "message": "request (4476 tokens) exceeds the available "
+                                              "context size (4096 tokens)", "type": "exceed_context_size_error",
+                                              "n_prompt_tokens": 4476, "n_ctx": 4096}})
                         return
                     text = json.dumps({"echo": last})
                     payload: dict[str, Any] = {
@@ -344,6 +353,26 @@ def test_context_length_from_models(server: FakeServer) -> None:
     assert _backend(server.url).context_length == 8192
     assert _backend(server.url, context_length=1000).context_length == 1000
     assert _backend(server.url, model=None).model == "served-model"
+
+
+def test_context_length_from_llama_servers_props(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    """llama.cpp's llama-server lists no max_model_len; its /props says the window of a slot."""
+    server.models = [{"id": "served-model", "object": "model", "meta": {"n_ctx_train": 131072}}]
+    server.props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+    with caplog.at_level("WARNING"):
+        assert _backend(server.url).context_length == 4096
+    assert not [r for r in caplog.records if "context window unknown" in r.message]
+    server.props = {"default_generation_settings": {"n_ctx": "big"}}  # not a window: the default, said so
+    with caplog.at_level("WARNING"):
+        assert _backend(server.url).context_length == 8192
+    assert [r for r in caplog.records if "context window unknown" in r.message]
+
+
+def test_a_prompt_the_server_finds_too_long_fails_at_once_naming_the_setting(server: FakeServer) -> None:
+    backend = _backend(server.url, max_concurrency=1, context_length=32768)
+    with pytest.raises(ContextOverflow, match="exceeds the available context size.*llm.context_length = 32768"):
+        backend.generate([_request("HUGE")])
+    assert len(server.chat_bodies()) == 1  # not retried: the same prompt would not fit the next time
 
 
 def test_context_overflow_before_sending(server: FakeServer) -> None:

@@ -27,7 +27,10 @@ warning. ``count_tokens`` is exact when the server offers vLLM's ``POST /tokeniz
 ``/v1``) for chat messages; otherwise it is a deliberately high estimate, a token per three characters
 plus a few tokens of template per message, so a prompt judged to fit does fit (llama.cpp's ``/tokenize``
 takes raw text without the chat template and is not used). ``context_length`` is the configured value,
-else the ``max_model_len`` that vLLM lists under ``/v1/models``, else 8192.
+else the ``max_model_len`` that vLLM lists under ``/v1/models``, else the ``n_ctx`` that llama.cpp's
+``llama-server`` gives under ``GET /props`` (a slot's window, which it starts at the model's whole context unless
+told ``-c``), else 8192. A server that refuses a prompt as too long (vLLM's, OpenAI's, llama.cpp's and
+llama-cpp-python's wordings) raises :class:`ContextOverflow` at once, not retried, naming the setting to change.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ from promem_fast.errors import BackendError, BackendUnavailable, ConfigError, Co
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 8192
+_OVERFLOW_WORDS = ("context length", "maximum context", "context size", "context window", "context_length_exceeded")
+"""How servers say a prompt does not fit: vLLM and OpenAI ("maximum context length", code
+``context_length_exceeded``), llama.cpp's ``llama-server`` ("exceeds the available context size"),
+llama-cpp-python's ("exceed context window", or OpenAI's wording from its server)."""
 CHARS_PER_TOKEN = 3
 """Estimate when the server cannot count: English BPE runs near 4 characters a token, so 3 overcounts."""
 TEMPLATE_TOKENS = 8
@@ -173,8 +180,10 @@ class OpenAICompatLLM:
                 raise _FormRefused(f"{url} answered HTTP {exc.code}: {message}") from exc
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable(exc.code, message, _retry_after(exc.headers.get("Retry-After"))) from exc
-            if exc.code == 400 and ("context length" in message.lower() or "maximum context" in message.lower()):
-                raise ContextOverflow(f"{url}: {message}") from exc
+            if exc.code == 400 and any(words in message.lower() for words in _OVERFLOW_WORDS):
+                raise ContextOverflow(f"{url}: {message} (the server's context window is smaller than "
+                                      f"llm.context_length = {self.context_length}: set it to the server's, or "
+                                      "start the server with a larger one)") from exc
             raise BackendError(f"{url} answered HTTP {exc.code}: {message}") from exc
         except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -240,6 +249,8 @@ class OpenAICompatLLM:
                 value = chosen[0].get("max_model_len") if chosen else None
             except (BackendError, BackendUnavailable, ConfigError) as exc:
                 logger.warning("could not read the context window from %s/models: %s", self.base_url, exc)
+            if not (isinstance(value, int) and value > 0):
+                value = self._slot_context()
             if isinstance(value, int) and value > 0:
                 self._context_length = value
             else:
@@ -247,6 +258,17 @@ class OpenAICompatLLM:
                                self.base_url, DEFAULT_CONTEXT)
                 self._context_length = DEFAULT_CONTEXT
         return self._context_length
+
+    def _slot_context(self) -> int | None:
+        """llama.cpp's ``llama-server`` window per slot (``GET /props``); ``None`` from a server without it."""
+        try:
+            props = self._send("GET", f"{self._root}/props", None)
+        except (BackendError, _Retryable) as exc:
+            logger.debug("%s/props gives no context window: %s", self._root, exc)
+            return None
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        value = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     # ----------------------------------------------------------------------------------- tokens
     def _server_count(self, messages: Sequence[Message]) -> int | None:
