@@ -356,17 +356,22 @@ def test_another_tenants_memory_is_not_found(a: httpx.Client, b: httpx.Client, m
                                              body: Any) -> None:
     node = a.get(f"/v1/users/{TOMAS}/memories").json()["memories"][0]["id"]
     session = a.get(f"/v1/users/{TOMAS}/sessions").json()["sessions"][0]
-    job = a.post(f"/v1/users/{TOMAS}/sessions", json={"sessions": [tomas_sessions(1)[0].to_dict()]}).json()["job_id"]
-    path = path.replace("NODE", str(node)).replace("SESSION", session).replace("JOB", job)
+    job = None  # a job of tenant a's only where the route names one (each request counts against a's rate limit)
+    if "JOB" in path:
+        job = a.post(f"/v1/users/{TOMAS}/sessions", json={"sessions": [tomas_sessions(1)[0].to_dict()]}
+                     ).json()["job_id"]
+        path = path.replace("JOB", job)
+    path = path.replace("NODE", str(node)).replace("SESSION", session)
     before = a.get("/v1/export").text
     reply = b.request(method, path, json=body)
     assert (reply.status_code, reply.json()) == (404, {"detail": "not found"})
-    unknown = b.request(method, path.replace(TOMAS, "Nobody At All").replace(job, "0" * 16), json=body)
+    unknown = b.request(method, path.replace(TOMAS, "Nobody At All").replace(job or "JOB", "0" * 16), json=body)
     assert (unknown.status_code, unknown.json()) == (404, {"detail": "not found"})  # no hint that it exists
     assert TOMAS not in b.get("/v1/users").json()["users"]
     assert TOMAS not in b.get("/v1/export").text
-    wait_job(a, job)
-    assert a.get("/v1/export").text == before  # untouched (the job re-added a session it already had)
+    if job is not None:
+        wait_job(a, job)
+    assert a.get("/v1/export").text == before  # untouched (a job re-adds a session it already had)
 
 
 # ---------------------------------------------------------------------------------------------- web page

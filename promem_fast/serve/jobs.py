@@ -228,7 +228,7 @@ class JobQueue:
                 named = list(sessions or ())
                 chosen = [seq for seq, payload in conn.execute(
                     f"SELECT seq, payload FROM serve_queue WHERE {scope} AND state IN ('pending', 'running')", params)
-                    if filters and matches(json.loads(payload).get("metadata") or {}, filters)]
+                    if matches(json.loads(payload).get("metadata") or {}, filters)] if filters else []
                 scope = (f"{scope} AND (session_id IN ({_marks(named)}) OR seq IN ({_marks(chosen)}))")
                 params = (*params, *named, *chosen)
             (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "

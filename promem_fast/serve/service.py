@@ -189,10 +189,10 @@ class Service:
             # what the removed memory had replaced is judged again, in the engine process
             return int(self.worker.call("delete", tenant, user, None, node, None))
         filters = filters or None
+        cancelled = self.queue.cancel(tenant, user, [session] if session is not None else None, filters)
         known = self.store.user_id(tenant, user) is not None
-        named = ([session] if session is not None else
-                 self.store.sessions(user, tenant=tenant, filters=filters) if filters and known else None)
-        cancelled = self.queue.cancel(tenant, user, named, filters)
+        if filters and known:  # none of the scope can be stored now: the list is whole, their records go too
+            self.queue.cancel(tenant, user, self.store.sessions(user, tenant=tenant, filters=filters))
         stored = known and (session is None or self.store.has_session(tenant, user, session))
         if not stored and not cancelled:
             raise NotFound("session" if session is not None else "user")
