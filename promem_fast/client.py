@@ -66,13 +66,15 @@ class Client:
     # ------------------------------------------------------------------------------ verbs
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
             agent_id: str | None = None, run_id: str | None = None, metadata: dict[str, Any] | None = None,
-            date: str | None = None, infer: bool = True, wait: bool = True, timeout: float = 600.0) -> dict[str, Any]:
+            date: str | None = None, expiration_date: str | None = None, infer: bool = True, wait: bool = True,
+            timeout: float = 600.0) -> dict[str, Any]:
         """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
         one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
-        stored with it, ``agent_id`` and ``run_id`` in it under those names (as :meth:`promem_fast.Memory.add`);
+        stored with it, ``agent_id``, ``run_id`` and ``expiration_date`` in it under those names (as
+        :meth:`promem_fast.Memory.add`);
         ``infer=False`` keeps each message as written. With ``wait`` return the finished job's status, else the
         202 reply (``job_id``, ``accepted``, ``rejected``)."""
-        metadata = with_scopes(metadata, agent_id=agent_id, run_id=run_id) or None
+        metadata = with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expiration_date) or None
         body = _drop_none({"sessions": as_sessions(messages, date, infer=infer), "metadata": metadata})
         reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
@@ -94,14 +96,14 @@ class Client:
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None,
                filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
-               since: str | None = None, until: str | None = None) -> Any:
+               since: str | None = None, until: str | None = None, show_expired: bool = False) -> Any:
         """The ``top_k`` (or ``limit``; default 10) memories of ``user_id`` nearest ``query``, best first
         (``as_of``: the question's time; ``filters``: metadata conditions, ``agent_id`` and ``run_id`` among
         them, and the user as ``filters={"user_id": ...}`` where ``user_id`` is not given; ``threshold``: the
         least score), as :meth:`promem_fast.Memory.search` reads them."""
         user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         body = _drop_none({"query": query, "top_k": result_count(top_k, limit, None, DEFAULT_K),
-                           "filters": conditions or None, "threshold": threshold,
+                           "filters": conditions or None, "threshold": threshold, "show_expired": show_expired or None,
                            "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
@@ -113,12 +115,13 @@ class Client:
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
                 filters: dict[str, Any] | None = None, top_k: int | None = None, limit: int | None = None,
-                history: bool = False) -> Any:
+                history: bool = False, show_expired: bool = False) -> Any:
         """The user's memories, oldest first (replaced ones too with ``history``), those whose metadata meets
         ``filters`` (and ``agent_id``, ``run_id``; the user may be named there); the first ``top_k`` (or
         ``limit``) when given."""
         user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
-        params = _drop_none({"history": history, "top_k": result_count(top_k, limit, None, None),
+        params = _drop_none({"history": history, "show_expired": show_expired or None,
+                             "top_k": result_count(top_k, limit, None, None),
                              "filters": _json(conditions)})
         return self._out(self._call("GET", self._u(user_id) + "/memories", params=params)["memories"])
 

@@ -36,7 +36,7 @@ from promem_fast.errors import InputError, WriteFailed
 from promem_fast.jsonl import BOM, decode_line, printable, unwritable_field
 from promem_fast.names import MAX_NAME_CHARS, name_problem
 from promem_fast.private import open_private, private_dirs, write_private
-from promem_fast.times import TimeProblem, parse_time
+from promem_fast.times import EXPIRES, TimeProblem, parse_time
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,16 @@ class _Check:
         if not isinstance(value, str):
             raise self.error(f"must be a string, got {type(value).__name__}", where)
         return value
+
+    def day(self, record: dict[str, Any], key: str, where: str) -> str:
+        """``record[key]`` as an ISO day (``2025-06-30``): a day, a time (its day in UTC) or Unix seconds."""
+        value = record[key]
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise self.error(f"must be a day such as 2025-06-30, got {type(value).__name__}", where)
+        try:
+            return parse_time(value).date().isoformat()
+        except TimeProblem as exc:
+            raise self.error(str(exc), where) from None
 
     def timestamp(self, record: dict[str, Any], where: str) -> str | None:
         """The timestamp in the one kept form (:mod:`promem_fast.times`): read here once, for every reader; a
@@ -113,6 +123,8 @@ def session_from_dict(record: Any, *, file: str | None = None, line: int | None 
     metadata = record.get("metadata", {})
     if not isinstance(metadata, dict):
         raise check.error("must be an object", "metadata")
+    if metadata.get(EXPIRES) is not None:  # the last day its memories hold, compared as text by the store
+        metadata = {**metadata, EXPIRES: check.day(metadata, EXPIRES, f"metadata.{EXPIRES}")}
     infer = record.get("infer", True)
     if not isinstance(infer, bool):
         raise check.error(f"must be true or false, got {type(infer).__name__}", "infer")

@@ -66,6 +66,7 @@ judged again, so the memory is exactly as if they had never been added.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import os
 import uuid
@@ -189,19 +190,22 @@ class Memory:
     def add(self, messages: str | Sequence[dict[str, Any]] | dict[str, Any] | Session, *,
             user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
             metadata: dict[str, Any] | None = None, date: str | None = None, timestamp: str | float | None = None,
-            session_id: str | None = None, infer: bool = True) -> dict[str, Any]:
+            expiration_date: str | datetime.date | None = None, session_id: str | None = None,
+            infer: bool = True) -> dict[str, Any]:
         """Extract one session's memory and store it; ``messages`` is what the user said (a string), a list
         of ``{"role", "content"}`` (roles ``user``/``assistant``; ``system`` messages are left out), a
         session record (``promem extract``'s input) or a ``Session``. ``metadata`` (a JSON object) is stored
         with it and filters searches; ``agent_id`` and ``run_id`` go into it under those names (mem0's scopes,
         which ``filters`` and ``delete_all`` then take). ``date`` (or ``timestamp``: ISO 8601, or Unix
-        seconds) is when it was said. ``infer=False`` keeps each message as written, with no model called
-        (:mod:`promem_fast.verbatim`)."""
+        seconds) is when it was said; ``expiration_date`` the last day its memories hold (later searches and lists
+        leave them out unless asked for ``show_expired``, as a replaced memory). ``infer=False`` keeps each message
+        as written, with no model called (:mod:`promem_fast.verbatim`)."""
         if user_id is None:
             raise InputError("promem keeps memory per user: give user_id (agent_id and run_id go into the "
                              "session's metadata, where filters and delete_all find them)", field="user_id")
+        expires = expiration_date.isoformat() if isinstance(expiration_date, datetime.date) else expiration_date
         session = _session(messages, user_id, _when(date, timestamp), session_id,
-                           shapes.with_scopes(metadata, agent_id=agent_id, run_id=run_id))
+                           shapes.with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expires))
         if not infer:
             session = dataclasses.replace(session, infer=False)
         sid = session.session_id
@@ -220,16 +224,18 @@ class Memory:
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
                filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
-               since: str | None = None, until: str | None = None) -> Any:
+               since: str | None = None, until: str | None = None, show_expired: bool = False) -> Any:
         """The ``top_k`` (or ``limit``, ``k``; default 10) memories closest to ``query``, best first: those
         current at ``as_of`` (default: now, the latest of each), said between ``since`` and ``until`` when
         given, whose metadata meets ``filters`` (:mod:`promem_fast.store.filters`; a ``user_id`` there
         names the user, ``agent_id`` and ``run_id`` there or here the session's scope) and whose ``score``
-        (cosine with the query) is at least ``threshold`` when given."""
+        (cosine with the query) is at least ``threshold`` when given; with ``show_expired`` also memories past
+        their session's ``expiration_date``."""
         user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         count = shapes.result_count(top_k, limit, k, shapes.DEFAULT_K)
         hits = self.store.search(user, query, count, tenant=self.tenant,
-                                 as_of=as_of, since=since, until=until, filters=conditions, threshold=threshold)
+                                 as_of=as_of, since=since, until=until, filters=conditions, threshold=threshold,
+                                 show_expired=show_expired)
         return self._out([hit.memory() for hit in hits])
 
     def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
@@ -249,12 +255,12 @@ class Memory:
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
                 filters: dict[str, Any] | None = None, top_k: int | None = None, limit: int | None = None,
-                history: bool = False) -> Any:
+                history: bool = False, show_expired: bool = False) -> Any:
         """Every current memory of the user, oldest first (replaced and merged ones too with ``history``),
         those whose metadata meets ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` (or
-        ``limit``) of them when given."""
+        ``limit``) of them when given; with ``show_expired`` also those past their ``expiration_date``."""
         user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
-        hits = self.store.hits(user, tenant=self.tenant, history=history, filters=conditions)
+        hits = self.store.hits(user, tenant=self.tenant, history=history, filters=conditions, show_expired=show_expired)
         return self._out([hit.memory() for hit in hits[:shapes.result_count(top_k, limit, None, len(hits))]])
 
     def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,

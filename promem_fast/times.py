@@ -38,6 +38,12 @@ FORMATS: tuple[str, ...] = (
 BARE_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+EXPIRES = "expiration_date"
+"""The session metadata key of the last day its memories hold (mem0's name and place for it: ``add(...,
+expiration_date=)``), read once at input as ``YYYY-MM-DD`` (:func:`promem_fast.io.session_from_dict`); the
+store hides them after that day (:func:`promem_fast.store.filters.visible`)."""
+
+
 class TimeProblem(ValueError):
     """A time that cannot be kept: unreadable, or outside the years the rule allows (the message says which)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -333,3 +334,38 @@ def test_from_config_points_the_cpu_profile_at_an_openai_compatible_server(tmp_p
                                                       "model": "MODEL"}}, path=tmp_path / "m.db") as memory:
         assert (memory.config.llm.backend, memory.config.llm.base_url, memory.config.llm.model) == (
             "openai", "http://127.0.0.1:8080/v1", "MODEL")
+
+
+def test_an_expiration_date_hides_a_sessions_memories_after_that_day(tmp_path: Path) -> None:
+    """mem0 2.x's ``add(..., expiration_date=)`` and ``show_expired``: after its last day a memory leaves searches,
+    lists and answers as a replaced one does, still holds for a question about a time before, and shows when
+    asked for."""
+    import datetime
+
+    from promem_fast import Memory
+
+    def said(found: dict[str, Any]) -> set[str]:
+        return {w for m in found["results"] for w in ("Paris", "bees", "Rome") if w in m["memory"]}
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        trip = memory.add("I am in Paris for a conference this week.", user_id="ana", timestamp="2020-01-27",
+                          expiration_date=datetime.date(2020, 1, 31))
+        memory.add("I keep bees in Porto.", user_id="ana", timestamp="2020-01-20")
+        memory.add("I am in Rome until the end of the century.", user_id="ana", expiration_date="2099-12-31")
+        assert trip["results"] and said(trip) == {"Paris"}
+        assert said(memory.get_all(user_id="ana")) == {"bees", "Rome"}
+        assert said(memory.search("Where is ana?", user_id="ana")) == {"bees", "Rome"}
+        assert said(memory.search("Where is ana?", user_id="ana", show_expired=True)) == {"Paris", "bees", "Rome"}
+        assert said(memory.get_all(user_id="ana", show_expired=True)) == {"Paris", "bees", "Rome"}
+        # a question about the time it held still finds it, through its last day and not the day after
+        assert "Paris" in said(memory.search("Where is ana?", user_id="ana", as_of="2020-01-31"))
+        assert "Paris" not in said(memory.search("Where is ana?", user_id="ana", as_of="2020-02-01"))
+        (paris,) = [m for m in memory.get_all(user_id="ana", history=True)["results"] if "Paris" in m["memory"]]
+        assert paris["metadata"] == {"expiration_date": "2020-01-31"}  # mem0's key, one form of day
+        # the answer abstains today, and answers from it about a day it held
+        now = memory.answer("Where is ana for a conference?", user_id="ana")
+        assert now["answer"] is None and not any("Paris" in m["memory"] for m in now["memories"])
+        then = memory.answer("Where is ana for a conference?", user_id="ana", as_of="2020-01-30")
+        assert "Paris" in then["answer"]
+        with pytest.raises(InputError, match="metadata.expiration_date"):
+            memory.add("I am in Oslo.", user_id="ana", expiration_date="some day soon")

@@ -538,8 +538,8 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
     from promem_fast.errors import InputError
 
     def said(memory: dict[str, Any]) -> str:
-        """Which of the three things Ana said a memory is about."""
-        (word,) = [w for w in ("bees", "tomatoes", "nurse") if w in memory["memory"]]
+        """Which of the things Ana said a memory is about."""
+        (word,) = [w for w in ("bees", "tomatoes", "nurse", "Paris") if w in memory["memory"]]
         return word
 
     server, keys = served
@@ -586,11 +586,27 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
         assert gone.value.status == 404
         with pytest.raises(InputError, match="user_id"):
             client.delete()
+    with Client(server.url, keys["c"]) as client:  # a stay that ended: out of searches and lists unless asked
+        client.add("I am in Paris for a conference this week.", user_id="Ana", date="2020-01-27",
+                   expiration_date="2020-01-31")
+        client.add("I keep bees in Porto.", user_id="Ana", date="2020-01-20")
+        assert [said(m) for m in client.get_all(user_id="Ana")["results"]] == ["bees"]
+        assert {said(m) for m in client.search("Where is Ana?", user_id="Ana")["results"]} == {"bees"}
+        assert {said(m) for m in client.search("Where is Ana?", user_id="Ana", show_expired=True)["results"]} == {
+            "bees", "Paris"}
+        assert [said(m) for m in client.get_all(user_id="Ana", show_expired=True)["results"]] == ["Paris", "bees"]
+        assert "Paris" in {said(m) for m in client.search("Where is Ana?", user_id="Ana", as_of="2020-01-30")[
+            "results"]}
+        with pytest.raises(ServerError) as unreadable:
+            client.add("I am in Oslo.", user_id="Ana", expiration_date="soon")
+        assert unreadable.value.status == 422
+        assert unreadable.value.detail[0]["field"] == "sessions[0].metadata.expiration_date"
+        client.delete_all(user_id="Ana")
     with server.client(keys["c"]) as http:
-        for bad, said in (("{not json", "not JSON"), ('["agent_id"]', "JSON object"),
+        for bad, said_as in (("{not json", "not JSON"), ('["agent_id"]', "JSON object"),
                           ('{"a b": 1}', "plain name")):
             for reply in (http.get("/v1/users/Ana/memories", params={"filters": bad}),
                           http.delete("/v1/users/Ana", params={"filters": bad})):
                 assert reply.status_code == 422, reply.text
                 (problem,) = reply.json()["detail"]
-                assert problem["loc"] == ["query", "filters"] and said in problem["msg"]
+                assert problem["loc"] == ["query", "filters"] and said_as in problem["msg"]

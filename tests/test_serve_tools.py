@@ -151,6 +151,13 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             cut = tool_result(await client.call_tool("delete", {"user_id": "Goatherd", "filters": poultry}))
             assert cut == {"deleted": len(listed_hens)}
             assert tool_result(await client.call_tool("list", {"user_id": "Goatherd"})) == goats  # the goats stay
+            fair = [{"role": "user", "content": "I sell cheese at the Bergen fair this weekend."}]
+            tool_result(await client.call_tool("add", {"user_id": "Goatherd", "messages": fair, "date": "2020-06-05",
+                                                       "expiration_date": "2020-06-07"}))
+            assert tool_result(await client.call_tool("list", {"user_id": "Goatherd"})) == goats  # the fair is over
+            shown = tool_result(await client.call_tool("list", {"user_id": "Goatherd", "show_expired": True}))
+            assert [m for m in shown if m not in goats] and all("cheese" in m["memory"] for m in shown
+                                                                if m not in goats)
             wrong = await client.call_tool("list", {"user_id": "Goatherd", "filters": {"a b": 1}})
             assert wrong.is_error and "plain name" in str(wrong.content)
             missing = await client.call_tool("search", {"user_id": "Nobody", "query": "x"})

@@ -134,7 +134,9 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
         memory.add("I keep bees in Porto.", user_id="Sharon Brown", metadata={"topic": "hobby"})
         memory.add("I work as a nurse.", user_id="Sharon Brown", metadata={"topic": "work"})
         memory.add("hello", user_id="Sharon Brown", session_id="s2")
-        assert memory.store.sessions("Sharon Brown", tenant="acme")[-1] == "s2"
+        memory.add("I am at the Lisbon book fair today.", user_id="Sharon Brown", timestamp="2020-05-02",
+                   expiration_date="2020-05-02", session_id="fair")
+        assert memory.store.sessions("Sharon Brown", tenant="acme")[-2] == "s2"
         assert all("s2" not in m["session_ids"] for m in memory.get_all(user_id="Sharon Brown")["results"])
     where = ["--db", str(db), "--tenant", "acme"]
     user = ["--user-id", "Sharon Brown"]
@@ -142,6 +144,15 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
     assert main(["list", "--db", str(db), *user]) == 1
     assert capsys.readouterr().err.strip() == (f"promem: no memory for user 'Sharon Brown' in {db} (tenant default); "
                                                "'Sharon Brown' has memory under --tenant acme")
+    # the book fair was over on 2020-05-03: listed and found only when asked for
+    assert main(["list", *where, *user, "--json"]) == 0
+    assert not any("fair" in json.loads(line)["memory"] for line in capsys.readouterr().out.splitlines())
+    assert main(["list", *where, *user, "--json", "--show-expired"]) == 0
+    assert any("fair" in json.loads(line)["memory"] for line in capsys.readouterr().out.splitlines())
+    assert main(["search", "book fair", *where, *user, "--json", "--show-expired", *SCRIPTED]) == 0
+    assert "fair" in json.loads(capsys.readouterr().out.splitlines()[0])["memory"]
+    assert main(["search", "book fair", *where, *user, "--json", *SCRIPTED]) == 0
+    assert not any("fair" in json.loads(line)["memory"] for line in capsys.readouterr().out.splitlines())
     assert main(["list", *where, *user, "--json", "--filter", "topic=work"]) == 0
     (work,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (work["memory"], work["metadata"]) == ("Sharon Brown work as a nurse.", {"topic": "work"})
@@ -168,4 +179,4 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
         main(["delete", "--filter", "topic=work", "--session-id", "s1", *where, *user])
     capsys.readouterr()
     assert main(["reset", *where, "--yes"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"deleted": 1}
+    assert json.loads(capsys.readouterr().out) == {"deleted": 2}  # the work memory and the expired fair

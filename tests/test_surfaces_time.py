@@ -84,7 +84,8 @@ def test_mcp_tools_take_the_same_time_arguments() -> None:
     tools = {tool.name: tool.input_schema["properties"] for tool in asyncio.run(server.list_tools())}
     assert {"as_of", "since", "until"} <= set(tools["search"]) and {"as_of", "since", "until"} <= set(tools["answer"])
     assert tools["search"]["top_k"]["default"] == 10  # the HTTP body's and mem0's name
-    assert set(tools["add"]) == {"user_id", "messages", "date", "metadata", "infer"}
+    assert set(tools["add"]) == {"user_id", "messages", "date", "metadata", "infer", "expiration_date"}
+    assert tools["search"]["show_expired"]["default"] is False and "show_expired" in tools["list"]
     assert tools["add"]["infer"]["default"] is True and "threshold" in tools["search"]  # as over HTTP
     assert set(tools["delete"]) == {"user_id", "memory_id", "session_id", "filters"}  # filters: as DELETE's query
     assert {"filters", "top_k"} <= set(tools["list"])  # as GET .../memories

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
-from promem_fast.cli.search import filter_arg, unknown_user, user_arg
+from promem_fast.cli.search import expired_arg, filter_arg, unknown_user, user_arg
 from promem_fast.cli.store_io import store_args
 from promem_fast.persistence.api import shown
 
@@ -21,6 +21,7 @@ def register(sub: Any) -> None:
     p.add_argument("--history", action="store_true", help="also the memories newer ones replaced")
     p.add_argument("--json", action="store_true", help="one JSON object per memory (the HTTP API's shape)")
     filter_arg(p)
+    expired_arg(p)
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("get", help="one memory by id, as JSON")
     p.add_argument("memory_id", type=int)
@@ -64,7 +65,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _open(args) as store:
         if unknown_user(store, args):
             return 1
-        hits = store.hits(args.user, tenant=args.tenant, history=args.history, filters=dict(args.filters or []))
+        hits = store.hits(args.user, tenant=args.tenant, history=args.history, filters=dict(args.filters or []),
+                          show_expired=args.show_expired)
     for hit in hits:
         item = hit.memory()
         if args.json:

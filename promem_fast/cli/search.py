@@ -23,6 +23,7 @@ def register(sub: Any) -> None:
                    help="only entries whose score (cosine with the query) is at least this")
     time_args(p)
     filter_arg(p)
+    expired_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per entry (the HTTP API's shape)")
     config_args(p)
     p.set_defaults(func=cmd_search)
@@ -34,6 +35,11 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="the answer with the memories it was shown, as JSON")
     config_args(p)
     p.set_defaults(func=cmd_ask)
+
+
+def expired_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--show-expired", action="store_true",
+                        help="also memories past their session's expiration_date (its metadata's last day)")
 
 
 def user_arg(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +101,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if unknown_user(store, args):
             return 1
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
-                            filters=dict(args.filters or []), threshold=args.threshold, **given_time(args))
+                            filters=dict(args.filters or []), threshold=args.threshold,
+                            show_expired=args.show_expired, **given_time(args))
     for hit in hits:
         if args.json:
             print(json.dumps(hit.memory(), ensure_ascii=False))

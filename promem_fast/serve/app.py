@@ -22,7 +22,7 @@ from promem_fast.serve.keys import Caller
 from promem_fast.serve.limits import BodyLimit, RateLimiter
 from promem_fast.serve.metrics import CountResponses
 from promem_fast.serve.service import NotFound, Service
-from promem_fast.shapes import as_sessions, scoped
+from promem_fast.shapes import as_sessions, scoped, with_scopes
 
 require("fastapi", "serve")
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -123,8 +123,9 @@ def _job_routes(v1: APIRouter, service: Service) -> None:
     @v1.post("/users/{user_id}/sessions", status_code=202, response_model=api.Accepted,
              summary="Queue sessions of a user for extraction")
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
-        sessions = (scoped(body.sessions, metadata=body.metadata, infer=body.infer) if body.sessions is not None
-                    else as_sessions(body.messages, body.date, metadata=body.metadata, infer=body.infer))
+        metadata = with_scopes(body.metadata, expiration_date=body.expiration_date) or None
+        sessions = (scoped(body.sessions, metadata=metadata, infer=body.infer) if body.sessions is not None
+                    else as_sessions(body.messages, body.date, metadata=metadata, infer=body.infer))
         job, rejected = service.submit(who.tenant, user_id, sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)
@@ -146,8 +147,11 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def memories(user_id: User, who: Who, filters: Filters,
                  history: Annotated[bool, Query(description="include superseded versions")] = False,
                  top_k: Annotated[int | None, Query(ge=0, le=MAX_ID, description="only the first this many "
-                                                    "(oldest first)")] = None) -> Any:
-        return {"memories": service.memories(who.tenant, user_id, history=history, filters=filters, top_k=top_k)}
+                                                    "(oldest first)")] = None,
+                 show_expired: Annotated[bool, Query(description="also memories past their session's "
+                                                     "expiration_date")] = False) -> Any:
+        return {"memories": service.memories(who.tenant, user_id, history=history, filters=filters, top_k=top_k,
+                                             show_expired=show_expired)}
 
     @v1.get("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="One memory")
     def memory(node_id: NodeId, user_id: User, who: Who) -> Any:
@@ -212,7 +216,7 @@ def _query_routes(v1: APIRouter, service: Service) -> None:
         # the key check before it or the reply's validation after it
         return {"results": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.count(),
                                                    filters=body.filters, threshold=body.threshold,
-                                                   **scope(body))}
+                                                   show_expired=body.show_expired, **scope(body))}
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 from promem_fast.deps import require
 from promem_fast.errors import PromemError
 from promem_fast.serve.service import NotFound, Service
-from promem_fast.shapes import DEFAULT_K, as_sessions
+from promem_fast.shapes import DEFAULT_K, as_sessions, with_scopes
 
 TOOLS = ("add", "search", "get", "update", "answer", "list", "history", "delete")
 """Every tool the server offers (``promem mcp --help`` names them)."""
@@ -38,27 +38,34 @@ def build_server(service: Service, tenant: str) -> Any:
 
     @server.tool()
     async def add(user_id: str, messages: list[dict[str, Any]] | str, date: str | None = None,
-                  metadata: dict[str, Any] | None = None, infer: bool = True) -> dict[str, Any]:
+                  metadata: dict[str, Any] | None = None, infer: bool = True,
+                  expiration_date: str | None = None) -> dict[str, Any]:
         """Extract and store the memory of a user's dialogue: what the user said (a string), one conversation
         as messages [{"role": "user" | "assistant", "content": "..."}] said on ``date`` (ISO 8601), or a list
         of sessions (each with session_id, optional timestamp and turns: [{"role", "text"}]). metadata (an
         object) is stored with it and can filter searches; infer=false keeps each message as written (no model
-        called)."""
+        called); expiration_date (YYYY-MM-DD) is the last day its memories hold."""
+        try:
+            metadata = with_scopes(metadata, expiration_date=expiration_date) or None
+        except PromemError as exc:
+            raise ToolError(str(exc)) from None
         sessions = as_sessions(messages, date, metadata=metadata, infer=infer)
         return await anyio.to_thread.run_sync(calls.add_and_wait, user_id, sessions)
 
     @server.tool()
     async def search(user_id: str, query: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
                      as_of: str | None = None, since: str | None = None, until: str | None = None,
-                     threshold: float | None = None) -> dict[str, list[dict[str, Any]]]:
+                     threshold: float | None = None, show_expired: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The memories of a user nearest to a query, best first, with their details, links and dates, as
         {"results": [...]}. filters: metadata conditions ({"key": value}, {"key": {"in": [..]}});
         threshold: only memories whose score (cosine with the query) is at least this;
         as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
-        since/until: only memories said on or after / said on or before these times (a bare day is all of it)."""
+        since/until: only memories said on or after / said on or before these times (a bare day is all of it);
+        show_expired: also memories past their expiration_date."""
         when = _given(as_of=as_of, since=since, until=until)
         found = await anyio.to_thread.run_sync(
-            guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, threshold=threshold, **when),
+            guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, threshold=threshold,
+                                         show_expired=show_expired, **when),
             user_id)
         return {"results": found}
 
@@ -83,11 +90,13 @@ def build_server(service: Service, tenant: str) -> Any:
 
     @server.tool(name="list")
     async def list_memories(user_id: str, history: bool = False, filters: dict[str, Any] | None = None,
-                            top_k: int | None = None) -> list[dict[str, Any]]:
+                            top_k: int | None = None, show_expired: bool = False) -> list[dict[str, Any]]:
         """All current memories of a user, oldest first (with history: replaced versions too); filters: metadata
-        conditions as for search; top_k: only the first this many."""
+        conditions as for search; top_k: only the first this many; show_expired: also those past their
+        expiration_date."""
         return await anyio.to_thread.run_sync(
-            guarded, lambda u: service.memories(tenant, u, history=history, filters=filters, top_k=top_k), user_id)
+            guarded, lambda u: service.memories(tenant, u, history=history, filters=filters, top_k=top_k,
+                                                   show_expired=show_expired), user_id)
 
     @server.tool()
     async def history(user_id: str, memory_id: int) -> dict[str, Any]:

@@ -25,6 +25,9 @@ class AddSessions(BaseModel):
     metadata: dict[str, Any] | None = Field(default=None, description="stored with the sessions; filters search")
     infer: bool = Field(default=True, description="false: keep each message as written, no model called (mem0's "
                         "infer=False; such memories replace no older one)")
+    expiration_date: str | None = Field(
+        default=None, max_length=64, description="the last day the memories hold (YYYY-MM-DD, mem0's name; kept in "
+        "metadata): later searches, lists and answers leave them out unless show_expired, as replaced ones")
 
     @model_validator(mode="after")
     def _one_form(self) -> AddSessions:
@@ -56,6 +59,7 @@ class SearchQuery(TimeScope):
                                   '{"key": {"ne": value}}')
     threshold: float | None = Field(default=None, ge=-1, le=1, description="only memories whose score (cosine "
                                     "with the query) is at least this (mem0's minimum score); default none")
+    show_expired: bool = Field(default=False, description="also memories past their session's expiration_date")
 
     @model_validator(mode="after")
     def _one_count(self) -> SearchQuery:

@@ -145,12 +145,13 @@ class Service:
         return user
 
     def memories(self, tenant: str, user: str, *, history: bool = False, filters: dict[str, Any] | None = None,
-                 top_k: int | None = None) -> list[dict[str, Any]]:
+                 top_k: int | None = None, show_expired: bool = False) -> list[dict[str, Any]]:
         """The user's memories, oldest first, those whose session's metadata meets ``filters``; the first
-        ``top_k`` when given."""
+        ``top_k`` when given (expired ones too with ``show_expired``)."""
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
             raise InputError(f"must be a whole number of memories, not {top_k!r}", field="top_k")
-        hits = self.store.hits(self._user(tenant, user), tenant=tenant, history=history, filters=filters)
+        hits = self.store.hits(self._user(tenant, user), tenant=tenant, history=history, filters=filters,
+                               show_expired=show_expired)
         return [hit.memory() for hit in hits[:top_k]]
 
     def history(self, tenant: str, user: str, node_id: int) -> dict[str, Any]:
@@ -199,13 +200,13 @@ class Service:
         return int(self.worker.call("delete", tenant, user, session, None, filters)) if stored else 0
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
-               filters: dict[str, Any] | None = None, threshold: float | None = None,
+               filters: dict[str, Any] | None = None, threshold: float | None = None, show_expired: bool = False,
                **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window (refused by field before any work);
         ``filters``: metadata conditions (:mod:`promem_fast.store.filters`); ``threshold``: the least score."""
         when = _window(when)  # first: a bad time is the caller's error whoever the user
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters,
-                                 threshold=threshold, **when)
+                                 threshold=threshold, show_expired=show_expired, **when)
         return [hit.memory() for hit in hits]
 
     def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:

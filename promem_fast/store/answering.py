@@ -15,8 +15,10 @@ from promem_fast.persistence import rows
 from promem_fast.persistence.api import Database
 from promem_fast.persistence.connection import StoreError
 from promem_fast.persistence.hits import Hit
-from promem_fast.persistence.timeline import day_label, query_time, time_window, validity
+from promem_fast.persistence.timeline import day_label, query_time, time_window
 from promem_fast.times import iso_time
+
+from .filters import visible
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -39,7 +41,8 @@ def retrieval_index(store: StoreView, db: Database, wanted: list[str], tenant: s
     """Each wanted session's memories that ``scope`` selects (:func:`.timeline.validity`; default those
     holding at ``as_of``, else the current ones, all with ``history``) as QA units, with their vectors."""
     if scope is None:
-        scope = validity(query_time(as_of, "as_of", end_of_day=True), None, None, history=history)
+        scope = visible(query_time(as_of, "as_of", end_of_day=True), None, None, history=history,
+                        dialect=store.db.dialect)
     return _retrieval(store, db, wanted, tenant, scope)[0]
 
 
@@ -123,7 +126,7 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
                          f"{store.dim()}; answer with the embedder that filled the store")
     as_of, since, until = time_window(as_of, since, until)
     when = as_of or (iso_time(question_time) if question_time else None)
-    scope = validity(when, since, until)
+    scope = visible(when, since, until, dialect=store.db.dialect)
     user_pk = store.user_id(tenant, user)
     dated = [] if user_pk is None else store.db.execute(
         "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from promem_fast.errors import InputError
+from promem_fast.persistence.timeline import validity
+from promem_fast.times import EXPIRES
 
 _KEY = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 _SCALAR = (str, int, float, bool)
@@ -51,6 +54,30 @@ def metadata_scope(filters: Mapping[str, Any] | None, scope: tuple[str, tuple[An
             clauses.append(f"{field} = {mark}")
             values += [path, value(operand)]
     return " AND ".join(clauses), tuple(values)
+
+
+def visible(as_of: str | None, since: str | None, until: str | None, *, history: bool = False,
+              show_expired: bool = False, dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:
+    """The memories a question sees (:func:`~promem_fast.persistence.timeline.validity`, over ``nodes n``), less
+    those whose session expired (:data:`~promem_fast.times.EXPIRES`) before the question's day (``as_of``'s,
+    else today's, in UTC): an expired memory is treated as one replaced at the end of its last day, so it still
+    holds for a question about an earlier time and shows where replaced ones do (``history``, a window of when
+    it was said), or with ``show_expired``."""
+    scope = validity(as_of, since, until, history=history)
+    if show_expired or (as_of is None and (history or since is not None or until is not None)):
+        return scope
+    day = as_of[:10] if as_of is not None else datetime.now(timezone.utc).date().isoformat()
+    return unexpired(scope, day, dialect=dialect)
+
+
+def unexpired(scope: tuple[str, tuple[Any, ...]], day: str, *, dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:
+    """``scope`` (over ``nodes n``) narrowed to memories whose session holds on ``day``: no expiry, or an expiry
+    not before it (ISO days compare as text)."""
+    where, params = scope
+    read = (f"s.metadata::jsonb ->> '{EXPIRES}'" if dialect == "postgresql" else
+            f"json_extract(s.metadata, '$.{EXPIRES}')")
+    return (f"{where} AND (SELECT COALESCE({read}, '9999-12-31') FROM sessions s WHERE s.id = n.session_pk) >= ?",
+            (*params, day))
 
 
 def matches(metadata: Mapping[str, Any], filters: Mapping[str, Any] | None) -> bool:

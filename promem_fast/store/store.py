@@ -29,7 +29,7 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.opening import open_persistence
 from promem_fast.persistence.vectors import IndexKind
 
-from .filters import metadata_scope
+from .filters import metadata_scope, visible
 
 _SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id FROM sessions) x"
 """The sessions as ``x``, each its own ``session_pk``: metadata filters (:mod:`.filters`) read a session's
@@ -242,18 +242,22 @@ class MemoryStore:
             params)]
 
     def hits(self, user: str, *, tenant: str = "default", history: bool = False,
-             filters: dict[str, Any] | None = None) -> list[Hit]:
-        """Every memory of the user as hits, oldest first: current ones, or with ``history`` also those
-        replaced or merged; with ``filters``, those whose session's metadata meets them (:mod:`.filters`)."""
+             filters: dict[str, Any] | None = None, show_expired: bool = False) -> list[Hit]:
+        """Every memory of the user as hits, oldest first: current ones (not replaced, merged or expired:
+        :func:`.filters.visible`; expired ones too with ``show_expired``), or with ``history`` all of them; with
+        ``filters``, those whose session's metadata meets them (:mod:`.filters`)."""
         user_pk = self.user_id(tenant, user)
         if user_pk is None:
             return []
-        where = "n.user_id = ?" + ("" if history else " AND n.superseded_by IS NULL AND n.merged_into IS NULL")
-        return rows.read_hits(self.db, *metadata_scope(filters, (where, (user_pk,)), dialect=self.db.dialect))
+        scope = ("1 = 1", ()) if history else visible(None, None, None, show_expired=show_expired,
+                                                       dialect=self.db.dialect)
+        where, params = metadata_scope(filters, scope, dialect=self.db.dialect)
+        return rows.read_hits(self.db, f"n.user_id = ? AND {where}", (user_pk, *params))
 
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None,
-               filters: dict[str, Any] | None = None, threshold: float | None = None) -> list[Hit]:
+               filters: dict[str, Any] | None = None, threshold: float | None = None,
+               show_expired: bool = False) -> list[Hit]:
         """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
@@ -261,13 +265,15 @@ class MemoryStore:
         those said within that window. Times follow :mod:`promem_fast.times` (a bare day means all of it).
         ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`). ``threshold``: only
         memories whose cosine with the query (their ``score``) is at least that, in the same order (mem0's
-        minimum score): fewer than ``k`` when fewer pass."""
-        from promem_fast.persistence.timeline import time_window, validity
+        minimum score): fewer than ``k`` when fewer pass. A memory whose session expired (:func:`.filters.visible`)
+        shows only for an earlier ``as_of``, where replaced ones do, or with ``show_expired``."""
+        from promem_fast.persistence.timeline import time_window
 
         from .hybrid import search
 
         window = time_window(as_of, since, until)
-        scope = metadata_scope(filters, validity(*window, history=history), dialect=self.db.dialect)
+        scope = metadata_scope(filters, visible(*window, history=history, show_expired=show_expired,
+                                                dialect=self.db.dialect), dialect=self.db.dialect)
         user_pk = self.user_id(tenant, user)
         if user_pk is None or k <= 0:
             return []
