@@ -26,7 +26,9 @@ Then, query by query and alternately, on one thread:
   the scope filter, the candidates' vectors and dates read, fusion and near-duplicate collapse;
 - ``hybrid_without_lexical``: the same with the lexical side off (a dense search as the store makes it);
 - ``hybrid_without_dense``: the same with the dense side off: the lexical side, the reads of its candidates
-  and the fusion, what it adds to a dense search at most.
+  and the fusion, what it adds to a dense search at most;
+- ``hybrid_without_expiry``: ``hybrid`` without the check that a memory's session is not past its
+  ``expiration_date`` (one lookup of the session's metadata per candidate), what that check costs.
 
 Queries are held-out sentences (their words for BM25, their MiniLM query vector for the dense side; the
 embedder is left out of the timing). ``bm25_answers_share``: the share of questions for which BM25 finds any
@@ -66,6 +68,7 @@ from promem_fast.config import EngineConfig
 from promem_fast.persistence.lexical import terms
 from promem_fast.persistence.timeline import validity
 from promem_fast.store import MemoryStore
+from promem_fast.store.filters import visible
 from promem_fast.store.hybrid import _dense, candidates
 
 log = logging.getLogger(__name__)
@@ -80,7 +83,7 @@ COLD_PACE_S = 0.05
 """The cold start's questions come one every 50 ms at most, as to a service, not back to back."""
 DEPTH = 100
 SESSION_NODES = 50
-WAYS = ("dense", "lexical", "hybrid", "hybrid_without_lexical", "hybrid_without_dense")
+WAYS = ("dense", "lexical", "hybrid", "hybrid_without_lexical", "hybrid_without_dense", "hybrid_without_expiry")
 
 
 class FixedQueries:
@@ -243,8 +246,9 @@ def measure(path: Path, asked: list[str], vectors: np.ndarray) -> dict[str, floa
 
 def timed(store: MemoryStore, embedder: FixedQueries, asked: list[str], vectors: np.ndarray) -> dict[str, float]:
     """p50/p99 of each way of searching, timed alternately query by query: first timing and fastest of
-    ``PASSES``."""
-    scope = validity(None, None, None)
+    ``PASSES``. The hybrid ways search the memories the store's own search sees (:func:`.filters.visible`:
+    current and not past an expiry); ``hybrid_without_expiry`` leaves the expiry check out."""
+    scope, unexpiring = visible(None, None, None), validity(None, None, None)
     full = store.config.ranking
     ranking = {"hybrid_without_dense": dataclasses.replace(full, dense=False),
                "hybrid_without_lexical": dataclasses.replace(full, lexical=False)}
@@ -256,7 +260,8 @@ def timed(store: MemoryStore, embedder: FixedQueries, asked: list[str], vectors:
             words = terms(question, {"maya"})
             runs = {"dense": lambda: _dense(store, 1, embedder.next, DEPTH, *scope),
                     "lexical": lambda: store.db.lexical(1, words, DEPTH),
-                    **dict.fromkeys(WAYS[2:], lambda: candidates(store, 1, "Maya", question, 10, scope))}
+                    **dict.fromkeys(WAYS[2:5], lambda: candidates(store, 1, "Maya", question, 10, scope)),
+                    "hybrid_without_expiry": lambda: candidates(store, 1, "Maya", question, 10, unexpiring)}
             for name in (WAYS if n % 2 else WAYS[::-1]):
                 store.config.ranking = ranking.get(name, full)
                 started = time.perf_counter()
@@ -275,6 +280,7 @@ def timed(store: MemoryStore, embedder: FixedQueries, asked: list[str], vectors:
         found[f"first_{name}_p99_ms"] = percentile(values[0], 99)
     for q in ("p50", "p99"):  # what turning the lexical side on adds to the store's dense search
         found[f"lexical_adds_{q}_ms"] = found[f"hybrid_{q}_ms"] - found[f"hybrid_without_lexical_{q}_ms"]
+        found[f"expiry_adds_{q}_ms"] = found[f"hybrid_{q}_ms"] - found[f"hybrid_without_expiry_{q}_ms"]
     return found
 
 
