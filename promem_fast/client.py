@@ -71,9 +71,8 @@ class Client:
         """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
         one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
         stored with it, ``agent_id``, ``run_id`` and ``expiration_date`` in it under those names (as
-        :meth:`promem_fast.Memory.add`);
-        ``infer=False`` keeps each message as written. With ``wait`` return the finished job's status, else the
-        202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        :meth:`promem_fast.Memory.add`); ``infer=False`` keeps each message as written. With ``wait`` return the
+        finished job's status, else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
         metadata = with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expiration_date) or None
         body = _drop_none({"sessions": as_sessions(messages, date, infer=infer), "metadata": metadata})
         reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
@@ -118,7 +117,7 @@ class Client:
                 history: bool = False, show_expired: bool = False) -> Any:
         """The user's memories, oldest first (replaced ones too with ``history``), those whose metadata meets
         ``filters`` (and ``agent_id``, ``run_id``; the user may be named there); the first ``top_k`` (or
-        ``limit``) when given."""
+        ``limit``) when given; past their ``expiration_date`` too with ``show_expired``."""
         user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         params = _drop_none({"history": history, "show_expired": show_expired or None,
                              "top_k": result_count(top_k, limit, None, None),

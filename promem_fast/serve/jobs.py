@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from promem_fast.persistence.api import Database
-
 from promem_fast.store.filters import matches
 
 from .db import Tables

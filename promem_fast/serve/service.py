@@ -148,8 +148,7 @@ class Service:
                  top_k: int | None = None, show_expired: bool = False) -> list[dict[str, Any]]:
         """The user's memories, oldest first, those whose session's metadata meets ``filters``; the first
         ``top_k`` when given (expired ones too with ``show_expired``)."""
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
-            raise InputError(f"must be a whole number of memories, not {top_k!r}", field="top_k")
+        top_k = shapes.result_count(top_k, None, None, None)  # the rule every surface counts by
         hits = self.store.hits(self._user(tenant, user), tenant=tenant, history=history, filters=filters,
                                show_expired=show_expired)
         return [hit.memory() for hit in hits[:top_k]]
