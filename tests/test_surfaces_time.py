@@ -16,7 +16,7 @@ import pytest
 
 from promem_fast.testing.service_processes import Server, new_key
 from test_page import browser  # noqa: F401 (the fixture: Debian's Chromium through Playwright)
-from test_store_time import BIKE, BOSTON, CELLO, DENVER, FINTECH, S1, S2, S3, engine, open_store
+from test_store_time import BIKE, BOSTON, CELLO, DENVER, FINTECH, HONDA, NURSE, S1, S2, S3, engine, open_store
 
 QUESTION = "Where is Tom's home?"
 
@@ -105,3 +105,36 @@ def test_the_page_lists_what_holds_now_and_the_rest_on_request(tom: tuple[Server
     page.check("#old")
     page.wait_for_function("document.body.dataset.listed === '9'")
     page.close()
+
+
+def test_the_page_counts_a_memory_past_its_expiry_as_one_that_no_longer_holds(
+        tmp_path_factory: pytest.TempPathFactory, browser: Any) -> None:
+    """A session added with an expiration_date that has passed: its memory is flagged in the graph and the
+    page lists it only with the replaced ones, as searches and lists leave it out."""
+    import dataclasses
+
+    from store_helpers import graph
+
+    trip = "Tom is in Lisbon for a week of meetings."
+    away = dataclasses.replace(graph("trip", "Tom", [trip], timestamp="2020-01-27T09:00:00"),
+                               metadata={"expiration_date": "2020-01-31"})
+    path = tmp_path_factory.mktemp("expiry") / "memory.db"
+    with open_store(path) as store, engine() as eng:
+        store.add([S1, away], engine=eng)
+    key = new_key(path, "default")
+    server = Server(path, "--update-judge", "off")
+    try:
+        with server.client(key) as http:
+            nodes = http.get("/v1/users/Tom/graph").json()["nodes"]
+            assert {n["text"]: n["expired"] for n in nodes} == {
+                BOSTON: False, NURSE: False, CELLO: False, HONDA: False, trip: True}
+            assert trip not in texts(http.get("/v1/users/Tom/memories").json()["memories"])
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page.goto(f"{server.url}/#key={key}&user=Tom")
+        page.wait_for_function("document.body.dataset.nodes === '5'")
+        assert sorted(page.locator("#results li .text").all_inner_texts()) == sorted([BOSTON, NURSE, CELLO, HONDA])
+        page.check("#old")
+        page.wait_for_function("document.body.dataset.listed === '5'")
+        page.close()
+    finally:
+        server.stop()

@@ -7,6 +7,7 @@ Several older facts replaced by one newer are several edges into one node: a gra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import rows
@@ -64,11 +65,13 @@ def session_events(db: Database, session_pk: int) -> list[dict[str, Any]]:
     return out
 
 
-def drawing(hits: list[Hit]) -> dict[str, Any]:
-    """Nodes, relation and supersede edges, and details of these hits, as the web page draws them."""
+def drawing(hits: list[Hit], expired: Callable[[Hit], bool] = lambda hit: False) -> dict[str, Any]:
+    """Nodes, relation and supersede edges, and details of these hits, as the web page draws them; ``expired``
+    says which no longer hold for their session's expiry (the store's rule)."""
     nodes = [{"id": h.node_id, "session_id": h.session_id, "text": h.text, "date": h.date,
               "turn_id": h.turn_id, "source": h.node.get("source"), "valid_from": h.valid_from,
-              "valid_until": h.valid_until, "superseded_by": h.superseded_by, "merged_into": h.merged_into}
+              "valid_until": h.valid_until, "superseded_by": h.superseded_by, "merged_into": h.merged_into,
+              "expired": expired(h)}
              for h in hits]
     edges: list[dict[str, Any]] = []
     details: list[dict[str, Any]] = []

@@ -207,6 +207,8 @@ class GraphNode(BaseModel):
     valid_until: str | None = Field(default=None, description="when a newer memory replaced it (ISO 8601)")
     superseded_by: int | None
     merged_into: int | None = Field(default=None, description="a later saying of this memory: the one it joined")
+    expired: bool = Field(default=False, description="past its session's expiration_date (today, UTC): it no "
+                          "longer holds, as a replaced one")
 
 
 class GraphEdge(BaseModel):

@@ -66,8 +66,19 @@ def visible(as_of: str | None, since: str | None, until: str | None, *, history:
     scope = validity(as_of, since, until, history=history)
     if show_expired or (as_of is None and (history or since is not None or until is not None)):
         return scope
-    day = as_of[:10] if as_of is not None else datetime.now(timezone.utc).date().isoformat()
-    return unexpired(scope, day, dialect=dialect)
+    return unexpired(scope, as_of[:10] if as_of is not None else today(), dialect=dialect)
+
+
+def today() -> str:
+    """The day expiries are compared with when no time is asked about: today in UTC, ``YYYY-MM-DD``."""
+    return datetime.now(timezone.utc).date().isoformat()
+
+
+def expired(metadata: Mapping[str, Any], day: str) -> bool:
+    """Whether a session with this metadata has expired before ``day`` (:func:`unexpired`'s rule, for memories
+    already read)."""
+    last = metadata.get(EXPIRES)
+    return last is not None and str(last) < day
 
 
 def unexpired(scope: tuple[str, tuple[Any, ...]], day: str, *, dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:

@@ -361,12 +361,16 @@ class MemoryStore:
             "SELECT id, stats FROM sessions WHERE user_id = ? AND session_id = ?", (user_pk, session_id)).fetchone()
 
     def graph(self, user: str, *, tenant: str = "default") -> dict[str, Any]:
-        """The user's whole memory for drawing: nodes (replaced ones included, flagged), relation and
+        """The user's whole memory for drawing: nodes (replaced and expired ones included, flagged), relation and
         supersede edges, and details with the node they are anchored to (:func:`.links.drawing`)."""
         from promem_fast.persistence.links import drawing
 
+        from .filters import expired, today
+
         user_pk = self.user_id(tenant, user)
-        return drawing([] if user_pk is None else rows.read_hits(self.db, "n.user_id = ?", (user_pk,)))
+        day = today()
+        return drawing([] if user_pk is None else rows.read_hits(self.db, "n.user_id = ?", (user_pk,)),
+                       lambda hit: expired(hit.metadata, day))
 
     # ------------------------------------------------------------------------------------ removing
     def delete(self, *, tenant: str = "default", user: str, session: str | None = None,

@@ -32,7 +32,8 @@
     const nodes = (raw.nodes || []).map((n) => ({
       id: String(n.id !== undefined ? n.id : n.node_id), text: n.text || n.memory || "",
       date: n.date || n.valid_from || n.timestamp || raw.timestamp || "",
-      session: n.session_id || raw.session_id || "", superseded: n.superseded_by != null || n.merged_into != null,
+      session: n.session_id || raw.session_id || "",
+      superseded: n.superseded_by != null || n.merged_into != null || n.expired === true,  // no longer holds
       turn: n.turn_id !== undefined ? n.turn_id : (n.turn_ids || [])[0], said: n.source || "",
       details: (n.details || []).map((d) => (typeof d === "string" ? d : d.text)).filter((d) => typeof d === "string"),
       links: [],
