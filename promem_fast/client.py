@@ -106,10 +106,14 @@ class Client:
                            "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
-    def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
-               until: str | None = None) -> dict[str, Any]:
-        """The answer to ``question`` from the memories of ``user_id`` holding at ``as_of`` (default now)."""
-        body = _drop_none({"question": question, "as_of": as_of, "since": since, "until": until})
+    def answer(self, question: str, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None, filters: dict[str, Any] | None = None, as_of: str | None = None,
+               since: str | None = None, until: str | None = None) -> dict[str, Any]:
+        """The answer to ``question`` from the memories of ``user_id`` holding at ``as_of`` (default now) whose
+        session's metadata meets ``filters`` (and ``agent_id``, ``run_id``), as :meth:`promem_fast.Memory.answer`."""
+        user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        body = _drop_none({"question": question, "filters": conditions or None, "as_of": as_of, "since": since,
+                           "until": until})
         return self._call("POST", self._u(user_id) + "/answer", json=body)
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,

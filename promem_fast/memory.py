@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from promem_fast import shapes
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
+from promem_fast.times import received
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -238,12 +239,15 @@ class Memory:
                                  show_expired=show_expired)
         return self._out([hit.memory() for hit in hits])
 
-    def answer(self, question: str, *, user_id: str, as_of: str | None = None, since: str | None = None,
-               until: str | None = None) -> dict[str, Any]:
+    def answer(self, question: str, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None, filters: dict[str, Any] | None = None, as_of: str | None = None,
+               since: str | None = None, until: str | None = None) -> dict[str, Any]:
         """Answer ``question`` from the memories current at ``as_of`` (the question's own time; default
-        now), each shown with its day (``2024-03-02 (Saturday)``)."""
-        (reply,) = self.store.answer(user_id, [question], engine=self.engine, tenant=self.tenant, as_of=as_of,
-                                     since=since, until=until)
+        now) whose session's metadata meets ``filters`` (and ``agent_id``, ``run_id``; as for :meth:`search`),
+        each shown with its day (``2024-03-02 (Saturday)``)."""
+        user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
+        (reply,) = self.store.answer(user, [question], engine=self.engine, tenant=self.tenant, as_of=as_of,
+                                     since=since, until=until, filters=conditions)
         return shapes.answer(reply)  # the shape every surface gives
 
     def get(self, memory_id: int) -> dict[str, Any] | None:
@@ -361,18 +365,18 @@ def _session(messages: Any, user_id: str, date: str | float | None, session_id: 
         if messages.user != user_id:
             raise InputError(f"the session belongs to {messages.user!r}, not {user_id!r}", field="user")
         return messages
-    if isinstance(messages, dict):
-        record = dict(messages)
-        record.setdefault("user", user_id)
-    else:
-        record = {"messages": list(messages), "user": user_id}
+    record = dict(messages) if isinstance(messages, dict) else {"messages": list(messages)}
+    record.setdefault("user", user_id)
+    now, arrival = received()
     if date is not None:
         record["timestamp"] = date
+    elif not isinstance(messages, dict):  # said now: a later add is the newer one (a record says its own time)
+        record["timestamp"] = now
     if metadata:
         record["metadata"] = {**(record.get("metadata") or {}), **metadata}
     if session_id is not None:
         record["session_id"] = session_id
-    record.setdefault("session_id", uuid.uuid4().hex[:12])
+    record.setdefault("session_id", f"{arrival}-{uuid.uuid4().hex[:6]}")  # sorts by arrival within a second
     if record["user"] != user_id:
         raise InputError(f"the session belongs to {record['user']!r}, not {user_id!r}", field="user")
     return session_from_dict(record)

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
+from promem_fast.times import received
 from promem_fast.types import Session
 
 _D = TypeVar("_D", int, None)
@@ -107,7 +108,9 @@ def result_count(top_k: int | None, limit: int | None, k: int | None, default: _
 
 def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     """A conversation (messages with ``role`` and ``content``) becomes one session whose id is a digest of its
-    messages, date and form, so adding it twice stores it once (and kept as written, it is another session)."""
+    messages, date and form, so adding it twice stores it once (and kept as written, it is another session).
+    Without a date it was said when it arrives (:func:`promem_fast.times.received`), so a later conversation is
+    the newer one; two received within the same second are ordered by their ids."""
     if isinstance(data, Session):
         return [data.to_dict()]
     if isinstance(data, dict):
@@ -122,7 +125,7 @@ def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
         said = [items, date] if infer else [items, date, "verbatim"]  # ids of extracted ones stay as they were
         digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-        session = {"session_id": f"msg-{digest}", "messages": items}
-        return [session if date is None else {**session, "timestamp": date}]
+        return [{"session_id": f"msg-{digest}", "messages": items,
+                 "timestamp": date if date is not None else received()[0]}]
     return [dict(s) for s in items]
 

@@ -78,6 +78,13 @@ def parse_time(value: str | float) -> datetime:
     return found.replace(microsecond=0)
 
 
+def received() -> tuple[str, str]:
+    """Now, for messages added without a date (they were said when they arrive, as a chat program adds them): the
+    kept form (UTC, to the second) and a key that orders arrivals within that second (microseconds, as digits)."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    return now.isoformat(timespec="seconds"), now.strftime("%Y%m%dT%H%M%S%f")
+
+
 def iso_time(value: str | None) -> str | None:
     """``value`` in the one kept form (``2023-05-08T13:56:00``); None when absent or not a time we can keep."""
     if not value:

@@ -369,3 +369,21 @@ def test_an_expiration_date_hides_a_sessions_memories_after_that_day(tmp_path: P
         assert "Paris" in then["answer"]
         with pytest.raises(InputError, match="metadata.expiration_date"):
             memory.add("I am in Oslo.", user_id="ana", expiration_date="some day soon")
+
+
+def test_a_later_add_is_newer_whatever_its_generated_id(tmp_path: Path) -> None:
+    """Messages added without a date are dated when they arrive, and adds within one second keep their order:
+    living in Porto, added after living in Lisbon, replaces it, for every user (the session ids ``add`` makes up
+    must not decide which one is newer)."""
+    from promem_fast import Memory
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        users = [f"user{i}" for i in range(8)]
+        for user in users:
+            memory.add("I live in a small flat in Lisbon near the river.", user_id=user)
+            memory.add("I live in a small flat in Porto near the river.", user_id=user)
+        for user in users:
+            (now,) = memory.get_all(user_id=user)["results"]
+            assert "Porto" in now["memory"] and now["valid_from"] is not None
+            (lisbon,) = [m for m in memory.get_all(user_id=user, history=True)["results"] if "Lisbon" in m["memory"]]
+            assert lisbon["superseded_by"] == now["id"]

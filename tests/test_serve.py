@@ -562,6 +562,14 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
         assert len(client.search("Ana", user_id="Ana", limit=2)["results"]) == 2
         with pytest.raises(InputError, match="user_id"):
             client.search("what does Ana do", filters={"agent_id": "career-bot"})
+        # an agent's answer is drawn from its own memory only
+        shown = client.answer("What does Ana grow on the balcony?", user_id="Ana", agent_id="garden-bot")["memories"]
+        assert shown and {said(m) for m in shown} <= {"bees", "tomatoes"}
+        assert client.answer("What does Ana grow on the balcony?", user_id="Ana",
+                             agent_id="career-bot")["answer"] is None  # nothing of it in the career agent's memory
+        with pytest.raises(ServerError) as refused:
+            client.answer("x", user_id="Ana", filters={"a b": 1})
+        assert refused.value.status == 422 and "plain name" in str(refused.value.detail)
         with pytest.raises(InputError, match="differ"):  # refused before anything is sent
             client.get_all(user_id="Ana", agent_id="a", filters={"agent_id": "b"})
         assert client.delete_all(user_id="Ana", agent_id="nobody") == {"deleted": 0}  # a known user: nothing

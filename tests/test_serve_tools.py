@@ -148,6 +148,9 @@ def test_mcp_tools_over_stdio_speak_the_http_shapes(tmp_path: Path) -> None:
             listed_hens = tool_result(await client.call_tool("list", {"user_id": "Goatherd", "filters": poultry}))
             assert listed_hens and all("hens" in m["memory"] for m in listed_hens)
             assert len(tool_result(await client.call_tool("list", {"user_id": "Goatherd", "top_k": 1}))) == 1
+            hens_only = tool_result(await client.call_tool("answer", {"user_id": "Goatherd", "filters": poultry,
+                                                                      "question": "What animals are kept in Bergen?"}))
+            assert hens_only["memories"] and all("hens" in m["memory"] for m in hens_only["memories"])
             cut = tool_result(await client.call_tool("delete", {"user_id": "Goatherd", "filters": poultry}))
             assert cut == {"deleted": len(listed_hens)}
             assert tool_result(await client.call_tool("list", {"user_id": "Goatherd"})) == goats  # the goats stay

@@ -170,6 +170,14 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
     assert json.loads(capsys.readouterr().out) == {"deleted": 0}
     with MemoryStore(db, read_only=True) as store:
         assert "s2" not in store.sessions("Sharon Brown", tenant="acme")
+    # an answer from the hobby sessions only
+    assert main(["ask", "Where does Sharon Brown keep bees?", *where, *user, "--json", "--filter", "topic=hobby",
+                 *SCRIPTED]) == 0
+    hobby = json.loads(capsys.readouterr().out)["memories"]
+    assert hobby and all("bees" in m["memory"] for m in hobby)
+    assert main(["ask", "Where does Sharon Brown keep bees?", *where, *user, "--json", "--filter", "topic=work",
+                 *SCRIPTED]) == 0
+    assert not any("bees" in m["memory"] for m in json.loads(capsys.readouterr().out)["memories"])
     # the memory of the sessions added with a topic (mem0's delete_all by agent_id, on the command line)
     assert main(["delete", "--filter", "topic=hobby", *where, *user, *SCRIPTED]) == 0
     assert json.loads(capsys.readouterr().out) == {"deleted": 1}

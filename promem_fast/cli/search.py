@@ -32,6 +32,8 @@ def register(sub: Any) -> None:
     store_args(p)
     user_arg(p)
     time_args(p)
+    filter_arg(p, "answer from the memories whose session's metadata has KEY equal to VALUE only; repeat for "
+                  "several")
     p.add_argument("--json", action="store_true", help="the answer with the memories it was shown, as JSON")
     config_args(p)
     p.set_defaults(func=cmd_ask)
@@ -128,7 +130,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if unknown_user(store, args):
             return 1
         with Engine(config, embedder=store.embedder) as engine:
-            (row,) = store.answer(args.user, [args.question], engine=engine, tenant=args.tenant, **given_time(args))
+            (row,) = store.answer(args.user, [args.question], engine=engine, tenant=args.tenant,
+                                  filters=dict(args.filters or []), **given_time(args))
     reply = shapes.answer(row)
     if args.json:
         print(json.dumps(reply, ensure_ascii=False))

@@ -220,7 +220,7 @@ def _query_routes(v1: APIRouter, service: Service) -> None:
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:
-        return service.answer(who.tenant, user_id, body.question, **scope(body))
+        return service.answer(who.tenant, user_id, body.question, filters=body.filters, **scope(body))
 
     @v1.get("/users/{user_id}/graph", response_model=api.Graph, summary="A user's memory graph as JSON")
     def graph(user_id: User, who: Who) -> Any:

@@ -273,9 +273,9 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     def handle(ident: int, method: str, args: tuple[Any, ...]) -> None:
         try:
             if method == "answer":
-                tenant, user, questions, when = args
+                tenant, user, questions, when, filters = args
                 value: Any = list(reader.answer(user, questions, engine=gate, tenant=tenant,  # type: ignore[arg-type]
-                                                **when))
+                                                filters=filters, **when))
             elif method == "delete":
                 tenant, user, session, node, filters = args
                 value = int(reader.delete(tenant=tenant, user=user, session=session, node=node, filters=filters,

@@ -22,7 +22,7 @@ from pydantic import AfterValidator
 from promem_fast.errors import InputError
 from promem_fast.jsonl import find_unwritable
 from promem_fast.names import MAX_NAME_CHARS, name_problem
-from promem_fast.store.filters import metadata_scope
+from promem_fast.store.filters import checked
 
 MAX_ID = 2**63 - 1
 """Largest memory id (SQLite's INTEGER is 64-bit signed)."""
@@ -55,7 +55,7 @@ def filters_query(filters: Annotated[str | None, Query(max_length=4000, descript
         value = json.loads(filters)
         if not isinstance(value, dict):
             raise InputError('must be a JSON object such as {"agent_id": "support-bot"}', field="filters")
-        metadata_scope(value, ("1", ()))  # the same refusals as a search's filters, before any work
+        checked(value)  # the same refusals as a search's filters, before any work
     except (ValueError, InputError) as exc:
         msg = exc.message if isinstance(exc, InputError) else f"not JSON: {exc}"
         raise HTTPException(422, [{"loc": ["query", "filters"], "field": "query.filters", "msg": msg,

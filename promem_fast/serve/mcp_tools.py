@@ -82,11 +82,12 @@ def build_server(service: Service, tenant: str) -> Any:
 
     @server.tool()
     async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,
-                     until: str | None = None) -> dict[str, Any]:
+                     until: str | None = None, filters: dict[str, Any] | None = None) -> dict[str, Any]:
         """The answer to a question from the memory of a user, with the memories it was drawn from.
-        as_of: what held at this time (ISO 8601; default now); since/until as for search."""
+        as_of: what held at this time (ISO 8601; default now); since/until and filters as for search."""
         when = _given(as_of=as_of, since=since, until=until)
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.answer(tenant, u, question, **when), user_id)
+        return await anyio.to_thread.run_sync(
+            guarded, lambda u: service.answer(tenant, u, question, filters=filters, **when), user_id)
 
     @server.tool(name="list")
     async def list_memories(user_id: str, history: bool = False, filters: dict[str, Any] | None = None,

@@ -78,6 +78,8 @@ class Update(BaseModel):
 
 class Question(TimeScope):
     question: str = Field(min_length=1, max_length=4000)
+    filters: dict[str, Any] | None = Field(default=None, description="answer from the memories whose session's "
+                                           "metadata meets these conditions only (as for search)")
 
 
 # ---------------------------------------------------------------------------------------------- replies

@@ -28,6 +28,7 @@ from promem_fast.serve.engine_process import ENGINE_PRIORITY, EnginePriority, En
 from promem_fast.serve.jobs import DEFAULT_RETENTION_S, JobQueue
 from promem_fast.serve.keys import KeyRing
 from promem_fast.serve.metrics import Metrics
+from promem_fast.store.filters import checked
 from promem_fast.store.store import UpdateJudge
 
 log = logging.getLogger(__name__)
@@ -220,10 +221,14 @@ class Service:
         """Remove every user of the tenant (queued work included); returns the memories removed."""
         return sum(self.delete(tenant, user) for user in self.users(tenant))
 
-    def answer(self, tenant: str, user: str, question: str, **when: str) -> dict[str, Any]:
-        when = _window(when)  # here, so a bad time is the caller's error, not the engine process's
+    def answer(self, tenant: str, user: str, question: str, filters: dict[str, Any] | None = None,
+               **when: str) -> dict[str, Any]:
+        """The answer from the user's memories at the question's time whose session's metadata meets
+        ``filters``; a bad time or filter is the caller's error, refused here rather than in the engine process."""
+        when = _window(when)
+        checked(filters)
         name = self._user(tenant, user)
-        (reply,) = self.worker.call("answer", tenant, name, [question], when)
+        (reply,) = self.worker.call("answer", tenant, name, [question], when, filters or None)
         return shapes.answer(reply)
 
     def graph(self, tenant: str, user: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.timeline import day_label, query_time, time_window
 from promem_fast.times import iso_time
 
-from .filters import visible
+from .filters import metadata_scope, visible
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -115,9 +115,10 @@ def _preselected(store: StoreView, user_pk: int, user: str, questions: Sequence[
 
 def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine, tenant: str,
            question_time: str | None, *, as_of: str | None = None, since: str | None = None,
-           until: str | None = None) -> list[dict[str, Any]]:
+           until: str | None = None, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every question about ``user`` asked of the memories holding at ``as_of`` (default the question's
-    time, else now), each shown with its day and weekday, in one engine run."""
+    time, else now) whose session's metadata meets ``filters``, each shown with its day and weekday, in one
+    engine run."""
     from .qa import Ask, answer_questions
 
     dim = getattr(engine.services.embedder, "dim", None)
@@ -126,7 +127,7 @@ def answer(store: StoreView, user: str, questions: Sequence[str], engine: Engine
                          f"{store.dim()}; answer with the embedder that filled the store")
     as_of, since, until = time_window(as_of, since, until)
     when = as_of or (iso_time(question_time) if question_time else None)
-    scope = visible(when, since, until, dialect=store.db.dialect)
+    scope = metadata_scope(filters, visible(when, since, until, dialect=store.db.dialect), dialect=store.db.dialect)
     user_pk = store.user_id(tenant, user)
     dated = [] if user_pk is None else store.db.execute(
         "SELECT session_id, said_at, timestamp FROM sessions WHERE user_id = ? ORDER BY id", (user_pk,)).fetchall()

@@ -56,6 +56,28 @@ def metadata_scope(filters: Mapping[str, Any] | None, scope: tuple[str, tuple[An
     return " AND ".join(clauses), tuple(values)
 
 
+SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id FROM sessions) x"
+"""The sessions as ``x``, each its own ``session_pk``: metadata filters read a session's metadata through
+``x.session_pk``, as they do for a memory's."""
+
+
+def sessions_of(user_pk: int, session: str | None, filters: Mapping[str, Any] | None, *,
+                dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:
+    """SQL for the row ids of the user's session named ``session`` and/or of those whose metadata meets
+    ``filters``, with its parameters (a subquery: any number of sessions, no parameter per session)."""
+    where, params = metadata_scope(filters, ("x.user_id = ?", (user_pk,)), alias="x", dialect=dialect)
+    if session is not None:
+        where, params = f"{where} AND x.session_id = ?", (*params, session)
+    return f"SELECT x.id FROM {SESSIONS_AS_X} WHERE {where}", params
+
+
+def checked(filters: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``filters`` when every condition is one :func:`metadata_scope` takes (refused by field before any work,
+    where the work runs elsewhere)."""
+    metadata_scope(filters, ("1 = 1", ()))
+    return filters
+
+
 def visible(as_of: str | None, since: str | None, until: str | None, *, history: bool = False,
               show_expired: bool = False, dialect: str = "sqlite") -> tuple[str, tuple[Any, ...]]:
     """The memories a question sees (:func:`~promem_fast.persistence.timeline.validity`, over ``nodes n``), less

@@ -29,11 +29,7 @@ from promem_fast.persistence.hits import Hit
 from promem_fast.persistence.opening import open_persistence
 from promem_fast.persistence.vectors import IndexKind
 
-from .filters import metadata_scope, visible
-
-_SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id FROM sessions) x"
-"""The sessions as ``x``, each its own ``session_pk``: metadata filters (:mod:`.filters`) read a session's
-metadata through ``x.session_pk``, as they do for a memory's."""
+from .filters import SESSIONS_AS_X, metadata_scope, sessions_of, visible
 
 if TYPE_CHECKING:
     from promem_fast.backends.base import Embedder
@@ -237,7 +233,7 @@ class MemoryStore:
         where, params = metadata_scope(filters, ("t.name = ? AND u.name = ?", (tenant, user)), alias="x",
                                        dialect=self.db.dialect)
         return [sid for (sid,) in self.db.execute(
-            f"SELECT x.session_id FROM {_SESSIONS_AS_X} JOIN users u ON u.id = x.user_id "
+            f"SELECT x.session_id FROM {SESSIONS_AS_X} JOIN users u ON u.id = x.user_id "
             f"JOIN tenants t ON t.id = u.tenant_id WHERE {where} ORDER BY x.id",
             params)]
 
@@ -325,14 +321,15 @@ class MemoryStore:
 
     def answer(self, user: str, questions: Sequence[str], *, engine: Engine, tenant: str = "default",
                question_time: str | None = None, as_of: str | None = None, since: str | None = None,
-               until: str | None = None) -> list[dict[str, Any]]:
+               until: str | None = None, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Answer questions about ``user`` from their memory with evaluation's QA program, all questions in
         one batched engine run; each answer as a dict (prediction, the memories it was shown with their ids
-        and days). The memories are those holding at ``as_of`` (default: ``question_time``, else now)."""
+        and days). The memories are those holding at ``as_of`` (default: ``question_time``, else now) whose
+        session's metadata meets ``filters``."""
         from .answering import answer
 
         return answer(self, user, questions, engine, tenant, question_time, as_of=as_of, since=since,
-                      until=until)
+                      until=until, filters=filters)
 
     def history_graph(self, node_id: int, *, tenant: str = "default") -> dict[str, Any]:
         """The replacement graph through ``node_id``: its memories and the links among them (:mod:`.links`)."""
@@ -395,7 +392,7 @@ class MemoryStore:
             if node is not None:
                 where, params = "user_id = ? AND id = ?", (user_pk, node)
             elif narrow:
-                chosen, chosen_params = self._sessions_of(user_pk, session, filters)
+                chosen, chosen_params = sessions_of(user_pk, session, filters, dialect=self.db.dialect)
                 if db.execute(f"{chosen} LIMIT 1", chosen_params).fetchone() is None:
                     return 0
                 where, params = f"user_id = ? AND session_pk IN ({chosen})", (user_pk, *chosen_params)
@@ -420,15 +417,6 @@ class MemoryStore:
             settle(self, [user_pk], engine)
         self.db.compact()
         return int(count)
-
-    def _sessions_of(self, user_pk: int, session: str | None, filters: dict[str, Any] | None
-                     ) -> tuple[str, tuple[Any, ...]]:
-        """SQL for the row ids of the user's session named ``session`` and/or of those whose metadata meets
-        ``filters``, with its parameters (a subquery: any number of sessions, no parameter per session)."""
-        where, params = metadata_scope(filters, ("x.user_id = ?", (user_pk,)), alias="x", dialect=self.db.dialect)
-        if session is not None:
-            where, params = f"{where} AND x.session_id = ?", (*params, session)
-        return f"SELECT x.id FROM {_SESSIONS_AS_X} WHERE {where}", params
 
     # ------------------------------------------------------------------------------------ moving
     def export(self, path: str | Path | IO[str], *, tenant: str | None = None) -> int:
