@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from promem_fast import shapes
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
-from promem_fast.times import received
+from promem_fast.times import received, said_when
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -367,16 +367,14 @@ def _session(messages: Any, user_id: str, date: str | float | None, session_id: 
         return messages
     record = dict(messages) if isinstance(messages, dict) else {"messages": list(messages)}
     record.setdefault("user", user_id)
-    now, arrival = received()
-    if date is not None:
-        record["timestamp"] = date
-    elif not isinstance(messages, dict):  # said now: a later add is the newer one (a record says its own time)
-        record["timestamp"] = now
+    when = date if isinstance(messages, dict) else said_when(date, record["messages"])  # a record says its own
+    if when is not None:
+        record["timestamp"] = when
     if metadata:
         record["metadata"] = {**(record.get("metadata") or {}), **metadata}
     if session_id is not None:
         record["session_id"] = session_id
-    record.setdefault("session_id", f"{arrival}-{uuid.uuid4().hex[:6]}")  # sorts by arrival within a second
+    record.setdefault("session_id", f"{received()[1]}-{uuid.uuid4().hex[:6]}")  # sorts by arrival within a second
     if record["user"] != user_id:
         raise InputError(f"the session belongs to {record['user']!r}, not {user_id!r}", field="user")
     return session_from_dict(record)

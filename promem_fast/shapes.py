@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
-from promem_fast.times import received
+from promem_fast.times import said_when
 from promem_fast.types import Session
 
 _D = TypeVar("_D", int, None)
@@ -125,7 +125,8 @@ def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
         said = [items, date] if infer else [items, date, "verbatim"]  # ids of extracted ones stay as they were
         digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-        return [{"session_id": f"msg-{digest}", "messages": items,
-                 "timestamp": date if date is not None else received()[0]}]
+        session = {"session_id": f"msg-{digest}", "messages": items}
+        when = said_when(date, items)
+        return [session if when is None else {**session, "timestamp": when}]
     return [dict(s) for s in items]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timezone
 from functools import lru_cache
+from typing import Any
 
 FORMATS: tuple[str, ...] = (
     "%b %d, %Y, %H:%M:%S",      # HaluMem: "Sep 04, 2025, 09:05:32"
@@ -83,6 +84,14 @@ def received() -> tuple[str, str]:
     kept form (UTC, to the second) and a key that orders arrivals within that second (microseconds, as digits)."""
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     return now.isoformat(timespec="seconds"), now.strftime("%Y%m%dT%H%M%S%f")
+
+
+def said_when(given: str | float | None, messages: list[Any]) -> str | float | None:
+    """When messages given to an ``add`` were said: the time ``given``; else none when a message carries its own
+    ``timestamp`` (the session then takes its first turn's); else now (:func:`received`)."""
+    if given is not None or any(isinstance(m, dict) and m.get("timestamp") is not None for m in messages):
+        return given
+    return received()[0]
 
 
 def iso_time(value: str | None) -> str | None:

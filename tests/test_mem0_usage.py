@@ -387,3 +387,15 @@ def test_a_later_add_is_newer_whatever_its_generated_id(tmp_path: Path) -> None:
             assert "Porto" in now["memory"] and now["valid_from"] is not None
             (lisbon,) = [m for m in memory.get_all(user_id=user, history=True)["results"] if "Lisbon" in m["memory"]]
             assert lisbon["superseded_by"] == now["id"]
+
+
+def test_messages_that_carry_their_own_times_are_dated_by_them_not_by_their_arrival(tmp_path: Path) -> None:
+    from promem_fast import Memory
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        memory.add([{"role": "user", "content": "I adopted a beagle named Biscuit.",
+                     "timestamp": "2023-05-20T10:00:00"},
+                    {"role": "assistant", "content": "Biscuit is a lovely name!"}], user_id="ana")
+        memory.add([{"role": "user", "content": "I keep bees in Porto."}], user_id="ana", date="2022-01-02")
+        days = {m["memory"]: m["valid_from"][:10] for m in memory.get_all(user_id="ana")["results"]}
+    assert sorted(days.values()) == ["2022-01-02", "2023-05-20"]
