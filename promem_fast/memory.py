@@ -299,8 +299,7 @@ class Memory:
             if found is None:
                 raise InputError(f"there is no memory {memory_id}", field="memory_id")
             user_id = str(found["user_id"])
-        narrow = memory_id is not None or session_id is not None  # what comes after it is judged again
-        engine = self.engine if narrow and self.store.update_judge != "off" else None
+        engine = self._rejudging(memory_id is not None or session_id is not None)
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 
@@ -312,14 +311,19 @@ class Memory:
             raise InputError("give user_id: promem keeps memory per user (agent_id and run_id narrow it)",
                              field="user_id")
         scope = shapes.with_scopes(None, agent_id=agent_id, run_id=run_id)
-        engine = self.engine if scope and self.store.update_judge != "off" else None
-        return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, filters=scope, engine=engine)}
+        return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, filters=scope,
+                                             engine=self._rejudging(bool(scope)))}
 
     def reset(self) -> dict[str, int]:
         """Remove all memory of every user of this tenant (other tenants of the store keep theirs)."""
         from promem_fast.store.editing import reset
 
         return {"deleted": reset(self.store, self.tenant)}
+
+    def _rejudging(self, narrow: bool) -> Engine | None:
+        """The engine that judges again what a narrow delete (a memory, some sessions) reopened; none for a whole
+        user, or a store that does not judge updates (no model is loaded for it)."""
+        return self.engine if narrow and self.store.update_judge != "off" else None
 
     def _extract(self, session: Session) -> None:
         """Extract and store one session. Its program failing (a model server that does not answer, a backend
