@@ -36,7 +36,7 @@ from promem_fast.errors import InputError, WriteFailed
 from promem_fast.jsonl import BOM, decode_line, printable, unwritable_field
 from promem_fast.names import MAX_NAME_CHARS, name_problem
 from promem_fast.private import open_private, private_dirs, write_private
-from promem_fast.times import EXPIRES, TimeProblem, parse_time
+from promem_fast.times import EXPIRES, TimeProblem, kept_day, parse_time
 from promem_fast.types import MemoryGraph, Session, Turn
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,9 @@ class _Check:
         return value
 
     def day(self, record: dict[str, Any], key: str, where: str) -> str:
-        """``record[key]`` as an ISO day (``2025-06-30``): a day, a time (its day in UTC) or Unix seconds."""
-        value = record[key]
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise self.error(f"must be a day such as 2025-06-30, got {type(value).__name__}", where)
+        """``record[key]`` as an ISO day (:func:`promem_fast.times.kept_day`), or refused by field."""
         try:
-            return parse_time(value).date().isoformat()
+            return kept_day(record[key])
         except TimeProblem as exc:
             raise self.error(str(exc), where) from None
 

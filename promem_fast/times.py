@@ -79,6 +79,14 @@ def parse_time(value: str | float) -> datetime:
     return found.replace(microsecond=0)
 
 
+def kept_day(value: Any) -> str:
+    """``value`` (a day, a time, or Unix seconds) as the ISO day of its UTC instant (``2025-06-30``): the form
+    of an :data:`EXPIRES` day, which the store compares as text; :class:`TimeProblem` if none."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise TimeProblem(f"must be a day such as 2025-06-30, got {type(value).__name__}")
+    return parse_time(value).date().isoformat()
+
+
 def received() -> tuple[str, str]:
     """Now, for messages added without a date (they were said when they arrive, as a chat program adds them): the
     kept form (UTC, to the second) and a key that orders arrivals within that second (microseconds, as digits)."""

@@ -399,3 +399,24 @@ def test_messages_that_carry_their_own_times_are_dated_by_them_not_by_their_arri
         memory.add([{"role": "user", "content": "I keep bees in Porto."}], user_id="ana", date="2022-01-02")
         days = {m["memory"]: m["valid_from"][:10] for m in memory.get_all(user_id="ana")["results"]}
     assert sorted(days.values()) == ["2022-01-02", "2023-05-20"]
+
+
+def test_an_expiry_given_on_a_session_built_by_hand_is_kept_as_a_day_or_refused(tmp_path: Path) -> None:
+    """A ``Session`` object does not pass through the input reader: the store reads its expiry day itself, so
+    Unix seconds (1,580,428,800 s is 2020-01-31 00:00 UTC) still mean that day and an unreadable one is refused."""
+    from promem_fast import Memory
+    from promem_fast.types import Session, Turn
+
+    def trip(sid: str, expires: Any) -> Session:
+        said = Turn(turn_id=0, role="user", text="I am in Paris for a conference this week.")
+        return Session(session_id=sid, user="ana", turns=(said,), timestamp="2020-01-27T09:00:00",
+                       metadata={"expiration_date": expires})
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        memory.add(trip("t1", 1_580_428_800), user_id="ana")
+        (paris,) = memory.get_all(user_id="ana", show_expired=True)["results"]
+        assert paris["metadata"] == {"expiration_date": "2020-01-31"}
+        assert memory.search("Where is ana?", user_id="ana", as_of="2020-01-30")["results"]  # it held then
+        assert not memory.search("Where is ana?", user_id="ana")["results"]  # and not now
+        with pytest.raises(InputError, match="metadata.expiration_date"):
+            memory.add(trip("t2", "some day"), user_id="ana")

@@ -15,7 +15,7 @@ import numpy as np
 
 from promem_fast.errors import InputError
 from promem_fast.names import name_problem
-from promem_fast.times import iso_time
+from promem_fast.times import EXPIRES, TimeProblem, iso_time, kept_day
 from promem_fast.types import MemoryGraph
 
 from .api import Database
@@ -58,14 +58,20 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
     if problem is not None:
         raise InputError(problem, session_id=None, field="session_id")
     said_at = iso_time(record.get("timestamp"))
-    if not isinstance(record.get("metadata") or {}, dict):
+    metadata = record.get("metadata") or {}
+    if not isinstance(metadata, dict):
         raise InputError("must be a JSON object", session_id=record["session_id"], field="metadata")
+    if metadata.get(EXPIRES) is not None:  # however the session came (a Session built by hand, a graphs file)
+        try:
+            metadata = {**metadata, EXPIRES: kept_day(metadata[EXPIRES])}
+        except TimeProblem as exc:
+            raise InputError(str(exc), session_id=record["session_id"], field=f"metadata.{EXPIRES}") from None
     cur = db.execute(
         "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged, "
         "metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
          dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged),
-         dumps(record.get("metadata") or {})))
+         dumps(metadata)))
     session_pk = int(cur.fetchall()[0][0])
     db.executemany(
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
