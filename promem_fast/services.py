@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from promem_fast.backends import Kind, create
+from promem_fast.backends import Kind, check_names, create
 from promem_fast.backends.base import Compressor, Embedder, LLMBackend, NLIBackend, Similarity
 from promem_fast.config import EngineConfig
 from promem_fast.errors import PromemError
@@ -32,6 +32,7 @@ class Services:
     def __init__(self, config: EngineConfig, *, llm: LLMBackend | None = None, nli: NLIBackend | None = None,
                  embedder: Embedder | None = None, similarity: Similarity | None = None,
                  compressor: Compressor | None = None) -> None:
+        check_names(config)
         self.config = config
         self._llms: dict[str, LLMBackend] = {}
         self._by_role: dict[str, LLMBackend] = {}

@@ -45,7 +45,6 @@ def test_config_files(tmp_path: Path, suffix: str, text: str) -> None:
 @pytest.mark.parametrize("assignment,message", [
     ("pipeline.tau_comp=high", "must be a number"),
     ("pipeline.nope=1", "unknown config field 'pipeline.nope'"),
-    ("llm.backend=gpt5", "choose one of"),
     ("roles.writer.model=x", "unknown role 'writer'"),
     ("pipeline.relations=maybe", "true or false"),
     ("tau", "section.field=value"),
@@ -53,6 +52,24 @@ def test_config_files(tmp_path: Path, suffix: str, text: str) -> None:
 def test_bad_overrides_name_the_field(assignment: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         EngineConfig().with_overrides([assignment])
+
+
+def test_a_backend_is_any_name_the_registry_has_and_an_unknown_one_is_refused_by_field() -> None:
+    """A package that registers a backend (the entry-point group, or ``register``) is chosen by name in the config,
+    as the product's own are; a name nobody registered is refused when the services are made, before any model
+    loads, naming the field and the names there are."""
+    from promem_fast.backends import BackendSpec, register
+    from promem_fast.services import Services
+
+    register([BackendSpec("similarity", "vendor-sim", "vendor_pkg.sim:VendorSimilarity", None, "a plugin's")])
+    chosen = Services(EngineConfig.profile("scripted").with_overrides(["similarity.backend=vendor-sim"]))
+    assert chosen.config.similarity.backend == "vendor-sim"
+    with pytest.raises(ConfigError, match=r"^llm\.backend: unknown llm backend 'gpt5'; available: llamacpp, "):
+        Services(EngineConfig().with_overrides(["llm.backend=gpt5"]))
+    with pytest.raises(ConfigError, match=r"^roles\.qa\.backend: unknown llm backend 'gpt5'"):
+        Services(EngineConfig().with_overrides(["roles.qa.backend=gpt5"]))
+    with pytest.raises(ConfigError, match=r"^similarity\.backend: unknown similarity backend 'gpu'"):
+        Services(EngineConfig().with_overrides(["similarity.backend=gpu"]))
 
 
 def test_range_checks() -> None:

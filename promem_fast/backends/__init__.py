@@ -122,6 +122,21 @@ def spec(kind: Kind, name: str) -> BackendSpec:
                       f"with that package installed, through the {PLUGIN_GROUP!r} entry points)")
 
 
+def check_names(config: Any) -> None:
+    """Every backend an :class:`~promem_fast.config.EngineConfig` names is one the registry has (an installed
+    plugin's included); the error names the field and lists the names there are. Run when the services are
+    made, before any model loads, so a misspelt name fails at once, not when its model is first wanted."""
+    named = [("llm", "llm", config.llm.backend), *(("llm", f"roles.{r}", c.backend) for r, c in config.roles.items()),
+             ("nli", "nli", config.nli.backend), ("embedder", "embedder", config.embedder.backend),
+             ("similarity", "similarity", config.similarity.backend)]
+    for kind, where, name in named:
+        if (kind, name) not in (("nli", "llm"), ("similarity", "auto")):  # the chat model; chosen by the host
+            try:
+                spec(kind, name)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}.backend: {exc}") from None
+
+
 def create(kind: Kind, name: str, config: Any) -> Any:
     """Import the backend's module and build it from its config section."""
     entry = spec(kind, name)
@@ -132,5 +147,5 @@ def create(kind: Kind, name: str, config: Any) -> Any:
 
 __all__ = [
     "BACKENDS", "PLUGIN_GROUP", "BackendSpec", "Completion", "Compressor", "Embedder", "GenerationRequest",
-    "LLMBackend", "NLIBackend", "NLIResult", "Similarity", "create", "register", "spec",
+    "LLMBackend", "NLIBackend", "NLIResult", "Similarity", "check_names", "create", "register", "spec",
 ]

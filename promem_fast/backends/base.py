@@ -121,7 +121,11 @@ class NLIBackend(Protocol):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Sentence embeddings. Rows come back L2-normalised as float32, so a dot product is a cosine."""
+    """Sentence embeddings. Rows come back L2-normalised as float32, so a dot product is a cosine.
+
+    One embedder serves several threads at once (the engine's embedding lane, a store's searches and writes), so
+    an implementation guards whatever is not thread-safe in it: a Rust tokenizer called from two threads at
+    once can fail ("Already borrowed")."""
 
     dim: int
 

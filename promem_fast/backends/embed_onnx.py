@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +214,9 @@ class OnnxEmbedder:
         self.dim = int(width)
         self.batch_size = max(1, config.batch_size)
         self.query_prompt = config.query_prompt
+        self._tokenizing = threading.Lock()
+        """The tokenizer takes one call at a time (the Embedder protocol's threads); ONNX Runtime's ``run`` is
+        thread-safe, so batches of two threads still run side by side."""
         log.info("ONNX embedder %s on %s (dim %d, %s pooling)", folder, self.session.get_providers()[0], self.dim,
                  self.layout.pooling)
 
@@ -221,7 +225,8 @@ class OnnxEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        with self._tokenizing:
+            encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
         order = length_order(encoded)
         for start in range(0, len(texts), self.batch_size):
             chosen = order[start : start + self.batch_size]

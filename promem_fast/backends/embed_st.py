@@ -6,6 +6,7 @@ Both embedders return rows L2-normalised in float32, so every cosine in the pipe
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence, Sized
 from pathlib import Path
 from typing import Any
@@ -60,18 +61,21 @@ class SentenceTransformerEmbedder:
         self.dim = int(dimension())
         self.batch_size = max(1, config.batch_size)
         self.query_prompt = config.query_prompt
+        self._lock = threading.Lock()
+        """``encode`` tokenises inside: one call at a time (the Embedder protocol's threads)."""
         log.info("sentence-transformers embedder %s on %s (dim %d)", source, self.device, self.dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         order = length_order(texts)
-        for start in range(0, len(texts), self.batch_size):
-            chosen = order[start : start + self.batch_size]
-            out[chosen] = self.model.encode(
-                [texts[i] for i in chosen], batch_size=len(chosen), convert_to_numpy=True,
-                normalize_embeddings=True, show_progress_bar=False,
-            )
+        with self._lock:
+            for start in range(0, len(texts), self.batch_size):
+                chosen = order[start : start + self.batch_size]
+                out[chosen] = self.model.encode(
+                    [texts[i] for i in chosen], batch_size=len(chosen), convert_to_numpy=True,
+                    normalize_embeddings=True, show_progress_bar=False,
+                )
         return unit_rows(out)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:

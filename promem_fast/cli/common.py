@@ -21,6 +21,7 @@ def config_args(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace) -> Any:
     """The run's :class:`~promem_fast.config.EngineConfig`, resolved (and validated) in one place from the
     command's options: ``--profile``, ``--config``, ``--set``, then the flags of the command at hand."""
+    from promem_fast.backends import check_names
     from promem_fast.config import EngineConfig
 
     run: dict[str, Any] = {}
@@ -36,4 +37,6 @@ def build_config(args: argparse.Namespace) -> Any:
         run["fsync"] = True
     if getattr(args, "compress", None) is not None:
         run["compression"] = {"enabled": True, "rate": args.compress}
-    return EngineConfig.resolve(profile=args.profile, file=args.config, overrides=args.overrides, run=run)
+    config = EngineConfig.resolve(profile=args.profile, file=args.config, overrides=args.overrides, run=run)
+    check_names(config)  # a misspelt or missing plugin backend, named now rather than when a command loads it
+    return config

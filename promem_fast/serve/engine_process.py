@@ -208,29 +208,6 @@ def lower_priority(priority: EnginePriority) -> None:
         log.info("could not lower the engine process's priority")
 
 
-class SerializedEmbedder:
-    """One embedder shared by the engine's embedding thread and the writer's store, one call at a time: a
-    Rust tokenizer called from two threads at once can fail ("Already borrowed")."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.dim = inner.dim
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Any) -> Any:
-        with self._lock:
-            return self._inner.embed(texts)
-
-    def embed_queries(self, texts: Any) -> Any:
-        with self._lock:
-            return getattr(self._inner, "embed_queries", self._inner.embed)(texts)
-
-    def close(self) -> None:
-        closer = getattr(self._inner, "close", None)
-        if callable(closer):
-            closer()
-
-
 def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: str | Path | None,
                 retention_s: float | None, priority: EnginePriority, lease_s: float | None, conn: Any) -> None:
     """The engine process: the worker as it ran in one process, plus the pipe's requests."""
@@ -245,7 +222,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     from promem_fast.store import MemoryStore
     from promem_fast.store.editing import rewrite
 
-    embedder = SerializedEmbedder(Services(config).embedder)
+    embedder = Services(config).embedder  # shared by the engine's lane and both stores (it serves threads)
     engine = Engine(config, embedder=embedder)
     try:
         engine.services.preload()  # a missing library or model: the server refuses to start, naming the fix
