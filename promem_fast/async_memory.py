@@ -7,10 +7,13 @@ The same verbs, arguments and result shapes, awaited::
         found = await memory.search("Where does Tom live?", user_id="tom")
 
 Extraction and search are blocking work (a model, an embedder, the store's file), so each call runs on a
-thread and the event loop stays free. One thread, the memory's own, runs every call in the order made: the
-store's connection and the models belong to the thread that opened them, and a call sees all that the calls
-before it wrote. Concurrent awaits therefore queue; a program that needs searches to run side by side with
-an extraction serves the store with ``promem serve`` (its reads do not wait on its writer).
+thread and the event loop stays free. The calls that write or drive the models (``add``, ``answer``,
+``update``, ``delete``, ``delete_all``, ``reset``) run on the memory's own thread, one at a time in the order
+made, so each sees what the writes made before it stored. The reads (``search``, ``get``, ``get_all``,
+``history``) run on threads of their own and never wait for a write in progress: an agent that adds a turn in
+the background searches at once, and finds the memory as committed (what an awaited ``add`` stored; a session
+still being extracted or judged not yet, and never half of it). Await the ``add`` first to search its
+memories.
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from typing import Any
 from promem_fast.memory import Memory
 
 
-def _awaited(verb: str) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """``Memory.<verb>`` as a coroutine method run on the memory's thread (its signature and docstring)."""
+READ_THREADS = 4
+"""Threads that run reads side by side (each search's SQL and vector scoring; query embeddings take turns)."""
+
+
+def _awaited(verb: str, *, reads: bool = False) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``Memory.<verb>`` as a coroutine method (its signature and docstring), run on the memory's thread, or
+    with ``reads`` on the reading threads."""
 
     @functools.wraps(getattr(Memory, verb))
     async def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> Any:
-        return await self._run(functools.partial(getattr(self._memory, verb), *args, **kwargs))
+        work = functools.partial(getattr(self._memory, verb), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._readers if reads else self._thread, work)
 
     return call
 
@@ -55,25 +64,25 @@ class AsyncMemory:
         except BaseException:
             self._thread.shutdown(wait=False)
             raise
-
-    async def _run(self, work: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+        self._readers = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="promem-read")
 
     add = _awaited("add")
-    search = _awaited("search")
+    search = _awaited("search", reads=True)
     answer = _awaited("answer")
-    get = _awaited("get")
-    get_all = _awaited("get_all")
+    get = _awaited("get", reads=True)
+    get_all = _awaited("get_all", reads=True)
     update = _awaited("update")
-    history = _awaited("history")
+    history = _awaited("history", reads=True)
     delete = _awaited("delete")
     delete_all = _awaited("delete_all")
     reset = _awaited("reset")
 
     async def close(self) -> None:
-        """Close the store and the models (on their thread), then the thread."""
+        """Close the store and the models once the calls made are done, then the threads."""
+        loop = asyncio.get_running_loop()
         try:
-            await self._run(self._memory.close)
+            await loop.run_in_executor(None, self._readers.shutdown)  # reads in flight finish first
+            await loop.run_in_executor(self._thread, self._memory.close)
         finally:
             self._thread.shutdown(wait=True)
 

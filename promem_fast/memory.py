@@ -61,18 +61,27 @@ shown wherever the memory is: deleting the memory removes them with it).
 
 *delete*, *delete_all*, *reset*: ``{"deleted": n}`` memories removed; what they had replaced or merged is
 judged again, so the memory is exactly as if they had never been added.
+
+Threads: one ``Memory`` may serve several threads (a web server's request threads). The verbs that write or
+drive the models (``add``, ``answer``, ``update``, ``delete``, ``delete_all``, ``reset``) take turns; the reads
+(``search``, ``get``, ``get_all``, ``history``) never wait for them: a read during a write reads the store as
+committed, the memory before that write, never half of it (a session's memories appear with the verdicts on
+what they replace).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 import os
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from promem_fast import shapes
 from promem_fast.config import EngineConfig
@@ -105,6 +114,19 @@ PROFILE_ENV = "PROMEM_PROFILE"
 
 OutputFormat = Literal["results", "list"]
 
+_Verb = TypeVar("_Verb", bound=Callable[..., Any])
+
+
+def _writes(verb: _Verb) -> _Verb:
+    """A verb that writes or drives the engine: such calls take turns (see the module's threads)."""
+
+    @functools.wraps(verb)
+    def call(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        with self._writing:
+            return verb(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
 
 def _default_location() -> str | Path:
     """``$PROMEM_DB_URL`` when set, else ``memory.db`` in the user's data folder."""
@@ -135,9 +157,16 @@ class Memory:
         self.tenant = tenant
         self.output_format = output_format
         self._profile = None if config is not None else profile
-        self.store: MemoryStore = MemoryStore(_default_location() if path is None else path, self.config,
-                                              update_judge=update_judge, profile=self._profile, key_file=key_file)
+        self._location = _default_location() if path is None else path
+        self._key_file = key_file
+        self.store: MemoryStore = MemoryStore(self._location, self.config, update_judge=update_judge,
+                                              profile=self._profile, key_file=key_file)
         self._engine: Engine | None = None
+        self._writing = threading.RLock()
+        """Held by a verb that writes or drives the engine: the engine and the store's connection serve one such
+        call at a time. Reads do not wait for it (:meth:`_reading`)."""
+        self._reader: MemoryStore | None = None
+        self._reader_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | str | Path, **options: Any) -> Memory:
@@ -176,10 +205,35 @@ class Memory:
         return self._engine
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
-        self.store.close()
+        with self._writing:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            self.store.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[MemoryStore]:
+        """The store a read uses: the memory's own when no write is in progress (one connection and one vector
+        index for a program that never overlaps them), else a second connection to the same store, opened the
+        first time a read overlaps a write. It reads what is committed (SQLite's WAL, PostgreSQL's snapshots):
+        the memory before the write in progress, never half of it, without waiting for it."""
+        if self._writing.acquire(blocking=False):
+            try:
+                yield self.store
+            finally:
+                self._writing.release()
+            return
+        with self._reader_lock:
+            if self._reader is None:
+                from promem_fast.store import MemoryStore
+
+                self._reader = MemoryStore(self._location, self.store.config, embedder=self.store.embedder,
+                                           update_judge=self.store.update_judge, key_file=self._key_file)
+            reader = self._reader
+        yield reader
 
     def __enter__(self) -> Memory:
         return self
@@ -188,6 +242,7 @@ class Memory:
         self.close()
 
     # ------------------------------------------------------------------------------------ verbs
+    @_writes
     def add(self, messages: str | Sequence[dict[str, Any]] | dict[str, Any] | Session, *,
             user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
             metadata: dict[str, Any] | None = None, date: str | None = None, timestamp: str | float | None = None,
@@ -234,11 +289,12 @@ class Memory:
         their session's ``expiration_date``."""
         user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         count = shapes.result_count(top_k, limit, k, shapes.DEFAULT_K)
-        hits = self.store.search(user, query, count, tenant=self.tenant,
-                                 as_of=as_of, since=since, until=until, filters=conditions, threshold=threshold,
-                                 show_expired=show_expired)
+        with self._reading() as store:
+            hits = store.search(user, query, count, tenant=self.tenant, as_of=as_of, since=since, until=until,
+                                filters=conditions, threshold=threshold, show_expired=show_expired)
         return self._out([hit.memory() for hit in hits])
 
+    @_writes
     def answer(self, question: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, filters: dict[str, Any] | None = None, as_of: str | None = None,
                since: str | None = None, until: str | None = None) -> dict[str, Any]:
@@ -254,7 +310,8 @@ class Memory:
         """One memory by id (``None`` when there is none)."""
         from promem_fast.store.editing import one
 
-        hit = one(self.store, memory_id, self.tenant)
+        with self._reading() as store:
+            hit = one(store, memory_id, self.tenant)
         return None if hit is None else hit.memory()
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
@@ -264,9 +321,11 @@ class Memory:
         those whose metadata meets ``filters`` (and ``agent_id``, ``run_id``); the first ``top_k`` (or
         ``limit``) of them when given; with ``show_expired`` also those past their ``expiration_date``."""
         user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
-        hits = self.store.hits(user, tenant=self.tenant, history=history, filters=conditions, show_expired=show_expired)
+        with self._reading() as store:
+            hits = store.hits(user, tenant=self.tenant, history=history, filters=conditions, show_expired=show_expired)
         return self._out([hit.memory() for hit in hits[:shapes.result_count(top_k, limit, None, len(hits))]])
 
+    @_writes
     def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,
                metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """Give a memory new text (``data``, or ``text`` as mem0 names it), by hand: same id, links and
@@ -285,8 +344,10 @@ class Memory:
 
     def history(self, memory_id: int) -> dict[str, Any]:
         """The replacement graph through ``memory_id`` (see the module's shapes)."""
-        return self.store.history_graph(memory_id, tenant=self.tenant)
+        with self._reading() as store:
+            return store.history_graph(memory_id, tenant=self.tenant)
 
+    @_writes
     def delete(self, memory_id: int | None = None, *, user_id: str | None = None,
                session_id: str | None = None) -> dict[str, int]:
         """Remove one memory (its user need not be named), one session, or (neither) the whole user."""
@@ -303,6 +364,7 @@ class Memory:
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, session=session_id,
                                              node=memory_id, engine=engine)}
 
+    @_writes
     def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
                    run_id: str | None = None) -> dict[str, int]:
         """Remove all memory of the user (gone from disk); with ``agent_id`` or ``run_id``, that of the user's
@@ -314,6 +376,7 @@ class Memory:
         return {"deleted": self.store.delete(tenant=self.tenant, user=user_id, filters=scope,
                                              engine=self._rejudging(bool(scope)))}
 
+    @_writes
     def reset(self) -> dict[str, int]:
         """Remove all memory of every user of this tenant (other tenants of the store keep theirs)."""
         from promem_fast.store.editing import reset

@@ -141,6 +141,8 @@ def test_metadata_travels_through_export_and_import_and_older_stores_gain_it(tmp
     raw.execute("DROP TABLE IF EXISTS memory_fts_vocab")  # (up to version 5)
     raw.execute("DROP TABLE memory_fts")
     raw.execute("DROP INDEX nodes_merged")  # nor the index of version 5
+    raw.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 8)
+    raw.execute("ALTER TABLE sessions DROP COLUMN shown")
     raw.execute("PRAGMA user_version = 2")
     raw.commit()
     raw.close()
@@ -243,26 +245,25 @@ def test_from_config_takes_promem_sections(tmp_path: Path) -> None:
         assert memory.search("bees", user_id="ana")["results"][0]["memory"] == "Ana keep bees."
 
 
-def test_async_memory_runs_the_verbs_in_the_order_awaited(tmp_path: Path) -> None:
-    """Concurrent awaits on one AsyncMemory each see what the calls made before them wrote."""
+def test_async_memory_runs_the_writes_in_the_order_made(tmp_path: Path) -> None:
+    """Writes awaited together run one at a time in the order they were made: the delete_all removes the first
+    add's memory and not the second's; a read awaited after them sees all they stored."""
     import asyncio
 
     from promem_fast import AsyncMemory
 
-    async def program() -> tuple[list[object], dict[str, object]]:
+    async def program() -> tuple[list[Any], dict[str, Any]]:
         async with AsyncMemory(tmp_path / "m.db", profile="scripted") as memory:
-            added = memory.add("I moved to Denver.", user_id="tom", date="2024-03-02")
-            found = memory.search("Where does Tom live?", user_id="tom")
-            listed = memory.get_all(user_id="tom")
-            results = await asyncio.gather(added, found, listed)
-            gone = await memory.delete_all(user_id="tom")
-        return results, gone
+            done = await asyncio.gather(memory.add("I moved to Denver.", user_id="tom", date="2024-03-02"),
+                                        memory.delete_all(user_id="tom"),
+                                        memory.add("I keep bees.", user_id="tom", date="2024-03-03"))
+            listed = await memory.get_all(user_id="tom")
+        return done, listed
 
-    (added, found, listed), gone = asyncio.run(program())
-    assert [e["memory"] for e in added["results"]] == ["Tom moved to Denver."]  # type: ignore[index]
-    assert [r["memory"] for r in found["results"]] == ["Tom moved to Denver."]  # type: ignore[index]
-    assert [r["valid_from"] for r in listed["results"]] == ["2024-03-02T00:00:00"]  # type: ignore[index]
-    assert gone == {"deleted": 1}
+    (added, gone, bees), listed = asyncio.run(program())
+    assert [e["memory"] for e in added["results"]] == ["Tom moved to Denver."]
+    assert gone == {"deleted": 1} and [e["memory"] for e in bees["results"]] == ["Tom keep bees."]
+    assert [(r["memory"], r["valid_from"]) for r in listed["results"]] == [("Tom keep bees.", "2024-03-03T00:00:00")]
 
 
 def test_an_add_whose_model_does_not_answer_raises_and_stores_nothing(tmp_path: Path) -> None:

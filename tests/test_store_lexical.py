@@ -22,6 +22,7 @@ from store_helpers import TopicEmbedder, graph
 from promem_fast.config import EngineConfig
 from promem_fast.store import MemoryStore
 from promem_fast.persistence.lexical import DROP_FTS
+from promem_fast.persistence.pg_schema import SCHEMA_VERSION as PG_VERSION
 from promem_fast.persistence.schema import MIGRATIONS, SCHEMA_VERSION
 from promem_fast.types import MemoryGraph
 
@@ -108,8 +109,10 @@ def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
         MIGRATIONS[step](raw)
     raw.execute(f"PRAGMA user_version = {FTS_VERSION - 1}")
     user = ensure_user(Raw(raw), "default", "Ann")  # type: ignore[arg-type]
+    raw.execute("ALTER TABLE sessions ADD COLUMN shown INTEGER")  # what today's row writer fills (version 8)
     insert_session(Raw(raw), user, graph_record(ANN_1),  # type: ignore[arg-type]
                    TopicEmbedder().embed([n.text for n in ANN_1.nodes]))
+    raw.execute("ALTER TABLE sessions DROP COLUMN shown")
     raw.commit()
     raw.close()
     lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
@@ -190,6 +193,8 @@ def as_version(db: Path, version: int, more: dict[str, str]) -> None:
                     "remove_diacritics 2')")
         raw.execute(f"INSERT INTO memory_fts (rowid, {columns}) SELECT id, {', '.join(['text', 'NULL', *more.values()])}"
                     " FROM nodes")
+        raw.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 8)
+        raw.execute("ALTER TABLE sessions DROP COLUMN shown")
         raw.execute(f"PRAGMA user_version = {version}")
         raw.commit()
     finally:
@@ -254,6 +259,8 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
         conn.execute("ALTER TABLE nodes ADD COLUMN words tsvector GENERATED ALWAYS AS "
                      "(to_tsvector('english', text)) STORED")
         conn.execute("CREATE INDEX nodes_words ON nodes USING gin (words)")
+        conn.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 7)
+        conn.execute("ALTER TABLE sessions DROP COLUMN shown")
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:
@@ -261,7 +268,7 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
         assert [h.text for h in store.search("Ann", "Headingley", k=5)] == ["Ann plays chess on Sundays."]
         assert [h.text for h in store.search("Ann", "ceramics", k=5)] == ["Ann made a bowl."]  # its exchange
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("6",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(PG_VERSION),)
 
 
 def test_a_postgresql_store_of_version_5_reads_its_memories_exchanges_after_the_migration(pg_url: str) -> None:
@@ -272,6 +279,8 @@ def test_a_postgresql_store_of_version_5_reads_its_memories_exchanges_after_the_
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the words as version 5 kept them: no exchange
         conn.execute("UPDATE nodes SET words = setweight(to_tsvector('english', text), 'A') || "
                      "setweight(to_tsvector('english', coalesce(data::jsonb ->> 'source', '')), 'B')")
+        conn.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 7)
+        conn.execute("ALTER TABLE sessions DROP COLUMN shown")
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:

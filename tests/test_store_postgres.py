@@ -20,6 +20,7 @@ from store_helpers import TopicEmbedder, graph
 from promem_fast.config import EngineConfig
 from promem_fast.errors import ConfigError
 from promem_fast.persistence.lexical import terms
+from promem_fast.persistence.pg_schema import SCHEMA_VERSION as PG_VERSION
 from promem_fast.store import MemoryStore, StoreError
 
 JOBS = [("j1", "2024-01-10T09:00:00", "Maya works as a nurse at Mercy hospital in Boston."),
@@ -223,8 +224,8 @@ def test_the_command_line_takes_the_database_from_promem_db_url(tmp_path: Path, 
         expected = store.search("Maya", "where does Maya work?", k=1)[0].text
     env = {"PROMEM_DB_URL": pg_url}
     first = promem("migrate", env=env)
-    assert first.returncode == 0 and first.stdout.strip().endswith("schema version 0 -> 6"), first.stderr
-    assert promem("migrate", env=env).stdout.strip().endswith("schema version 6, up to date")
+    assert first.returncode == 0 and first.stdout.strip().endswith(f"schema version 0 -> {PG_VERSION}"), first.stderr
+    assert promem("migrate", env=env).stdout.strip().endswith(f"schema version {PG_VERSION}, up to date")
     done = promem("import", str(tmp_path / "a.jsonl"), "--profile", "scripted", env=env)
     assert done.returncode == 0 and "imported 4 sessions" in done.stdout, done.stderr
     found = promem("search", "where does Maya work?", "--user", "Maya", "--json", env=env)

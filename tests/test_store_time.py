@@ -242,7 +242,7 @@ def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the
 
     with open_store(store_at) as store:  # a run killed after storing, before judging
         write_pending(store, "default", [S1, S2, S3], store._embed_graphs([S1, S2, S3]))
-        assert current(store) == {(t, (g.session_id,)) for g in (S1, S2, S3) for t in (n.text for n in g.nodes)}
+        assert current(store) == set()  # not shown: unjudged, each session's memories would all look current
     with open_store(store_at) as store, engine() as eng:
         store.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)  # another user's session
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}

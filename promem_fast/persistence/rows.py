@@ -52,7 +52,8 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
     """Write one session's graph (``MemoryGraph.to_dict`` form); returns node id in the graph → store id.
 
     ``vectors`` holds one row per node (in the graph's node order); ``None`` leaves them to be embedded.
-    ``judged=False`` leaves its update verdicts to come (:mod:`.ordering`); an import brings its own links.
+    ``judged=False`` leaves its update verdicts to come (:mod:`.ordering`), and the session unseen by readers
+    until its user's are all written (:func:`.pending.write_verdicts`); an import brings its own links.
     """
     problem = name_problem(record["session_id"])
     if problem is not None:
@@ -68,9 +69,9 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
             raise InputError(str(exc), session_id=record["session_id"], field=f"metadata.{EXPIRES}") from None
     cur = db.execute(
         "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged, "
-        "metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "shown, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (user_pk, record["session_id"], record.get("timestamp"), record.get("mode", "promem"),
-         dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged),
+         dumps(record.get("events", [])), dumps(record.get("stats", {})), said_at, now_iso(), int(judged), int(judged),
          dumps(metadata)))
     session_pk = int(cur.fetchall()[0][0])
     db.executemany(

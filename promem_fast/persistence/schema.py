@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -167,6 +167,15 @@ def _v7(db: sqlite3.Connection) -> None:
     _v6(db)
 
 
+_V8 = """
+ALTER TABLE sessions ADD COLUMN shown INTEGER NOT NULL DEFAULT 1;  -- 0: not shown to readers yet
+CREATE INDEX sessions_hidden ON sessions (user_id) WHERE shown = 0;
+"""
+"""Whether readers see a session's memories (:func:`~.timeline.shown`): a new session is hidden until its user's
+pending sessions are judged, so a reader never finds a new memory beside the older one it is about to replace.
+The index holds the hidden sessions only (few, and none once judging is done)."""
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
@@ -175,6 +184,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _run_script(_V5),
     6: _v6,
     7: _v7,
+    8: _run_script(_V8),
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

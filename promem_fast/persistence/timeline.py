@@ -72,7 +72,7 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
     an undated memory was said at no known time, so a window never holds it.
     """
     n = alias
-    clauses, params = [f"{n}.merged_into IS NULL"], []
+    clauses, params = [f"{n}.merged_into IS NULL", shown(n)], []
     if as_of is not None:
         clauses.append(f"({n}.valid_from IS NULL OR {n}.valid_from <= ?)")
         clauses.append(f"({n}.superseded_by IS NULL OR ({n}.valid_until IS NOT NULL AND {n}.valid_until > ?))")
@@ -86,6 +86,14 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
         clauses.append(f"{n}.valid_from <= ?")
         params.append(until)
     return " AND ".join(clauses), tuple(params)
+
+
+def shown(alias: str = "n") -> str:
+    """SQL (over ``nodes {alias}``): the memory's session is shown to readers. A new session is not until every
+    pending session of its user is judged (:func:`.pending.write_verdicts`), so a reader during the judging
+    finds the memory as it was before the session came, never its new memories beside the older ones they are
+    about to replace, nor an earlier session's memory whose replacement is being judged again."""
+    return f"{alias}.session_pk NOT IN (SELECT id FROM sessions WHERE shown = 0)"
 
 
 def session_key(said_at: str | None, session_id: str) -> tuple[Any, ...]:

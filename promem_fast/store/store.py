@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -78,6 +79,7 @@ class MemoryStore:
                                    pg_ef_search=self.config.pg_ef_search)
         """Where the rows live (:class:`~promem_fast.persistence.api.Persistence`)."""
         self._embedder = embedder
+        self._loading = threading.Lock()
         self._engine: Engine | None = None
         try:
             self.config = adopt(self.db, self.location, self.config, embedder, profile)
@@ -108,12 +110,13 @@ class MemoryStore:
 
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            from promem_fast.backends import create
+        with self._loading:  # two threads asking first load one model
+            if self._embedder is None:
+                from promem_fast.backends import create
 
-            cfg = self.config.embedder
-            self._embedder = create("embedder", cfg.backend, cfg)
-        return self._embedder
+                cfg = self.config.embedder
+                self._embedder = create("embedder", cfg.backend, cfg)
+            return self._embedder
 
     def engine(self) -> Engine:
         """The store's own engine (update judging and answering when the caller passes none)."""
@@ -240,13 +243,16 @@ class MemoryStore:
     def hits(self, user: str, *, tenant: str = "default", history: bool = False,
              filters: dict[str, Any] | None = None, show_expired: bool = False) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones (not replaced, merged or expired:
-        :func:`.filters.visible`; expired ones too with ``show_expired``), or with ``history`` all of them; with
-        ``filters``, those whose session's metadata meets them (:mod:`.filters`)."""
+        :func:`.filters.visible`; expired ones too with ``show_expired``), or with ``history`` all of them (but
+        those of a session still waiting for its first update verdicts); with ``filters``, those whose session's
+        metadata meets them (:mod:`.filters`)."""
+        from promem_fast.persistence.timeline import shown
+
         user_pk = self.user_id(tenant, user)
         if user_pk is None:
             return []
-        scope = ("1 = 1", ()) if history else visible(None, None, None, show_expired=show_expired,
-                                                       dialect=self.db.dialect)
+        scope = (shown(), ()) if history else visible(None, None, None, show_expired=show_expired,
+                                                      dialect=self.db.dialect)
         where, params = metadata_scope(filters, scope, dialect=self.db.dialect)
         return rows.read_hits(self.db, f"n.user_id = ? AND {where}", (user_pk, *params))
 
