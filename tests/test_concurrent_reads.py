@@ -25,9 +25,11 @@ WHERE = "Where does ana live?"
 
 
 class HeldLLM(ScriptedLLM):
-    """The scripted model, whose replies for the roles in :attr:`held` wait until :attr:`gate` is set."""
+    """The scripted model, whose replies for the roles in :attr:`held` (and, when :attr:`words` names some, only
+    to prompts holding one of them) wait until :attr:`gate` is set."""
 
     held: set[str] = set()
+    words: set[str] = set()
     gate = threading.Event()
     waiting = threading.Event()
     """Set once a held reply has started waiting."""
@@ -39,7 +41,7 @@ class HeldLLM(ScriptedLLM):
     @classmethod
     def _holding(cls, role: str, rule: Any) -> Any:
         def reply(fields: dict[str, str]) -> Any:
-            if role in cls.held:
+            if role in cls.held and (not cls.words or any(w in v for w in cls.words for v in fields.values())):
                 cls.waiting.set()
                 assert cls.gate.wait(60), "the test never let the model go"
             return rule(fields)
@@ -50,7 +52,7 @@ class HeldLLM(ScriptedLLM):
 @pytest.fixture
 def held() -> Iterator[type[HeldLLM]]:
     register([BackendSpec("llm", "held", f"{__name__}:HeldLLM", None, "the scripted model, held on demand")])
-    HeldLLM.held, HeldLLM.gate, HeldLLM.waiting = set(), threading.Event(), threading.Event()
+    HeldLLM.held, HeldLLM.words, HeldLLM.gate, HeldLLM.waiting = set(), set(), threading.Event(), threading.Event()
     yield HeldLLM
     HeldLLM.gate.set()  # a failed test leaves no thread waiting
 
@@ -107,6 +109,35 @@ def test_a_session_being_judged_is_not_shown_beside_the_memory_it_replaces(tmp_p
     porto = "Ana live in a small flat in Porto near the river."
     assert during == during_all == during_history == [lisbon]
     assert after == [porto]
+
+
+def test_sessions_judged_one_after_another_each_show_with_their_own_verdicts(tmp_path: Path,
+                                                                          held: type[HeldLLM]) -> None:
+    """Two sessions stored together (as the service's worker stores a batch) are judged one after the other: while
+    the second waits for the judge, a reader on another connection finds the first in place of what it replaced
+    (not the replaced memory gone with nothing in its place, nor both sessions' memories at once)."""
+    from promem_fast.engine import Engine
+    from promem_fast.io import session_from_dict
+    from promem_fast.store import MemoryStore
+
+    faro = PORTO.replace("Porto", "Faro")
+    said = [("s1", "2024-01-05", LISBON), ("s2", "2024-03-02", PORTO), ("s3", "2024-05-09", faro)]
+    sessions = [session_from_dict({"session_id": sid, "user": "ana", "timestamp": day,
+                                   "messages": [{"role": "user", "content": text}]}) for sid, day, text in said]
+    with MemoryStore(tmp_path / "m.db", config()) as writer, Engine(writer.config) as engine:
+        lisbon, porto, faro = engine.extract(sessions)
+        writer.add([lisbon], engine=engine)
+        held.held, held.words = {"store_update"}, {"Faro"}
+        adding = threading.Thread(target=writer.add, args=([porto, faro],), kwargs={"engine": engine})
+        adding.start()
+        assert held.waiting.wait(30)
+        with MemoryStore(tmp_path / "m.db", writer.config) as reader:
+            during = [h.text for h in reader.hits("ana")]
+            held.gate.set()
+            adding.join(30)
+            after = [h.text for h in reader.hits("ana")]
+    assert during == ["Ana live in a small flat in Porto near the river."]
+    assert after == ["Ana live in a small flat in Faro near the river."]
 
 
 def test_memory_judged_again_stays_shown_while_it_is(tmp_path: Path, held: type[HeldLLM]) -> None:

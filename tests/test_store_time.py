@@ -248,6 +248,23 @@ def test_sessions_stored_but_not_yet_judged_when_a_run_stopped_are_judged_by_the
         assert current(store) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
 
 
+def test_a_backup_taken_while_sessions_wait_for_judging_keeps_them_waiting(tmp_path: Path) -> None:
+    """An export made while a writer judges (a backup of a running service) marks the sessions still waiting;
+    the copy keeps them waiting, unseen, and its next add judges them as the source would have: not sessions
+    with no links, whose memories would all stay current."""
+    from promem_fast.store.ordering import write_pending
+
+    with open_store(tmp_path / "a.db") as store, engine() as eng:
+        store.add([S1], engine=eng)
+        write_pending(store, "default", [S2, S3], store._embed_graphs([S2, S3]))  # stored, verdicts to come
+        store.export(tmp_path / "a.jsonl")
+    with open_store(tmp_path / "b.db") as copy, engine() as eng:
+        assert copy.import_(tmp_path / "a.jsonl") == 3
+        assert current(copy) == {(text, ("s1",)) for text in (BOSTON, NURSE, CELLO, HONDA)}
+        copy.add([graph("x1", "Ann", ["Ann plays chess."])], engine=eng)
+        assert current(copy) == {(DENVER, ("s2",)), (FINTECH, ("s2", "s3")), (CELLO, ("s1",)), (BIKE, ("s3",))}
+
+
 def test_asking_ahead_for_several_sessions_gives_the_links_of_one_at_a_time_in_fewer_rounds(
         tmp_path: Path) -> None:
     jobs, homes = ["nurse", "surgeon", "porter"], ["Boston", "Denver"]

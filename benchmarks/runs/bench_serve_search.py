@@ -35,6 +35,13 @@ def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def stamp(runs: dict[str, Any]) -> dict[str, Any]:
+    """What a before/after result file ends with: its raw rounds, the machine, when, and which tree ran."""
+    return {"runs": runs, "machine": machine_info(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
 def export(ref: str, folder: Path) -> Path:
     """The source tree of ``ref`` with this tree's native module (rebuilt when ``csrc`` differs)."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
@@ -93,11 +100,7 @@ def main() -> None:
                   **summary["after"]},
         **{name: {"serve_options": options, **summary[name]} for name, options in variants.items()},
         "load_p99_ratio_before_over_after": round(summary["before"]["load_p99_ms"] / summary["after"]["load_p99_ms"], 2),
-        "runs": runs,
-        "machine": machine_info(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        **stamp(runs),
     }
     args.result.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     adopt(args.result, "python -m benchmarks.runs.bench_serve_search " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
@@ -132,9 +135,7 @@ def by_clients(before: str, args: argparse.Namespace) -> None:
         "tables": {"clients": {"columns": ["clients", "idle p50 / p99 ms, before", "idle, after",
                                            "under extraction, before", "under extraction, after",
                                            "p99 under extraction, before / after"], "rows": rows}},
-        "runs": runs, "machine": machine_info(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
+        **stamp(runs),
     }
     result_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     adopt(result_path, "python -m benchmarks.runs.bench_serve_search " + " ".join(shlex.quote(a) for a in sys.argv[1:]))

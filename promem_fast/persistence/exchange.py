@@ -8,7 +8,9 @@ in the order they were stored::
                  "metadata" (only when the session has any)},
      "vectors": "<base64 of the nodes' float32 vectors, node order>" | null}
 
-(``session`` is the graph as ``promem extract`` writes it, nodes with all their fields), and last one line
+(``session`` is the graph as ``promem extract`` writes it, nodes with all their fields; ``"pending": true`` marks
+a session still waiting for its update verdicts when the export was taken, a backup made while a writer
+judged: it is imported pending too, for the next add to judge, not as a session with no links), and last one line
 per supersede link, nodes named by session and node id within the session's graph::
 
     {"kind": "supersede", "tenant": "default", "user": "Maya", "old": {"session_id": "s1", "node": 3},
@@ -37,9 +39,13 @@ from promem_fast.jsonl import decode_line, printable
 from promem_fast.names import name_problem
 from promem_fast.private import open_private
 
+from promem_fast.times import iso_time
+
 from . import rows
 from .api import Database
 from .connection import integrity_errors
+from .pending import reopen_from
+from .timeline import session_key
 
 _LINKS = (("supersede", "supersedes", "old", "new"), ("merge", "merges", "node", "kept"))
 """Link lines: kind, table, and its two node columns (also the line's field names)."""
@@ -90,10 +96,10 @@ def _write_export(db: Database, out: IO[str], dim: int | None, scope: str, param
 
 def _session_lines(db: Database, scope: str, params: tuple[Any, ...], dim: int | None) -> Iterator[str]:
     sessions = db.execute(
-        "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats, s.metadata "
+        "SELECT s.id, t.name, u.name, s.session_id, s.timestamp, s.mode, s.events, s.stats, s.metadata, s.judged "
         "FROM sessions s "
         f"JOIN users u ON u.id = s.user_id JOIN tenants t ON t.id = u.tenant_id {scope} ORDER BY s.id", params)
-    for spk, t_name, u_name, sid, timestamp, mode, events, stats, metadata in sessions.fetchall():
+    for spk, t_name, u_name, sid, timestamp, mode, events, stats, metadata, judged in sessions.fetchall():
         nodes = db.execute(f"SELECT data, {db.vector_sql('vector')} FROM nodes WHERE session_pk = ? ORDER BY id",
                            (spk,)).fetchall()
         edges = db.execute("SELECT data FROM edges WHERE session_pk = ? ORDER BY id", (spk,)).fetchall()
@@ -106,7 +112,7 @@ def _session_lines(db: Database, scope: str, params: tuple[Any, ...], dim: int |
                   "details": [json.loads(d) for (d,) in details], "events": json.loads(events),
                   "stats": json.loads(stats), **({"metadata": json.loads(metadata)} if metadata != "{}" else {})}
         yield rows.dumps({"kind": "session", "tenant": t_name, "user": u_name, "session": record,
-                          "vectors": vectors})
+                          "vectors": vectors, **({} if judged else {"pending": True})})
 
 
 def import_store(db: Database, path: Path, check_dim: Callable[[int | None], None]) -> int:
@@ -143,7 +149,10 @@ def import_store(db: Database, path: Path, check_dim: Callable[[int | None], Non
                         if len(vectors) != len(record["nodes"]):
                             raise ValueError(f"{len(vectors)} vectors for {len(record['nodes'])} nodes")
                     field = "session"
-                    rows.insert_session(db, user_pk, record, vectors)
+                    waits = item.get("pending") is True
+                    rows.insert_session(db, user_pk, record, vectors, judged=not waits)
+                    if waits:  # judged sessions said after it are judged again with it (the canonical order)
+                        reopen_from(db, user_pk, session_key(iso_time(record.get("timestamp")), sid), inclusive=False)
                     fresh.add((item["tenant"], item["user"], sid))
                     added += 1
                 elif item["kind"] == "supersede":

@@ -1,10 +1,11 @@
 """The rows behind the canonical order of update judging (the rule is :mod:`promem_fast.store.ordering`'s).
 
-A session is written with ``judged = 0`` and ``shown = 0`` (readers see its memories once every pending
-session of its user is judged: :func:`.timeline.shown`); the judged sessions of a user are always a prefix of
-their canonical order (:func:`.timeline.session_key`). These functions read and change that state, each inside
-the transaction its caller holds: which sessions are pending, reopening the judged ones after a point (their
-links removed), the candidates an entry is compared with, and a session's verdicts with its mark.
+A session is written with ``judged = 0`` and ``shown = 0`` (readers see its memories from its verdicts on,
+or, while sessions it reopened are judged again, from theirs: :func:`.timeline.shown`); the judged sessions of
+a user are always a prefix of their canonical order (:func:`.timeline.session_key`). These functions read and
+change that state, each inside the transaction its caller holds: which sessions are pending, reopening the
+judged ones after a point (their links removed), the candidates an entry is compared with, and a session's
+verdicts with its mark.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def write_verdicts(db: Database, user_pk: int, session_pk: int, merges: Sequence
     for old, new, reason in supersedes:
         rows.supersede(db, old, new, reason)
     db.execute("UPDATE sessions SET judged = 1 WHERE id = ?", (session_pk,))
-    if not pending(db, user_pk):  # the user's memory is whole again: its new sessions show, all at once
-        db.execute("UPDATE sessions SET shown = 1 WHERE user_id = ? AND shown = 0", (user_pk,))
+    if not db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND judged = 0 AND shown = 1", (user_pk,)).fetchone():
+        # no session judged once is waiting to be judged again: the judged ones are the memory as it stands
+        db.execute("UPDATE sessions SET shown = 1 WHERE user_id = ? AND shown = 0 AND judged = 1", (user_pk,))
     return True
 
 

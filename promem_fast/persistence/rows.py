@@ -53,7 +53,7 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
 
     ``vectors`` holds one row per node (in the graph's node order); ``None`` leaves them to be embedded.
     ``judged=False`` leaves its update verdicts to come (:mod:`.ordering`), and the session unseen by readers
-    until its user's are all written (:func:`.pending.write_verdicts`); an import brings its own links.
+    until they are written (:func:`.pending.write_verdicts`); an import brings its own links.
     """
     problem = name_problem(record["session_id"])
     if problem is not None:

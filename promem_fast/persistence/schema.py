@@ -171,9 +171,9 @@ _V8 = """
 ALTER TABLE sessions ADD COLUMN shown INTEGER NOT NULL DEFAULT 1;  -- 0: not shown to readers yet
 CREATE INDEX sessions_hidden ON sessions (user_id) WHERE shown = 0;
 """
-"""Whether readers see a session's memories (:func:`~.timeline.shown`): a new session is hidden until its user's
-pending sessions are judged, so a reader never finds a new memory beside the older one it is about to replace.
-The index holds the hidden sessions only (few, and none once judging is done)."""
+"""Whether readers see a session's memories (:func:`~.timeline.shown`): a new session is hidden until its update
+verdicts are written, so a reader never finds a new memory beside the older one it is about to replace. The
+index holds the hidden sessions only (few, and none once judging is done)."""
 
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {

@@ -5,7 +5,7 @@ in the canonical order (:func:`.timeline.session_key`: when said, then session i
 memories are current depends on the sessions a user has, never on the window, batching, a kill and resume
 point, or whether graphs came through ``extract --db``, ``ingest``, the service or :class:`promem_fast.Memory`.
 
-How: a session is written pending (not shown to readers until its user has no pending session left:
+How: a session is written pending (not shown to readers before its verdicts:
 :func:`~promem_fast.persistence.timeline.shown`); the judged sessions of a user are always a prefix of their
 canonical order. A session that arrives before judged ones reopens those (their links are removed, they
 are judged again; they stay shown, and until then what they had replaced shows as current too); deleting a
