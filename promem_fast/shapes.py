@@ -84,10 +84,17 @@ def with_scopes(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[s
 
 def user_and_filters(user_id: str | None, filters: dict[str, Any] | None, *, agent_id: str | None = None,
                      run_id: str | None = None) -> tuple[str, dict[str, Any]]:
-    """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it) and the
-    metadata conditions left (``agent_id`` and ``run_id`` among them)."""
+    """The user a search names (``user_id``, or ``filters["user_id"]`` as mem0 writes it, also as one of the
+    filters of a top-level ``AND``) and the metadata conditions left (``agent_id`` and ``run_id`` among them)."""
     conditions = with_scopes(filters, agent_id=agent_id, run_id=run_id)
     named = conditions.pop("user_id", None)
+    both = conditions.get("AND")
+    if named is None and isinstance(both, list):
+        given = [c for c in both if isinstance(c, dict) and list(c) == ["user_id"]]
+        if len(given) == 1:
+            named = given[0]["user_id"]
+            rest = [c for c in both if c is not given[0]]
+            conditions = {k: v for k, v in conditions.items() if k != "AND"} | ({"AND": rest} if rest else {})
     if user_id is not None and named is not None and named != user_id:
         raise InputError(f"user_id {user_id!r} and filters user_id {named!r} differ", field="user_id")
     user = user_id if user_id is not None else named

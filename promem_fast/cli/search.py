@@ -49,7 +49,9 @@ def user_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def filter_arg(parser: Any, help: str = "only memories whose session's metadata has KEY equal to VALUE (a JSON "
-                                        "value, else text); repeat for several") -> None:
+                                        "value, else text), or meeting VALUE's operators ('{\"gte\": 3}', "
+                                        "'{\"in\": [..]}', contains, ...: mem0's language); repeat for "
+                                        "several") -> None:
     parser.add_argument("--filter", dest="filters", action="append", type=metadata_condition, metavar="KEY=VALUE",
                         help=help)
 

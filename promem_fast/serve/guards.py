@@ -22,7 +22,7 @@ from pydantic import AfterValidator
 from promem_fast.errors import InputError
 from promem_fast.jsonl import find_unwritable
 from promem_fast.names import MAX_NAME_CHARS, name_problem
-from promem_fast.store.filters import checked
+from promem_fast.store.filters import SUMMARY, checked
 
 MAX_ID = 2**63 - 1
 """Largest memory id (SQLite's INTEGER is 64-bit signed)."""
@@ -41,11 +41,8 @@ SessionId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME_CHARS, de
                       AfterValidator(_name)]
 NodeId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="a memory's id")]
 
-FILTERS_HELP = ('metadata conditions as a JSON object, all to hold: {"key": value}, {"key": {"in": [..]}}, '
-                '{"key": {"ne": value}} (mem0\'s agent_id and run_id are such keys)')
 
-
-def filters_query(filters: Annotated[str | None, Query(max_length=4000, description=FILTERS_HELP)] = None
+def filters_query(filters: Annotated[str | None, Query(max_length=4000, description=SUMMARY)] = None
                   ) -> dict[str, Any] | None:
     """The ``filters`` query parameter read as JSON and checked by the rule searches use
     (:mod:`promem_fast.store.filters`); anything else is a 422 naming it."""

@@ -57,7 +57,8 @@ def build_server(service: Service, tenant: str) -> Any:
                      as_of: str | None = None, since: str | None = None, until: str | None = None,
                      threshold: float | None = None, show_expired: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The memories of a user nearest to a query, best first, with their details, links and dates, as
-        {"results": [...]}. filters: metadata conditions ({"key": value}, {"key": {"in": [..]}});
+        {"results": [...]}. filters: metadata conditions in mem0's language ({"key": value}, {"key": {"gte": 3}},
+        {"key": {"in": [..]}}, {"OR": [filter, ..]}, ...);
         threshold: only memories whose score (cosine with the query) is at least this;
         as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
         since/until: only memories said on or after / said on or before these times (a bare day is all of it);

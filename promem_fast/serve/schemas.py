@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from promem_fast.shapes import DEFAULT_K
+from promem_fast.store.filters import SUMMARY
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -54,9 +55,7 @@ class SearchQuery(TimeScope):
     k: int = Field(default=DEFAULT_K, ge=1, le=200, description=f"memories to return (default {DEFAULT_K})")
     top_k: int | None = Field(default=None, ge=1, le=200, description="the same as k (mem0's name)")
     limit: int | None = Field(default=None, ge=1, le=200, description="the same as k (mem0's older name)")
-    filters: dict[str, Any] | None = Field(
-        default=None, description='metadata conditions, all to hold: {"key": value}, {"key": {"in": [..]}}, '
-                                  '{"key": {"ne": value}}')
+    filters: dict[str, Any] | None = Field(default=None, description=SUMMARY)
     threshold: float | None = Field(default=None, ge=-1, le=1, description="only memories whose score (cosine "
                                     "with the query) is at least this (mem0's minimum score); default none")
     show_expired: bool = Field(default=False, description="also memories past their session's expiration_date")
