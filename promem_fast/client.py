@@ -95,15 +95,16 @@ class Client:
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None,
                filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
-               since: str | None = None, until: str | None = None, show_expired: bool = False) -> Any:
+               since: str | None = None, until: str | None = None, show_expired: bool = False,
+               explain: bool = False) -> Any:
         """The ``top_k`` (or ``limit``; default 10) memories of ``user_id`` nearest ``query``, best first
         (``as_of``: the question's time; ``filters``: metadata conditions, ``agent_id`` and ``run_id`` among
         them, and the user as ``filters={"user_id": ...}`` where ``user_id`` is not given; ``threshold``: the
-        least score), as :meth:`promem_fast.Memory.search` reads them."""
+        least score; ``explain``: each says how it was ranked), as :meth:`promem_fast.Memory.search` reads them."""
         user_id, conditions = user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         body = _drop_none({"query": query, "top_k": result_count(top_k, limit, None, DEFAULT_K),
                            "filters": conditions or None, "threshold": threshold, "show_expired": show_expired or None,
-                           "as_of": as_of, "since": since, "until": until})
+                           "explain": explain or None, "as_of": as_of, "since": since, "until": until})
         return self._out(self._call("POST", self._u(user_id) + "/search", json=body)["results"])
 
     def answer(self, question: str, *, user_id: str | None = None, agent_id: str | None = None,

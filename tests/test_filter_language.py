@@ -88,3 +88,4 @@ def test_a_filter_outside_the_language_is_refused_naming_what_is_wrong(memory: A
     with pytest.raises(InputError, match=message) as refused:
         memory.search("x", user_id="ana", filters=filters)
     assert refused.value.field == "filters"
+

@@ -421,3 +421,24 @@ def test_an_expiry_given_on_a_session_built_by_hand_is_kept_as_a_day_or_refused(
         assert not memory.search("Where is ana?", user_id="ana")["results"]  # and not now
         with pytest.raises(InputError, match="metadata.expiration_date"):
             memory.add(trip("t2", "some day"), user_id="ana")
+
+
+def test_explain_says_where_each_ranking_put_a_memory(tmp_path: Path) -> None:
+    """mem0's ``search(explain=True)``: each hit says its place in the dense and lexical rankings (1 = best, none
+    where that side did not propose it), the days the question names and its place among the memories said
+    then, and the reciprocal rank fusion score, ``sum(1 / (60 + rank))``, that ordered the results."""
+    from promem_fast import Memory
+
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        memory.add("I keep bees in Porto.", user_id="ana", date="2024-05-12")
+        memory.add("I work as a nurse.", user_id="ana", date="2024-01-03")
+        plain = memory.search("bees", user_id="ana")["results"]
+        bees, nurse = memory.search("bees", user_id="ana", explain=True)["results"]
+        (timed, *_) = memory.search("What did she do in May 2024?", user_id="ana", explain=True)["results"]
+    assert "score_details" not in plain[0] and [m["id"] for m in plain] == [bees["id"], nurse["id"]]
+    assert bees["score_details"] == {"semantic_score": bees["score"], "dense_rank": 1, "lexical_rank": 1,
+                                     "time_rank": None, "window": None, "fused_score": round(2 / 61, 6)}
+    assert nurse["score_details"] == {"semantic_score": nurse["score"], "dense_rank": 2, "lexical_rank": None,
+                                      "time_rank": None, "window": None, "fused_score": round(1 / 62, 6)}
+    assert timed["memory"] == "Ana keep bees in Porto." and timed["score_details"]["window"] == ["2024-05-01", "2024-05-31"]
+    assert timed["score_details"]["time_rank"] == 1

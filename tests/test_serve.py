@@ -114,6 +114,11 @@ def test_a_hit_has_one_id(a: httpx.Client) -> None:
     for hit in hits:
         assert set(hit) == MEMORY_FIELDS  # no second id (the extracted node's own index) and no copy of the text
         assert isinstance(hit["id"], int) and hit["user_id"] == TOMAS
+    explained = a.post(f"/v1/users/{TOMAS}/search", json={"query": "work", "explain": True}).json()["results"]
+    assert [h["id"] for h in explained] == [h["id"] for h in hits]  # explaining changes no order
+    for hit in explained:  # mem0's explain: the same memory, with how it was ranked
+        assert set(hit) == MEMORY_FIELDS | {"score_details"}
+        assert hit["score_details"]["semantic_score"] == hit["score"] and hit["score_details"]["window"] is None
 
 
 def test_history_and_job_times_read_as_iso_8601(a: httpx.Client) -> None:
@@ -143,7 +148,7 @@ def test_openapi_schemas_are_typed(served: tuple[Server, dict[str, str]]) -> Non
     schemas = spec["components"]["schemas"]
     search = spec["paths"]["/v1/users/{user_id}/search"]["post"]
     assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Hits"}
-    assert set(schemas["Memory"]["properties"]) == MEMORY_FIELDS
+    assert set(schemas["Memory"]["properties"]) == MEMORY_FIELDS | {"score_details"}  # only when asked to explain
     assert schemas["SearchQuery"]["properties"]["k"]["default"] == 10
     assert {"as_of", "since", "until"} <= set(schemas["SearchQuery"]["properties"])
     assert set(schemas["Answer"]["properties"]) == {"question", "answer", "abstained", "as_of", "error", "memories"}

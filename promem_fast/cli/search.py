@@ -25,6 +25,8 @@ def register(sub: Any) -> None:
     filter_arg(p)
     expired_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object per entry (the HTTP API's shape)")
+    p.add_argument("--explain", action="store_true", help="say how each entry was ranked: its place in the dense, "
+                   "lexical and time rankings, the days the query names, the fused score (score_details)")
     config_args(p)
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("ask", help="answer a question about a user from their memory")
@@ -106,13 +108,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             return 1
         hits = store.search(args.user, args.query, k=args.k, tenant=args.tenant, history=args.history,
                             filters=dict(args.filters or []), threshold=args.threshold,
-                            show_expired=args.show_expired, **given_time(args))
+                            show_expired=args.show_expired, explain=args.explain, **given_time(args))
     for hit in hits:
         if args.json:
             print(json.dumps(hit.memory(), ensure_ascii=False))
         else:
             old = f"  (superseded by {hit.superseded_by})" if hit.superseded_by is not None else ""
             print(f"{hit.score:.3f}  [{hit.date or 'undated'}] {hit.body()}  #{hit.node_id} {hit.session_id}{old}")
+            if hit.score_details is not None:
+                print("       " + ", ".join(f"{k} {v}" for k, v in hit.score_details.items() if v is not None))
     if not hits:
         print(f"no memory of {args.user!r} matches (tenant {args.tenant})")
     return 0

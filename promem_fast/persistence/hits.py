@@ -53,6 +53,8 @@ class Hit:
     """For a later saying of an already known fact: the memory that stands for both."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Its session's metadata (what ``add`` was given with it)."""
+    score_details: dict[str, Any] | None = None
+    """How a search ranked it, when asked to explain (:func:`promem_fast.store.hybrid.search`)."""
 
     def body(self) -> str:
         """What an answerer is shown (:func:`unit_body`): text, details and links."""
@@ -75,6 +77,7 @@ class Hit:
             "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
                        "memory": e["text"]} for e in self.edges],
             "edits": [{"text": e["text"], "at": e["at"]} for e in self.node.get("edits", [])],
+            **({} if self.score_details is None else {"score_details": dict(self.score_details)}),
         }
 
 

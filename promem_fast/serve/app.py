@@ -216,7 +216,8 @@ def _query_routes(v1: APIRouter, service: Service) -> None:
         # the key check before it or the reply's validation after it
         return {"results": await run_in_threadpool(service.search, who.tenant, user_id, body.query, body.count(),
                                                    filters=body.filters, threshold=body.threshold,
-                                                   show_expired=body.show_expired, **scope(body))}
+                                                   show_expired=body.show_expired, explain=body.explain,
+                                                   **scope(body))}
 
     @v1.post("/users/{user_id}/answer", response_model=api.Answer, summary="Answer a question from a user's memory")
     def answer(body: api.Question, user_id: User, who: Who) -> Any:

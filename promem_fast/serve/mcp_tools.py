@@ -55,18 +55,19 @@ def build_server(service: Service, tenant: str) -> Any:
     @server.tool()
     async def search(user_id: str, query: str, top_k: int = DEFAULT_K, filters: dict[str, Any] | None = None,
                      as_of: str | None = None, since: str | None = None, until: str | None = None,
-                     threshold: float | None = None, show_expired: bool = False) -> dict[str, list[dict[str, Any]]]:
+                     threshold: float | None = None, show_expired: bool = False,
+                     explain: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The memories of a user nearest to a query, best first, with their details, links and dates, as
         {"results": [...]}. filters: metadata conditions in mem0's language ({"key": value}, {"key": {"gte": 3}},
         {"key": {"in": [..]}}, {"OR": [filter, ..]}, ...);
         threshold: only memories whose score (cosine with the query) is at least this;
         as_of: what held at this time (ISO 8601; replaced memories count until replaced; default now);
         since/until: only memories said on or after / said on or before these times (a bare day is all of it);
-        show_expired: also memories past their expiration_date."""
+        show_expired: also memories past their expiration_date; explain: each says how it was ranked."""
         when = _given(as_of=as_of, since=since, until=until)
         found = await anyio.to_thread.run_sync(
             guarded, lambda u: service.search(tenant, u, query, top_k, filters=filters, threshold=threshold,
-                                         show_expired=show_expired, **when),
+                                         show_expired=show_expired, explain=explain, **when),
             user_id)
         return {"results": found}
 

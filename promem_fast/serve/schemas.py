@@ -59,6 +59,7 @@ class SearchQuery(TimeScope):
     threshold: float | None = Field(default=None, ge=-1, le=1, description="only memories whose score (cosine "
                                     "with the query) is at least this (mem0's minimum score); default none")
     show_expired: bool = Field(default=False, description="also memories past their session's expiration_date")
+    explain: bool = Field(default=False, description="each memory says how it was ranked (score_details)")
 
     @model_validator(mode="after")
     def _one_count(self) -> SearchQuery:
@@ -94,6 +95,18 @@ class Edit(BaseModel):
     at: str = Field(description="when the update was made (ISO 8601, UTC)")
 
 
+class ScoreDetails(BaseModel):
+    """How the hybrid ranking placed a memory (mem0's ``explain``)."""
+
+    semantic_score: float = Field(description="cosine with the query (the memory's score)")
+    dense_rank: int | None = Field(description="place in the embedder's ranking (1 = best); null: not a candidate")
+    lexical_rank: int | None = Field(description="place in the full-text ranking; null: shares no word of the query")
+    time_rank: int | None = Field(description="place among the memories said in the days the query names; null "
+                                  "when it names none or the memory was not said then")
+    window: list[str] | None = Field(description="the first and last day the query names; null when it names none")
+    fused_score: float = Field(description="the reciprocal rank fusion score that ordered the results")
+
+
 class Memory(BaseModel):
     """One memory: a search hit (with ``score``), a listed memory or a node of a history."""
 
@@ -111,6 +124,9 @@ class Memory(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict, description="what its session was added with")
     links: list[Link]
     edits: list[Edit] = Field(default_factory=list, description="the texts an update replaced, oldest first")
+    score_details: ScoreDetails | None = Field(
+        default=None, exclude_if=lambda v: v is None,  # a memory is the same shape on every surface unless explained
+        description="how a search asked to explain (explain) ranked it; absent otherwise")
 
 
 class Hits(BaseModel):

@@ -201,12 +201,13 @@ class Service:
 
     def search(self, tenant: str, user: str, query: str, k: int = shapes.DEFAULT_K,
                filters: dict[str, Any] | None = None, threshold: float | None = None, show_expired: bool = False,
-               **when: str) -> list[dict[str, Any]]:
+               explain: bool = False, **when: str) -> list[dict[str, Any]]:
         """``when``: the question's time (``as_of``) and date window (refused by field before any work);
-        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`); ``threshold``: the least score."""
+        ``filters``: metadata conditions (:mod:`promem_fast.store.filters`); ``threshold``: the least score;
+        ``explain``: each memory says how it was ranked."""
         when = _window(when)  # first: a bad time is the caller's error whoever the user
         hits = self.store.search(self._user(tenant, user), query, k, tenant=tenant, filters=filters,
-                                 threshold=threshold, show_expired=show_expired, **when)
+                                 threshold=threshold, show_expired=show_expired, explain=explain, **when)
         return [hit.memory() for hit in hits]
 
     def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:

@@ -95,10 +95,12 @@ class _Rows:
 
 
 def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
-               scope: tuple[str, tuple[Any, ...]], when: str | None = None) -> list[tuple[int, float]]:
+               scope: tuple[str, tuple[Any, ...]], when: str | None = None
+               ) -> list[tuple[int, float, dict[str, Any]]]:
     """The user's ``k`` best memories in ``scope`` for ``query`` by the hybrid rule, best first, each with its
-    cosine with the question (as embedded, names left out); ``when``: the ISO time the question's own times
-    are relative to (default now). Only the candidates the collapse reaches are read (:class:`_Rows`)."""
+    cosine with the question (as embedded, names left out) and how it was ranked (:func:`_explained`);
+    ``when``: the ISO time the question's own times are relative to (default now). Only the candidates the
+    collapse reaches are read (:class:`_Rows`)."""
     config = store.config.ranking
     vector, dense, lexical = proposals(store, user_pk, user, query, max(CANDIDATES, 4 * k), scope)
     pool = list(dict.fromkeys(dense + lexical))
@@ -115,20 +117,39 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     order = fuse(dense, lexical, config, timed=timed)
     read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)
     best = collapse(order, read.vector, config, k, text_of=read.text)
+    ranks = {side: {node: rank for rank, node in enumerate(ranking, 1)}
+             for side, ranking in (("dense", dense), ("lexical", lexical), ("time", timed))}
+    span = None if days is None else [days.first.isoformat(), days.last.isoformat()]
     # six decimals, the score every surface shows, so a threshold compares with what the caller saw
-    return [(node, round(float(found @ vector), 6) if (found := read.vector(node)) is not None else 0.0)
-            for node, _ in best]
+    cosines = [(node, fused, round(float(found @ vector), 6) if (found := read.vector(node)) is not None else 0.0)
+               for node, fused in best]
+    return [(node, cosine, _explained(node, cosine, fused, ranks, span)) for node, fused, cosine in cosines]
+
+
+def _explained(node: int, cosine: float, fused: float, ranks: dict[str, dict[int, int]],
+               span: list[str] | None) -> dict[str, Any]:
+    """A hit's ``score_details`` (mem0's ``explain``): its cosine, its place in each ranking that holds it (1 =
+    best; ``None`` where it is not among that side's candidates; ``time_rank`` only when the question names a
+    time, ``window`` being the days read from it) and the fused score that ordered it (:mod:`.ranking`)."""
+    return {"semantic_score": cosine, "dense_rank": ranks["dense"].get(node),
+            "lexical_rank": ranks["lexical"].get(node), "time_rank": ranks["time"].get(node) if span else None,
+            "window": span, "fused_score": round(fused, 6)}
 
 
 def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope: tuple[str, tuple[Any, ...]],
-           when: str | None = None) -> list[Hit]:
-    """The ``k`` best memories as hits, best first (fused order), each scored by its cosine with the question."""
+           when: str | None = None, explain: bool = False) -> list[Hit]:
+    """The ``k`` best memories as hits, best first (fused order), each scored by its cosine with the question;
+    with ``explain``, each also says how it was ranked (``score_details``)."""
     best = candidates(store, user_pk, user, query, k, scope, when)
     if not best:
         return []
-    score_of = dict(best)
+    score_of = {node: cosine for node, cosine, _ in best}
     where, params = scope
     hits = rows.read_hits(store.db, f"n.id IN ({rows.placeholders(len(best))}) AND {where}",
                           (*score_of, *params), score_of)
-    position = {node: i for i, (node, _) in enumerate(best)}
+    position = {node: i for i, (node, _, _) in enumerate(best)}
+    if explain:
+        details = {node: found for node, _, found in best}
+        for hit in hits:
+            hit.score_details = details[hit.node_id]
     return sorted(hits, key=lambda h: position[h.node_id])

@@ -259,7 +259,7 @@ class MemoryStore:
     def search(self, user: str, query: str, k: int = 20, *, tenant: str = "default", history: bool = False,
                as_of: str | None = None, since: str | None = None, until: str | None = None,
                filters: dict[str, Any] | None = None, threshold: float | None = None,
-               show_expired: bool = False) -> list[Hit]:
+               show_expired: bool = False, explain: bool = False) -> list[Hit]:
         """The ``k`` memories of ``user`` best for ``query`` by the hybrid ranking (:mod:`.hybrid`), best first.
 
         Without times: the current memories (also the replaced ones with ``history``). ``as_of``: those that
@@ -268,7 +268,8 @@ class MemoryStore:
         ``filters``: conditions on the metadata of the memory's session (:mod:`.filters`). ``threshold``: only
         memories whose cosine with the query (their ``score``) is at least that, in the same order (mem0's
         minimum score): fewer than ``k`` when fewer pass. A memory whose session expired (:func:`.filters.visible`)
-        shows only for an earlier ``as_of``, where replaced ones do, or with ``show_expired``."""
+        shows only for an earlier ``as_of``, where replaced ones do, or with ``show_expired``. ``explain``: each hit
+        says how it was ranked (``score_details``, :func:`.hybrid.search`)."""
         from promem_fast.persistence.timeline import time_window
 
         from .hybrid import search
@@ -279,7 +280,7 @@ class MemoryStore:
         user_pk = self.user_id(tenant, user)
         if user_pk is None or k <= 0:
             return []
-        hits = search(self, user_pk, user, query, k, scope, window[0])
+        hits = search(self, user_pk, user, query, k, scope, window[0], explain)
         return hits if threshold is None else [h for h in hits if h.score is not None and h.score >= threshold]
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
