@@ -188,3 +188,31 @@ def test_the_mem0_verbs_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
     capsys.readouterr()
     assert main(["reset", *where, "--yes"]) == 0
     assert json.loads(capsys.readouterr().out) == {"deleted": 2}  # the work memory and the expired fair
+
+
+def test_a_read_says_when_sessions_wait_for_judging(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run stopped after storing sessions and before judging them: the command line reads what is judged and
+    says, on stderr, how many sessions are not shown and what judges them, instead of an unexplained gap."""
+    from promem_fast.config import EngineConfig
+    from promem_fast.engine import Engine
+    from promem_fast.store.ordering import write_pending
+
+    sessions = tomas_sessions(3)
+    user = sessions[0].user
+    db = tmp_path / "memory.db"
+    with MemoryStore(db, EngineConfig.profile("scripted"), profile="scripted") as store, \
+            Engine(EngineConfig.profile("scripted")) as engine:
+        first, *rest = engine.extract(sessions)
+        store.add([first], engine=engine)
+        write_pending(store, "default", rest, store._embed_graphs(rest))  # stored, their verdicts to come
+        judged = {h.text for h in store.hits(user)}
+    capsys.readouterr()
+    assert main(["list", "--db", str(db), "--user", user, "--json"]) == 0
+    out = capsys.readouterr()
+    assert {json.loads(line)["memory"] for line in out.out.splitlines()} == judged == {n.text for n in first.nodes}
+    assert f"2 session(s) of {user!r} wait for update judging and are not shown yet" in out.err
+    assert main(["extract", str(write_jsonl(tmp_path / "in.jsonl", sessions)), "-o", str(tmp_path / "g.jsonl"),
+                 "--db", str(db), *SCRIPTED]) == 0  # run again: the stored sessions are judged
+    capsys.readouterr()
+    assert main(["list", "--db", str(db), "--user", user]) == 0
+    assert "wait for update judging" not in capsys.readouterr().err

@@ -87,10 +87,18 @@ def given_time(args: argparse.Namespace) -> dict[str, str]:
 
 def unknown_user(store: Any, args: argparse.Namespace) -> bool:
     """Says so on stderr when the store has no such user: searching a misspelt name is an error, not an
-    empty result."""
+    empty result. For a user with sessions still waiting for update judging, says that (their memories are not
+    shown until judged) and goes on."""
     import sys
 
+    from promem_fast.persistence.pending import unseen
+
     if args.user in store.users(tenant=args.tenant):
+        waiting = unseen(store.db, store.user_id(args.tenant, args.user))
+        if waiting:
+            print(f"promem: {waiting} session(s) of {args.user!r} wait for update judging and are not shown yet (a "
+                  "run that stopped before judging them, or one judging now: the next add to the store, or promem "
+                  "extract run again, judges them)", file=sys.stderr)
         return False
     elsewhere = [t for t in store.tenants() if t != args.tenant and args.user in store.users(tenant=t)]
     hint = f"; {args.user!r} has memory under --tenant {', '.join(elsewhere)}" if elsewhere else ""

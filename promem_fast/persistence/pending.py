@@ -78,6 +78,13 @@ def pending_users(db: Database) -> list[int]:
     return [pk for (pk,) in db.execute("SELECT DISTINCT user_id FROM sessions WHERE judged = 0 ORDER BY user_id")]
 
 
+def unseen(db: Database, user_pk: int) -> int:
+    """How many of the user's sessions readers do not see yet (their verdicts, or those of sessions they
+    reopened, still to come: :func:`.timeline.shown`)."""
+    (count,) = db.execute("SELECT COUNT(*) FROM sessions WHERE user_id = ? AND shown = 0", (user_pk,)).fetchone()
+    return int(count)
+
+
 def user_name(db: Database, user_pk: int) -> str:
     (name,) = db.execute("SELECT name FROM users WHERE id = ?", (user_pk,)).fetchone()
     return str(name)
