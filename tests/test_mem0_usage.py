@@ -440,5 +440,5 @@ def test_explain_says_where_each_ranking_put_a_memory(tmp_path: Path) -> None:
                                      "time_rank": None, "window": None, "fused_score": round(2 / 61, 6)}
     assert nurse["score_details"] == {"semantic_score": nurse["score"], "dense_rank": 2, "lexical_rank": None,
                                       "time_rank": None, "window": None, "fused_score": round(1 / 62, 6)}
-    assert timed["memory"] == "Ana keep bees in Porto." and timed["score_details"]["window"] == ["2024-05-01", "2024-05-31"]
-    assert timed["score_details"]["time_rank"] == 1
+    assert timed["memory"] == "Ana keep bees in Porto."
+    assert timed["score_details"]["window"] == ["2024-05-01", "2024-05-31"] and timed["score_details"]["time_rank"] == 1
