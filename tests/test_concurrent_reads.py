@@ -140,25 +140,29 @@ def test_sessions_judged_one_after_another_each_show_with_their_own_verdicts(tmp
     assert after == ["Ana live in a small flat in Faro near the river."]
 
 
-def test_memory_judged_again_stays_shown_while_it_is(tmp_path: Path, held: type[HeldLLM]) -> None:
-    """A session dated before one already judged reopens the later one: while both wait for the judge, the later
-    session's memory is still found (judged again, not withdrawn); the earlier one shows once judged."""
+def test_memory_judged_again_is_read_as_it_was_while_it_is(tmp_path: Path, held: type[HeldLLM]) -> None:
+    """Porto replaced Faro; then a session dated before both arrives (Lisbon), which reopens them: Porto's link
+    to Faro is taken away while they are judged again. A reader meanwhile finds the memory as it was, Porto
+    alone: not Faro back as current, nor Lisbon beside Porto. Once judged, Porto replaced Faro, which replaced
+    Lisbon."""
+    faro = PORTO.replace("Porto", "Faro")
     with Memory(tmp_path / "m.db", config=config()) as memory:
+        memory.add(faro, user_id="ana", date="2024-02-01")
         memory.add(PORTO, user_id="ana", date="2024-03-02")
-        memory.add("I keep bees on the roof.", user_id="ana", date="2024-02-01")
+        before = texts(memory.get_all(user_id="ana"))
         held.held = {"store_update"}
         adding = threading.Thread(target=memory.add, args=(LISBON,), kwargs={"user_id": "ana", "date": "2024-01-05"})
         adding.start()
         assert held.waiting.wait(30)
         during = texts(memory.get_all(user_id="ana"))
+        during_search = texts(memory.search(WHERE, user_id="ana"))
         held.gate.set()
         adding.join(30)
         after = texts(memory.get_all(user_id="ana", history=True))
         current = texts(memory.get_all(user_id="ana"))
-    assert during == ["Ana keep bees on the roof.", "Ana live in a small flat in Porto near the river."]
-    assert after == ["Ana keep bees on the roof.", "Ana live in a small flat in Lisbon near the river.",
-                     "Ana live in a small flat in Porto near the river."]
-    assert current == ["Ana keep bees on the roof.", "Ana live in a small flat in Porto near the river."]
+    porto = "Ana live in a small flat in Porto near the river."
+    assert before == during == during_search == current == [porto]
+    assert after == sorted(f"Ana live in a small flat in {c} near the river." for c in ("Faro", "Lisbon", "Porto"))
 
 
 def test_one_memory_serves_request_threads_adding_and_searching_at_once(tmp_path: Path) -> None:
@@ -184,3 +188,17 @@ def test_one_memory_serves_request_threads_adding_and_searching_at_once(tmp_path
         for i in range(8):
             assert [m["memory"] for m in memory.get_all(user_id=f"u{i}")["results"]] == [
                 f"U{i} live in a small flat in Porto near the river."]
+
+
+def test_deleting_the_latest_session_shows_what_it_had_replaced_again(tmp_path: Path) -> None:
+    """Porto replaced Faro; deleting Porto's session (the last one: nothing after it is judged again) leaves Faro
+    current and shown, in lists and searches, as if Porto had never been said."""
+    faro = PORTO.replace("Porto", "Faro")
+    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+        memory.add(faro, user_id="ana", date="2024-02-01")
+        porto = memory.add(PORTO, user_id="ana", date="2024-03-02")["session_id"]
+        assert texts(memory.get_all(user_id="ana")) == ["Ana live in a small flat in Porto near the river."]
+        memory.delete(user_id="ana", session_id=porto)
+        listed = texts(memory.get_all(user_id="ana"))
+        found = texts(memory.search(WHERE, user_id="ana"))
+    assert listed == found == ["Ana live in a small flat in Faro near the river."]

@@ -143,6 +143,8 @@ def test_metadata_travels_through_export_and_import_and_older_stores_gain_it(tmp
     raw.execute("DROP INDEX nodes_merged")  # nor the index of version 5
     raw.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 8)
     raw.execute("ALTER TABLE sessions DROP COLUMN shown")
+    raw.execute("DROP INDEX nodes_held")
+    raw.execute("ALTER TABLE nodes DROP COLUMN held")
     raw.execute("PRAGMA user_version = 2")
     raw.commit()
     raw.close()

@@ -195,6 +195,8 @@ def as_version(db: Path, version: int, more: dict[str, str]) -> None:
                     " FROM nodes")
         raw.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 8)
         raw.execute("ALTER TABLE sessions DROP COLUMN shown")
+        raw.execute("DROP INDEX nodes_held")
+        raw.execute("ALTER TABLE nodes DROP COLUMN held")
         raw.execute(f"PRAGMA user_version = {version}")
         raw.commit()
     finally:
@@ -261,6 +263,8 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
         conn.execute("CREATE INDEX nodes_words ON nodes USING gin (words)")
         conn.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 7)
         conn.execute("ALTER TABLE sessions DROP COLUMN shown")
+        conn.execute("DROP INDEX nodes_held")
+        conn.execute("ALTER TABLE nodes DROP COLUMN held")
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:
@@ -281,6 +285,8 @@ def test_a_postgresql_store_of_version_5_reads_its_memories_exchanges_after_the_
                      "setweight(to_tsvector('english', coalesce(data::jsonb ->> 'source', '')), 'B')")
         conn.execute("DROP INDEX sessions_hidden")  # nor what readers are shown (version 7)
         conn.execute("ALTER TABLE sessions DROP COLUMN shown")
+        conn.execute("DROP INDEX nodes_held")
+        conn.execute("ALTER TABLE nodes DROP COLUMN held")
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:

@@ -28,7 +28,8 @@ from .timeline import UNDATED, session_key
 
 def reopen_from(db: Database, user_pk: int, key: tuple[Any, ...], *, inclusive: bool) -> int:
     """Mark the user's judged sessions after ``key`` (from it, with ``inclusive``) pending again and remove
-    the links their entries made (what those replaced or absorbed is as before they came); returns how many."""
+    the links their entries made (what those replaced or absorbed is as before they came, held back from readers
+    until :func:`release`); returns how many."""
     later = [pk for pk, said_at, sid in db.execute(  # said no earlier (undated ones sort last): few, usually
         "SELECT id, said_at, session_id FROM sessions WHERE user_id = ? AND judged = 1 AND (said_at IS NULL OR "
         "said_at >= ?)", (user_pk, key[0]))
@@ -36,6 +37,8 @@ def reopen_from(db: Database, user_pk: int, key: tuple[Any, ...], *, inclusive: 
     for lo in range(0, len(later), 500):
         part = later[lo:lo + 500]
         nodes = f"SELECT id FROM nodes WHERE session_pk IN ({rows.placeholders(len(part))})"
+        db.execute(f"UPDATE nodes SET held = 1 WHERE id IN (SELECT old FROM supersedes WHERE new IN ({nodes})) "
+                   f"OR id IN (SELECT node FROM merges WHERE node IN ({nodes}))", (*part, *part))  # until release
         db.execute("UPDATE nodes SET superseded_by = NULL, valid_until = NULL WHERE id IN "
                    f"(SELECT old FROM supersedes WHERE new IN ({nodes}))", part)
         db.execute(f"DELETE FROM supersedes WHERE new IN ({nodes})", part)
@@ -114,10 +117,26 @@ def write_verdicts(db: Database, user_pk: int, session_pk: int, merges: Sequence
     for old, new, reason in supersedes:
         rows.supersede(db, old, new, reason)
     db.execute("UPDATE sessions SET judged = 1 WHERE id = ?", (session_pk,))
-    if not db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND judged = 0 AND shown = 1", (user_pk,)).fetchone():
-        # no session judged once is waiting to be judged again: the judged ones are the memory as it stands
-        db.execute("UPDATE sessions SET shown = 1 WHERE user_id = ? AND shown = 0 AND judged = 1", (user_pk,))
+    release(db, user_pk)
     return True
+
+
+def release(db: Database, user_pk: int) -> bool:
+    """Once no session of the user judged before waits to be judged again, the judged sessions are the memory as
+    it stands: the new ones show, and the memories held back by :func:`reopen_from` show as now judged. False
+    (nothing changed) while one still waits."""
+    if db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND judged = 0 AND shown = 1", (user_pk,)).fetchone():
+        return False
+    db.execute("UPDATE sessions SET shown = 1 WHERE user_id = ? AND shown = 0 AND judged = 1", (user_pk,))
+    db.execute("UPDATE nodes SET held = 0 WHERE user_id = ? AND held = 1", (user_pk,))
+    return True
+
+
+def unreleased(db: Database, user_pk: int) -> bool:
+    """Whether the user has judged sessions or held memories that :func:`release` has yet to show."""
+    found = db.execute("SELECT 1 FROM sessions WHERE user_id = ? AND shown = 0 AND judged = 1 UNION ALL "
+                       "SELECT 1 FROM nodes WHERE user_id = ? AND held = 1 LIMIT 1", (user_pk, user_pk)).fetchone()
+    return found is not None
 
 
 def session_entries(db: Database, session_pk: int, dim: int) -> tuple[list[tuple[int, str, str | None]], np.ndarray]:

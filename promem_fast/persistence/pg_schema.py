@@ -221,6 +221,8 @@ def _v6(conn: Any) -> None:
 _V7 = """
 ALTER TABLE sessions ADD COLUMN shown INTEGER NOT NULL DEFAULT 1;  -- 0: not shown to readers yet
 CREATE INDEX sessions_hidden ON sessions (user_id) WHERE shown = 0;
+ALTER TABLE nodes ADD COLUMN held INTEGER NOT NULL DEFAULT 0;  -- 1: held back while its replacement is judged again
+CREATE INDEX nodes_held ON nodes (user_id) WHERE held = 1;
 """
 """Whether readers see a session's memories (as SQLite's version 8)."""
 

@@ -170,10 +170,13 @@ def _v7(db: sqlite3.Connection) -> None:
 _V8 = """
 ALTER TABLE sessions ADD COLUMN shown INTEGER NOT NULL DEFAULT 1;  -- 0: not shown to readers yet
 CREATE INDEX sessions_hidden ON sessions (user_id) WHERE shown = 0;
+ALTER TABLE nodes ADD COLUMN held INTEGER NOT NULL DEFAULT 0;  -- 1: held back while its replacement is judged again
+CREATE INDEX nodes_held ON nodes (user_id) WHERE held = 1;
 """
-"""Whether readers see a session's memories (:func:`~.timeline.shown`): a new session is hidden until its update
-verdicts are written, so a reader never finds a new memory beside the older one it is about to replace. The
-index holds the hidden sessions only (few, and none once judging is done)."""
+"""What readers see (:func:`~.timeline.shown`): a new session is hidden until its update verdicts are written, so a
+reader never finds a new memory beside the older one it is about to replace; a memory whose replacement or merge
+is being judged again is held back meanwhile, so it does not come back as current for that time. The indexes hold
+the hidden sessions and held memories only (few, and none once judging is done)."""
 
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {

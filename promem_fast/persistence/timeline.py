@@ -89,12 +89,13 @@ def validity(as_of: str | None, since: str | None, until: str | None, *, history
 
 
 def shown(alias: str = "n") -> str:
-    """SQL (over ``nodes {alias}``): the memory's session is shown to readers. A new session shows in the
-    transaction that writes its update verdicts, or, when it reopened later sessions of its user (it was said
-    before them), once those are judged again (:func:`.pending.write_verdicts`). So a reader during the judging
-    finds the memory as it was before the session came, never its new memories beside the older ones they are
-    about to replace, nor an earlier-dated memory beside the later one that is being judged again."""
-    return f"{alias}.session_pk NOT IN (SELECT id FROM sessions WHERE shown = 0)"
+    """SQL (over ``nodes {alias}``): the memory is shown to readers. A new session shows in the transaction that
+    writes its update verdicts, or, when it reopened later sessions of its user (it was said before them), once
+    those are judged again; a memory that a reopened session had replaced or absorbed is held back until then
+    (:func:`.pending.release`). So a reader during the judging finds the memory as it was before the session
+    came: never its new memories beside the older ones they are about to replace, nor an earlier-dated memory
+    beside the later one being judged again, nor a replaced memory back as current meanwhile."""
+    return f"{alias}.held = 0 AND {alias}.session_pk NOT IN (SELECT id FROM sessions WHERE shown = 0)"
 
 
 def session_key(said_at: str | None, session_id: str) -> tuple[Any, ...]:

@@ -8,8 +8,8 @@ point, or whether graphs came through ``extract --db``, ``ingest``, the service 
 How: a session is written pending (not shown to readers before its verdicts:
 :func:`~promem_fast.persistence.timeline.shown`); the judged sessions of a user are always a prefix of their
 canonical order. A session that arrives before judged ones reopens those (their links are removed, they
-are judged again; they stay shown, and until then what they had replaced shows as current too); deleting a
-session or a memory reopens everything from it on.
+are judged again; they stay shown, and what they had replaced or absorbed is held back from readers until
+then); deleting a session or a memory reopens everything from it on.
 :func:`settle` then judges the pending sessions, the first pending one of each user per round (users in one
 engine run), each verdict written with its judged mark in one transaction, so a killed run resumes where it
 stopped.
@@ -59,7 +59,7 @@ def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> 
     written; a session with a pair the guess missed waits for the next round. A verdict is kept by its
     pair, and the prompt of a pair is the same whenever it is asked, so nothing depends on the guess.
     """
-    users = sorted(set(user_pks))
+    users = given = sorted(set(user_pks))
     verdicts: dict[tuple[int, int], tuple[str, str]] = {}
     done = 0
     while users:
@@ -74,6 +74,10 @@ def settle(store: StoreView, user_pks: Iterable[int], engine: Engine | None) -> 
                 if outcome is _WAIT or not _write(store, user_pk, session_pk, outcome, against):
                     break  # the rest of this user waits for the next round
                 done += 1
+    for user_pk in given:  # what no verdict released (a delete that reopened nothing after it, a stopped run)
+        if judging.unreleased(store.db, user_pk) and not judging.pending(store.db, user_pk):
+            with store.db.transaction() as db:
+                judging.release(db, user_pk)
     return done
 
 
