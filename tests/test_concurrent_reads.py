@@ -87,11 +87,11 @@ def test_an_async_search_does_not_wait_for_an_add_being_extracted(tmp_path: Path
     assert texts(out["after"]) == ["Ana live in a small flat in Porto near the river."]
 
 
-def test_a_session_being_judged_is_not_shown_beside_the_memory_it_replaces(tmp_path: Path,
+def test_a_session_being_judged_is_not_shown_beside_the_memory_it_replaces(store_at: str,
                                                                            held: type[HeldLLM]) -> None:
     """The Porto session is stored and waits for the update judge: a reader on another thread finds Lisbon alone
     (not Lisbon and Porto, both current), then Porto alone once the verdict is written."""
-    with Memory(tmp_path / "m.db", config=config()) as memory:
+    with Memory(store_at, config=config()) as memory:
         memory.add(LISBON, user_id="ana", date="2024-01-05")
         held.held = {"store_update"}
         adding = threading.Thread(target=memory.add, args=(PORTO,), kwargs={"user_id": "ana", "date": "2024-03-02"})
@@ -140,13 +140,13 @@ def test_sessions_judged_one_after_another_each_show_with_their_own_verdicts(tmp
     assert after == ["Ana live in a small flat in Faro near the river."]
 
 
-def test_memory_judged_again_is_read_as_it_was_while_it_is(tmp_path: Path, held: type[HeldLLM]) -> None:
+def test_memory_judged_again_is_read_as_it_was_while_it_is(store_at: str, held: type[HeldLLM]) -> None:
     """Porto replaced Faro; then a session dated before both arrives (Lisbon), which reopens them: Porto's link
     to Faro is taken away while they are judged again. A reader meanwhile finds the memory as it was, Porto
     alone: not Faro back as current, nor Lisbon beside Porto. Once judged, Porto replaced Faro, which replaced
     Lisbon."""
     faro = PORTO.replace("Porto", "Faro")
-    with Memory(tmp_path / "m.db", config=config()) as memory:
+    with Memory(store_at, config=config()) as memory:
         memory.add(faro, user_id="ana", date="2024-02-01")
         memory.add(PORTO, user_id="ana", date="2024-03-02")
         before = texts(memory.get_all(user_id="ana"))
@@ -190,11 +190,11 @@ def test_one_memory_serves_request_threads_adding_and_searching_at_once(tmp_path
                 f"U{i} live in a small flat in Porto near the river."]
 
 
-def test_deleting_the_latest_session_shows_what_it_had_replaced_again(tmp_path: Path) -> None:
+def test_deleting_the_latest_session_shows_what_it_had_replaced_again(store_at: str) -> None:
     """Porto replaced Faro; deleting Porto's session (the last one: nothing after it is judged again) leaves Faro
     current and shown, in lists and searches, as if Porto had never been said."""
     faro = PORTO.replace("Porto", "Faro")
-    with Memory(tmp_path / "m.db", profile="scripted") as memory:
+    with Memory(store_at, profile="scripted") as memory:
         memory.add(faro, user_id="ana", date="2024-02-01")
         porto = memory.add(PORTO, user_id="ana", date="2024-03-02")["session_id"]
         assert texts(memory.get_all(user_id="ana")) == ["Ana live in a small flat in Porto near the river."]
