@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from promem_fast.persistence.api import Database
-from promem_fast.store.filters import matches
+from promem_fast.store.filters import matcher
 
 from .db import Tables
 
@@ -225,9 +225,10 @@ class JobQueue:
         with self._transaction() as conn:
             if sessions is not None or filters:
                 named = list(sessions or ())
+                meets = matcher(filters)
                 chosen = [seq for seq, payload in conn.execute(
                     f"SELECT seq, payload FROM serve_queue WHERE {scope} AND state IN ('pending', 'running')", params)
-                    if matches(json.loads(payload).get("metadata") or {}, filters)] if filters else []
+                    if meets(json.loads(payload).get("metadata") or {})] if filters else []
                 scope = (f"{scope} AND (session_id IN ({_marks(named)}) OR seq IN ({_marks(chosen)}))")
                 params = (*params, *named, *chosen)
             (live,) = conn.execute(f"SELECT COUNT(*) FROM serve_queue WHERE {scope} AND state IN "

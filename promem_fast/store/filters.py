@@ -17,7 +17,7 @@ hold, in mem0's language:
 Keys are plain names (letters, digits, ``_``, ``-``, ``.`` for a nested field), so a key never reaches SQL as
 text: it is bound as a JSON path parameter. SQLite reads the field with ``json_extract``; PostgreSQL compares
 ``jsonb`` values, so ``True`` matches a stored ``true`` there and also a stored ``1`` in SQLite.
-:func:`matches` is the same rule for metadata already read (a queued session's).
+:func:`matcher` is the same rule for metadata already read (a queued session's).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -106,10 +106,13 @@ def unexpired(scope: tuple[str, tuple[Any, ...]], day: str, *, dialect: str = "s
             (*params, day))
 
 
-def matches(metadata: Mapping[str, Any], filters: Mapping[str, Any] | None) -> bool:
-    """Whether ``metadata`` meets ``filters`` (the rule :func:`metadata_scope` writes as SQL, for metadata already
-    read)."""
-    return not filters or _holds(_parse(filters), metadata)
+def matcher(filters: Mapping[str, Any] | None) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a session's metadata meets ``filters`` (the rule :func:`metadata_scope` writes as SQL, for
+    metadata already read), as a test made once for many sessions (the filters read and checked once)."""
+    if not filters:
+        return lambda metadata: True
+    tree = _parse(filters)
+    return lambda metadata: _holds(tree, metadata)
 
 
 def checked(filters: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -122,7 +125,7 @@ def checked(filters: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 # ------------------------------------------------------------------------------------ the language
 Node = tuple[Any, ...]
-"""A parsed filter: ``("AND" | "OR" | "NOT", [node, ...])`` or ``("key", path, operator, operand)``."""
+"""A parsed filter: ``("AND" | "OR" | "NOT", [node, ...])`` or ``("key", key, operator, operand)``."""
 
 
 def _parse(filters: Any) -> Node:

@@ -95,12 +95,12 @@ class _Rows:
 
 
 def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
-               scope: tuple[str, tuple[Any, ...]], when: str | None = None
-               ) -> list[tuple[int, float, dict[str, Any]]]:
+               scope: tuple[str, tuple[Any, ...]], when: str | None = None, explain: bool = False
+               ) -> list[tuple[int, float, dict[str, Any] | None]]:
     """The user's ``k`` best memories in ``scope`` for ``query`` by the hybrid rule, best first, each with its
-    cosine with the question (as embedded, names left out) and how it was ranked (:func:`_explained`);
-    ``when``: the ISO time the question's own times are relative to (default now). Only the candidates the
-    collapse reaches are read (:class:`_Rows`)."""
+    cosine with the question (as embedded, names left out) and, with ``explain``, how it was ranked
+    (:func:`_explained`; else None); ``when``: the ISO time the question's own times are relative to (default
+    now). Only the candidates the collapse reaches are read (:class:`_Rows`)."""
     config = store.config.ranking
     vector, dense, lexical = proposals(store, user_pk, user, query, max(CANDIDATES, 4 * k), scope)
     pool = list(dict.fromkeys(dense + lexical))
@@ -117,12 +117,14 @@ def candidates(store: StoreView, user_pk: int, user: str, query: str, k: int,
     order = fuse(dense, lexical, config, timed=timed)
     read = _Rows(store, [node for node, _ in order], len(vector), chunk=2 * k + 8)
     best = collapse(order, read.vector, config, k, text_of=read.text)
-    ranks = {side: {node: rank for rank, node in enumerate(ranking, 1)}
-             for side, ranking in (("dense", dense), ("lexical", lexical), ("time", timed))}
-    span = None if days is None else [days.first.isoformat(), days.last.isoformat()]
     # six decimals, the score every surface shows, so a threshold compares with what the caller saw
     cosines = [(node, fused, round(float(found @ vector), 6) if (found := read.vector(node)) is not None else 0.0)
                for node, fused in best]
+    if not explain:  # the ranks are read only when asked for: a search's own path stays as it was
+        return [(node, cosine, None) for node, _, cosine in cosines]
+    ranks = {side: {node: rank for rank, node in enumerate(ranking, 1)}
+             for side, ranking in (("dense", dense), ("lexical", lexical), ("time", timed))}
+    span = None if days is None else [days.first.isoformat(), days.last.isoformat()]
     return [(node, cosine, _explained(node, cosine, fused, ranks, span)) for node, fused, cosine in cosines]
 
 
@@ -140,7 +142,7 @@ def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope:
            when: str | None = None, explain: bool = False) -> list[Hit]:
     """The ``k`` best memories as hits, best first (fused order), each scored by its cosine with the question;
     with ``explain``, each also says how it was ranked (``score_details``)."""
-    best = candidates(store, user_pk, user, query, k, scope, when)
+    best = candidates(store, user_pk, user, query, k, scope, when, explain)
     if not best:
         return []
     score_of = {node: cosine for node, cosine, _ in best}
@@ -148,8 +150,7 @@ def search(store: StoreView, user_pk: int, user: str, query: str, k: int, scope:
     hits = rows.read_hits(store.db, f"n.id IN ({rows.placeholders(len(best))}) AND {where}",
                           (*score_of, *params), score_of)
     position = {node: i for i, (node, _, _) in enumerate(best)}
-    if explain:
-        details = {node: found for node, _, found in best}
-        for hit in hits:
-            hit.score_details = details[hit.node_id]
+    details = {node: found for node, _, found in best}
+    for hit in hits:
+        hit.score_details = details[hit.node_id]  # None unless explained
     return sorted(hits, key=lambda h: position[h.node_id])

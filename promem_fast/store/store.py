@@ -244,8 +244,8 @@ class MemoryStore:
              filters: dict[str, Any] | None = None, show_expired: bool = False) -> list[Hit]:
         """Every memory of the user as hits, oldest first: current ones (not replaced, merged or expired:
         :func:`.filters.visible`; expired ones too with ``show_expired``), or with ``history`` all of them (but
-        those of a session still waiting for its first update verdicts); with ``filters``, those whose session's
-        metadata meets them (:mod:`.filters`)."""
+        what readers are not shown while judging goes on: :func:`~promem_fast.persistence.timeline.shown`); with
+        ``filters``, those whose session's metadata meets them (:mod:`.filters`)."""
         from promem_fast.persistence.timeline import shown
 
         user_pk = self.user_id(tenant, user)
