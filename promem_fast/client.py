@@ -21,7 +21,7 @@ from promem_fast.deps import require
 from promem_fast.errors import InputError, PromemError
 from promem_fast.names import name_problem
 from promem_fast.private import open_private
-from promem_fast.shapes import DEFAULT_K, as_sessions, result_count, user_and_filters, with_scopes
+from promem_fast.shapes import DEFAULT_K, KEEP, as_sessions, result_count, user_and_filters, with_scopes
 from promem_fast.types import Session
 
 
@@ -133,9 +133,17 @@ class Client:
         """One memory by id (of ``user_id`` when given: another user's id is then not found)."""
         return self._call("GET", self._m(memory_id, user_id))
 
-    def update(self, memory_id: int, data: str, *, user_id: str | None = None) -> dict[str, Any]:
-        """Give a memory new text (same id and history, re-embedded); returns the memory."""
-        return self._call("PATCH", self._m(memory_id, user_id), json={"data": data})
+    def update(self, memory_id: int, data: str | None = None, metadata: dict[str, Any] | None = None,
+               expiration_date: str | None | object = KEEP, *, text: str | None = None,
+               user_id: str | None = None) -> dict[str, Any]:
+        """Edit a memory (as :meth:`promem_fast.Memory.update`): new text (``data`` or ``text``; same id and
+        history, re-embedded), metadata changes for it alone, an ``expiration_date`` (None removes it); returns
+        the memory."""
+        given = (("data", data), ("text", text), ("metadata", metadata))
+        body: dict[str, Any] = {name: value for name, value in given if value is not None}
+        if expiration_date is not KEEP:
+            body["expiration_date"] = expiration_date
+        return self._call("PATCH", self._m(memory_id, user_id), json=body)
 
     def history(self, memory_id: int, *, user_id: str | None = None) -> dict[str, Any]:
         """The replacement graph through a memory: ``{"id", "nodes" (oldest first), "edges"}``."""

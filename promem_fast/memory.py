@@ -35,7 +35,7 @@ Result shapes (every time ISO 8601, every memory named by one ``id``):
      "reason": null,                        # why it was replaced (the update judge's words)
      "score": 0.81,                         # cosine with the query (search only, else null)
      "details": ["Denver"],                 # details anchored to it
-     "metadata": {"topic": "home"},         # what add() was given with its session
+     "metadata": {"topic": "home"},         # what add() was given with its session (or update() with it)
      "links": [{"relation": "temporal", "direction": "out", "id": 18, "memory": "..."}],
      "edits": [{"text": "Tom lives in Denver", "at": "2026-12-04T09:00:00Z"}]}  # texts update() replaced
 
@@ -56,8 +56,9 @@ per memory the session gave::
 "duplicate", "reason"}]}``: the replacement graph through the memory (two facts replaced by one are two
 edges into one node, not a chain).
 
-*update*: the memory with its new text (re-embedded; the text it replaced is kept in its ``edits``, oldest first,
-shown wherever the memory is: deleting the memory removes them with it).
+*update*: the memory with its new text or metadata of its own (which filters and expiry then read for it); what
+it replaced is kept in its ``edits``, oldest first (``{"text", "at"}``, ``"metadata"`` when that changed), shown
+wherever the memory is: deleting the memory removes them with it.
 
 *delete*, *delete_all*, *reset*: ``{"deleted": n}`` memories removed; what they had replaced or merged is
 judged again, so the memory is exactly as if they had never been added.
@@ -328,18 +329,18 @@ class Memory:
         return self._out([hit.memory() for hit in hits[:shapes.result_count(top_k, limit, None, len(hits))]])
 
     @_writes
-    def update(self, memory_id: int, data: str | None = None, *, text: str | None = None,
-               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Give a memory new text (``data``, or ``text`` as mem0 names it), by hand: same id, links and
-        history, re-embedded."""
-        from promem_fast.store.editing import rewrite
+    def update(self, memory_id: int, data: str | None = None, metadata: dict[str, Any] | None = None,
+               expiration_date: str | datetime.date | None | object = shapes.KEEP, *, text: str | None = None
+               ) -> dict[str, Any]:
+        """Edit a memory by hand, in one step (mem0's arguments and order; :mod:`promem_fast.store.editing`): new
+        text (``data``, or ``text``; re-embedded), ``metadata`` changes for it alone (given keys set, the others
+        kept) and ``expiration_date`` (None removes it); the same id, links and history."""
+        from promem_fast.store.editing import edit
 
-        if metadata is not None:
-            raise InputError("a memory's metadata is its session's, given to add(); update changes the text only",
-                             field="metadata")
-        if (data is None) == (text is None):
+        if data is not None and text is not None:
             raise InputError("give the new text once, as data or text", field="data")
-        hit = rewrite(self.store, memory_id, data if text is None else text, self.tenant)
+        hit = edit(self.store, memory_id, self.tenant, text=data if text is None else text,
+                   metadata=shapes.metadata_changes(metadata, expiration_date))
         if hit is None:
             raise InputError(f"there is no memory {memory_id}", field="memory_id")
         return hit.memory()

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
-from promem_fast.times import said_when
+from promem_fast.times import EXPIRES, said_when
 from promem_fast.types import Session
 
 _D = TypeVar("_D", int, None)
@@ -65,6 +65,21 @@ def scoped(sessions: list[dict[str, Any]], *, metadata: dict[str, Any] | None = 
     if metadata:
         sessions = [{**s, "metadata": {**(s.get("metadata") or {}), **metadata}} for s in sessions]
     return sessions if infer else [{**s, "infer": False} for s in sessions]
+
+
+KEEP: Any = object()
+"""``update``'s ``expiration_date`` when not given (None is given: it removes the date)."""
+
+
+def metadata_changes(metadata: Any, expiration_date: Any) -> Any:
+    """An update's metadata changes: ``metadata``, with ``expiration_date`` among them unless :data:`KEEP` (a
+    ``date`` as its ISO day, None: removed); checked by :func:`promem_fast.store.editing.remarked`."""
+    if expiration_date is KEEP or (metadata is not None and not isinstance(metadata, dict)):
+        return metadata
+    if EXPIRES in (metadata or {}):
+        raise InputError("give the expiration_date once, as an argument or in metadata", field="expiration_date")
+    day = expiration_date.isoformat() if isinstance(expiration_date, date) else expiration_date
+    return {**(metadata or {}), EXPIRES: day}
 
 
 def with_scopes(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[str, Any]:

@@ -623,3 +623,38 @@ def test_mem0_scopes_over_http_agent_and_run_in_lists_searches_and_deletes(
                 assert reply.status_code == 422, reply.text
                 (problem,) = reply.json()["detail"]
                 assert problem["loc"] == ["query", "filters"] and said_as in problem["msg"]
+
+
+def test_a_memory_takes_metadata_of_its_own_over_http(served: tuple[Server, dict[str, str]]) -> None:
+    """mem0's ``update(memory_id, text, metadata, expiration_date)`` through the client and a raw PATCH: the
+    memory's own metadata is what filters read for it, its session's other memory keeps the session's; an
+    expiration_date of null removes the date; changing a scope or saying nothing is a 422 naming the field."""
+    from promem_fast.client import Client, ServerError
+
+    server, keys = served
+    with Client(server.url, keys["c"]) as client:
+        client.add([{"role": "user", "content": "I keep bees in Porto."}, {"role": "assistant", "content": "Nice."},
+                    {"role": "user", "content": "I work as a nurse."}], user_id="Ana", agent_id="life-bot",
+                   metadata={"topic": "life"})
+        bees, nurse = client.get_all(user_id="Ana")["results"]
+        assert "bees" in bees["memory"] and "nurse" in nurse["memory"]
+        changed = client.update(bees["id"], metadata={"topic": "hobby"}, expiration_date="2020-01-31")
+        assert changed["metadata"] == {"agent_id": "life-bot", "topic": "hobby", "expiration_date": "2020-01-31"}
+        assert changed["edits"] == [{"text": bees["memory"], "at": changed["edits"][0]["at"],
+                                     "metadata": {"agent_id": "life-bot", "topic": "life"}}]
+        assert [m["id"] for m in client.get_all(user_id="Ana")["results"]] == [nurse["id"]]  # expired alone
+        assert [m["id"] for m in client.get_all(user_id="Ana", filters={"topic": "hobby"}, show_expired=True)[
+            "results"]] == [bees["id"]]
+        assert client.update(bees["id"], expiration_date=None, user_id="Ana")["metadata"] == {
+            "agent_id": "life-bot", "topic": "hobby"}
+        assert [m["id"] for m in client.search("what does Ana do", user_id="Ana", filters={"topic": "life"})[
+            "results"]] == [nurse["id"]]
+        with pytest.raises(ServerError) as scope:
+            client.update(bees["id"], metadata={"agent_id": "other-bot"})
+        assert scope.value.status == 422 and scope.value.detail[0]["field"] == "body.metadata.agent_id"
+        client.delete_all(user_id="Ana")
+    with server.client(keys["c"]) as http:
+        reply = http.patch("/v1/memories/1", json={})
+        assert reply.status_code == 422 and "new text" in reply.json()["detail"][0]["msg"]
+        reply = http.patch("/v1/memories/1", json={"data": "a", "text": "b"})
+        assert reply.status_code == 422 and "once" in reply.json()["detail"][0]["msg"]

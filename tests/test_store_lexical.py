@@ -110,9 +110,11 @@ def test_an_older_store_gains_the_table_on_open(tmp_path: Path) -> None:
     raw.execute(f"PRAGMA user_version = {FTS_VERSION - 1}")
     user = ensure_user(Raw(raw), "default", "Ann")  # type: ignore[arg-type]
     raw.execute("ALTER TABLE sessions ADD COLUMN shown INTEGER")  # what today's row writer fills (version 8)
+    raw.execute("ALTER TABLE nodes ADD COLUMN metadata TEXT")  # and (version 9)
     insert_session(Raw(raw), user, graph_record(ANN_1),  # type: ignore[arg-type]
                    TopicEmbedder().embed([n.text for n in ANN_1.nodes]))
     raw.execute("ALTER TABLE sessions DROP COLUMN shown")
+    raw.execute("ALTER TABLE nodes DROP COLUMN metadata")
     raw.commit()
     raw.close()
     lexical = scripted_config().with_overrides(["ranking.dense=false"])  # only the full-text side answers
@@ -197,6 +199,7 @@ def as_version(db: Path, version: int, more: dict[str, str]) -> None:
         raw.execute("ALTER TABLE sessions DROP COLUMN shown")
         raw.execute("DROP INDEX nodes_held")
         raw.execute("ALTER TABLE nodes DROP COLUMN held")
+        raw.execute("ALTER TABLE nodes DROP COLUMN metadata")  # nor a memory's own metadata (version 9)
         raw.execute(f"PRAGMA user_version = {version}")
         raw.commit()
     finally:
@@ -265,6 +268,7 @@ def test_a_postgresql_store_of_version_4_reads_its_memories_sources_after_the_mi
         conn.execute("ALTER TABLE sessions DROP COLUMN shown")
         conn.execute("DROP INDEX nodes_held")
         conn.execute("ALTER TABLE nodes DROP COLUMN held")
+        conn.execute("ALTER TABLE nodes DROP COLUMN metadata")  # nor a memory's own metadata (version 8)
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:
@@ -287,6 +291,7 @@ def test_a_postgresql_store_of_version_5_reads_its_memories_exchanges_after_the_
         conn.execute("ALTER TABLE sessions DROP COLUMN shown")
         conn.execute("DROP INDEX nodes_held")
         conn.execute("ALTER TABLE nodes DROP COLUMN held")
+        conn.execute("ALTER TABLE nodes DROP COLUMN metadata")  # nor a memory's own metadata (version 8)
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     lexical = scripted_config().with_overrides(["ranking.dense=false"])
     with open_store(pg_url, lexical) as store:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from promem_fast.cli.common import build_config, config_args
-from promem_fast.cli.search import expired_arg, filter_arg, unknown_user, user_arg
+from promem_fast.cli.search import expired_arg, filter_arg, metadata_condition, unknown_user, user_arg
 from promem_fast.cli.store_io import store_args
 from promem_fast.persistence.api import shown
 
@@ -27,9 +27,15 @@ def register(sub: Any) -> None:
     p.add_argument("memory_id", type=int)
     store_args(p)
     p.set_defaults(func=cmd_get)
-    p = sub.add_parser("update", help="give a memory new text (same id and history, re-embedded)")
+    p = sub.add_parser("update", help="edit a memory: new text (same id and history, re-embedded), metadata of its "
+                       "own, an expiration date")
     p.add_argument("memory_id", type=int)
-    p.add_argument("text")
+    p.add_argument("text", nargs="?", help="the new text (left out: the text stays)")
+    p.add_argument("--metadata", action="append", type=metadata_condition, metavar="KEY=VALUE",
+                   help="set KEY in this memory's metadata alone (VALUE: JSON, else text); repeat for several")
+    expiry = p.add_mutually_exclusive_group()
+    expiry.add_argument("--expiration-date", metavar="DAY", help="the last day this memory holds (YYYY-MM-DD)")
+    expiry.add_argument("--no-expiration-date", action="store_true", help="remove its expiration date")
     store_args(p)
     config_args(p)
     p.set_defaults(func=cmd_update)
@@ -85,10 +91,14 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    from promem_fast.store.editing import rewrite
+    from promem_fast.store.editing import edit
+    from promem_fast.times import EXPIRES
 
+    changes = dict(args.metadata or [])
+    if args.expiration_date is not None or args.no_expiration_date:
+        changes[EXPIRES] = args.expiration_date
     with _open(args, write=True) as store:
-        return _print_memory(args, rewrite(store, args.memory_id, args.text, args.tenant))
+        return _print_memory(args, edit(store, args.memory_id, args.tenant, text=args.text, metadata=changes))
 
 
 def _print_memory(args: argparse.Namespace, hit: Any) -> int:

@@ -52,7 +52,7 @@ class Hit:
     merged_into: int | None = None
     """For a later saying of an already known fact: the memory that stands for both."""
     metadata: dict[str, Any] = field(default_factory=dict)
-    """Its session's metadata (what ``add`` was given with it)."""
+    """Its metadata: its session's (what ``add`` was given with it), or its own once an edit changed it."""
     score_details: dict[str, Any] | None = None
     """How a search ranked it, when asked to explain (:func:`promem_fast.store.hybrid.search`)."""
 
@@ -76,7 +76,8 @@ class Hit:
             "details": list(self.details), "metadata": dict(self.metadata),
             "links": [{"relation": e["relation"], "direction": e["direction"], "id": e["node_id"],
                        "memory": e["text"]} for e in self.edges],
-            "edits": [{"text": e["text"], "at": e["at"]} for e in self.node.get("edits", [])],
+            "edits": [{"text": e["text"], "at": e["at"], **({"metadata": e["metadata"]} if "metadata" in e else {})}
+                      for e in self.node.get("edits", [])],
             **({} if self.score_details is None else {"score_details": dict(self.score_details)}),
         }
 

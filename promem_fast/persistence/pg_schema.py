@@ -19,7 +19,7 @@ from .connection import StoreError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The version this code writes; a database with a lower version is migrated on open (by a writer)."""
 
 MIGRATION_LOCK = 0x70726F6D
@@ -227,13 +227,20 @@ CREATE INDEX nodes_held ON nodes (user_id) WHERE held = 1;
 """Whether readers see a session's memories (as SQLite's version 8)."""
 
 
+_V8 = """
+ALTER TABLE nodes ADD COLUMN metadata TEXT;  -- JSON object: the memory's own, once changed by hand; NULL: its session's
+"""
+"""A memory's own metadata (as SQLite's version 9)."""
+
+
 WORD_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
 """``ts_rank``'s weights of the labels D, C, B, A: exchange (D), details (C) and source (B) count half the text
 (A), as SQLite's BM25 weighs its columns (:data:`~.lexical.WEIGHTS`)."""
 
 
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _script(_V1), 2: _script(_V2), 3: _script(_V3), 4: _script(_V4),
-                                                5: _v5, 6: _v6, 7: _script(_V7)}
+                                                5: _v5, 6: _v6, 7: _script(_V7),
+                                                8: _script(_V8)}
 """``MIGRATIONS[v]`` takes a database at version ``v - 1`` to version ``v`` (version 0: no tables)."""
 
 

@@ -25,7 +25,8 @@ from .timeline import now_iso
 log = logging.getLogger(__name__)
 
 _NODE_COLUMNS = ("n.id, u.name, s.session_id, n.text, n.date, n.turn_id, n.superseded_by, n.data, n.session_pk, "
-                 "n.valid_from, n.valid_until, s.recorded_at, l.reason, n.merged_into, s.metadata")
+                 "n.valid_from, n.valid_until, s.recorded_at, l.reason, n.merged_into, "
+                 "COALESCE(n.metadata, s.metadata)")  # a memory's own metadata, else its session's
 
 
 def dumps(value: Any) -> str:
@@ -59,14 +60,7 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
     if problem is not None:
         raise InputError(problem, session_id=None, field="session_id")
     said_at = iso_time(record.get("timestamp"))
-    metadata = record.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise InputError("must be a JSON object", session_id=record["session_id"], field="metadata")
-    if metadata.get(EXPIRES) is not None:  # however the session came (a Session built by hand, a graphs file)
-        try:
-            metadata = {**metadata, EXPIRES: kept_day(metadata[EXPIRES])}
-        except TimeProblem as exc:
-            raise InputError(str(exc), session_id=record["session_id"], field=f"metadata.{EXPIRES}") from None
+    metadata = _kept(record.get("metadata") or {}, record["session_id"], "metadata")
     cur = db.execute(
         "INSERT INTO sessions (user_id, session_id, timestamp, mode, events, stats, said_at, recorded_at, judged, "
         "shown, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
@@ -78,13 +72,13 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
         "INSERT INTO details (session_pk, local_id, text, turn_id, data) VALUES (?, ?, ?, ?, ?)",
         [(session_pk, i, d["text"], turn_key(d.get("turn_id")), dumps(d)) for i, d in enumerate(record["details"])])
     db.executemany(
-        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector, valid_from) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO nodes (session_pk, user_id, local_id, text, turn_id, date, data, vector, valid_from, metadata) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(session_pk, user_pk, node["id"], node["text"],
           turn_key(node["turn_ids"][0]) if node.get("turn_ids") else None,
           node.get("date") or record.get("timestamp"), dumps(node),
           None if vectors is None else db.encode_vector(vectors[row]),
-          said_at) for row, node in enumerate(record["nodes"])])
+          said_at, own_metadata(node, record["session_id"], row)) for row, node in enumerate(record["nodes"])])
     ids = dict(db.execute("SELECT local_id, id FROM nodes WHERE session_pk = ?", (session_pk,)).fetchall())
     edges = []
     for edge in record["edges"]:
@@ -95,6 +89,26 @@ def insert_session(db: Database, user_pk: int, record: dict[str, Any], vectors: 
                         record["session_id"], edge["source"], edge["target"])
     db.executemany("INSERT INTO edges (session_pk, source, target, relation, data) VALUES (?, ?, ?, ?, ?)", edges)
     return ids
+
+
+def own_metadata(node: dict[str, Any], session_id: str, row: int) -> str | None:
+    """The ``nodes.metadata`` column of a node: the metadata an update gave this memory alone, which its JSON
+    carries (so an export and its import keep it); None (its session's) for every extracted memory."""
+    metadata = node.get("metadata")
+    return None if metadata is None else dumps(_kept(metadata, session_id, f"nodes[{row}].metadata"))
+
+
+def _kept(metadata: Any, session_id: str, field: str) -> dict[str, Any]:
+    """Metadata as the store keeps it: a JSON object whose expiry, if any, is an ISO day (however it came: a
+    Session built by hand, a graphs file, an import)."""
+    if not isinstance(metadata, dict):
+        raise InputError("must be a JSON object", session_id=session_id, field=field)
+    if metadata.get(EXPIRES) is None:
+        return metadata
+    try:
+        return {**metadata, EXPIRES: kept_day(metadata[EXPIRES])}
+    except TimeProblem as exc:
+        raise InputError(str(exc), session_id=session_id, field=f"{field}.{EXPIRES}") from None
 
 
 def graph_record(graph: MemoryGraph) -> dict[str, Any]:

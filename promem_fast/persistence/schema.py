@@ -17,7 +17,7 @@ from .connection import StoreError, database_errors, open_db, transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The version this code writes; files with a lower version are migrated on open (by a writer)."""
 
 
@@ -179,6 +179,14 @@ is being judged again is held back meanwhile, so it does not come back as curren
 the hidden sessions and held memories only (few, and none once judging is done)."""
 
 
+_V9 = """
+ALTER TABLE nodes ADD COLUMN metadata TEXT;  -- JSON object: the memory's own, once changed by hand; NULL: its session's
+"""
+"""A memory's own metadata (:func:`~promem_fast.store.editing.remark`): what its session was added with, changed
+for this memory alone by an update (mem0's ``update(memory_id, metadata=...)``); filters, expiry and every read
+take it in place of the session's."""
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _run_script(_V1),
     2: _v2,
@@ -188,6 +196,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     6: _v6,
     7: _v7,
     8: _run_script(_V8),
+    9: _run_script(_V9),
 }
 """``MIGRATIONS[v]`` takes a file at version ``v - 1`` to version ``v`` (version 0 is an empty file)."""
 

@@ -162,9 +162,10 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def history(node_id: NodeId, user_id: User, who: Who) -> Any:
         return service.history(who.tenant, user_id, node_id)
 
-    @v1.patch("/users/{user_id}/memories/{node_id}", response_model=api.Memory, summary="Give a memory new text")
+    @v1.patch("/users/{user_id}/memories/{node_id}", response_model=api.Memory,
+              summary="Edit a memory: new text, metadata of its own")
     def update(body: api.Update, node_id: NodeId, user_id: User, who: Who) -> Any:
-        return service.update(who.tenant, user_id, node_id, body.data)
+        return service.update(who.tenant, user_id, node_id, body.data or body.text, body.changes())
 
     @v1.delete("/users/{user_id}/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory")
     def delete_memory(node_id: NodeId, user_id: User, who: Who) -> Any:
@@ -180,9 +181,10 @@ def _memory_routes(v1: APIRouter, service: Service) -> None:
     def history_by_id(node_id: NodeId, who: Who) -> Any:
         return service.history(who.tenant, service.owner(who.tenant, node_id), node_id)
 
-    @v1.patch("/memories/{node_id}", response_model=api.Memory, summary="Give a memory of the tenant new text")
+    @v1.patch("/memories/{node_id}", response_model=api.Memory, summary="Edit a memory of the tenant by id")
     def update_by_id(body: api.Update, node_id: NodeId, who: Who) -> Any:
-        return service.update(who.tenant, service.owner(who.tenant, node_id), node_id, body.data)
+        return service.update(who.tenant, service.owner(who.tenant, node_id), node_id, body.data or body.text,
+                              body.changes())
 
     @v1.delete("/memories/{node_id}", response_model=api.Deleted, summary="Delete one memory of the tenant")
     def delete_by_id(node_id: NodeId, who: Who) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from promem_fast.config import EngineConfig
-from promem_fast.errors import PromemError
+from promem_fast.errors import InputError, PromemError
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,8 @@ class EngineProcess:
         self._send((0, "wake", ()))
 
     def call(self, method: str, *args: Any) -> Any:
-        """Run ``method`` in the child (``answer``, ``metrics``) and return its result."""
+        """Run ``method`` in the child (``answer``, ``delete``, ``update``, ``metrics``) and return its result; the
+        child's :class:`InputError` (a request's own fault) is raised here as one."""
         if self._gone.is_set():
             raise PromemError("the engine process is not running")
         ident = next(self._ids)
@@ -121,6 +122,8 @@ class EngineProcess:
         finally:
             self._waiting.pop(ident, None)
         status, value = box[0]
+        if status == "invalid":
+            raise InputError(value["error"], session_id=value["session_id"], field=value["field"])
         if status != "ok":
             raise PromemError(value)
         return value
@@ -220,7 +223,7 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
     from promem_fast.serve.job_worker import EngineGate, Worker
     from promem_fast.services import Services
     from promem_fast.store import MemoryStore
-    from promem_fast.store.editing import rewrite
+    from promem_fast.store.editing import edit
 
     embedder = Services(config).embedder  # shared by the engine's lane and both stores (it serves threads)
     engine = Engine(config, embedder=embedder)
@@ -258,13 +261,16 @@ def _child_main(path: str, config: EngineConfig, update_judge: Any, key_file: st
                 value = int(reader.delete(tenant=tenant, user=user, session=session, node=node, filters=filters,
                                           engine=gate))  # type: ignore[arg-type]
             elif method == "update":
-                tenant, node, text = args
-                hit = rewrite(reader, node, text, tenant)
+                tenant, node, text, changes = args
+                hit = edit(reader, node, tenant, text=text, metadata=changes)
                 value = None if hit is None else hit.memory()
             elif method == "metrics":
                 value = metrics.state()
             else:
                 raise PromemError(f"unknown engine call {method!r}")
+        except InputError as exc:  # the request's own fault: the caller's 422, not the engine's 503
+            reply(ident, "invalid", exc.to_dict())
+            return
         except Exception as exc:
             reply(ident, "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, PromemError) else str(exc))
             return

@@ -77,10 +77,13 @@ def build_server(service: Service, tenant: str) -> Any:
         return await anyio.to_thread.run_sync(guarded, lambda u: service.memory(tenant, u, memory_id), user_id)
 
     @server.tool()
-    async def update(user_id: str, memory_id: int, data: str) -> dict[str, Any]:
-        """Give a memory new text (same id and history; searched by its new words at once)."""
-        return await anyio.to_thread.run_sync(guarded, lambda u: service.update(tenant, u, memory_id, data),
-                                              user_id)
+    async def update(user_id: str, memory_id: int, data: str | None = None,
+                     metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Edit a memory: new text (same id and history; searched by its new words at once) and/or metadata
+        changes for it alone (keys given are set, the others kept; expiration_date: its last day, null removes
+        it)."""
+        return await anyio.to_thread.run_sync(
+            guarded, lambda u: service.update(tenant, u, memory_id, data, metadata), user_id)
 
     @server.tool()
     async def answer(user_id: str, question: str, as_of: str | None = None, since: str | None = None,

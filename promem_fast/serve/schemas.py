@@ -73,7 +73,33 @@ class SearchQuery(TimeScope):
 
 
 class Update(BaseModel):
-    data: str = Field(min_length=1, max_length=4000, description="the memory's new text")
+    """An edit by hand: new text, metadata for this memory alone, an expiration date, or several at once."""
+
+    data: str | None = Field(default=None, min_length=1, max_length=4000, description="the memory's new text")
+    text: str | None = Field(default=None, min_length=1, max_length=4000, description="the same as data (mem0's "
+                             "name)")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="changes to this memory's metadata alone (its session's until now): the keys "
+        "given are set, the others kept; user_id, agent_id and run_id stay as they are")
+    expiration_date: str | None = Field(
+        default=None, max_length=64, description="the last day this memory holds (YYYY-MM-DD); null removes it")
+
+    @model_validator(mode="after")
+    def _something(self) -> Update:
+        if self.data is not None and self.text is not None:
+            raise ValueError("give the new text once, as data or text")
+        if self.data is None and self.text is None and self.metadata is None and \
+                "expiration_date" not in self.model_fields_set:
+            raise ValueError("give new text (data), metadata or an expiration_date")
+        if "expiration_date" in self.model_fields_set and "expiration_date" in (self.metadata or {}):
+            raise ValueError("give the expiration_date once, in metadata or beside it")
+        return self
+
+    def changes(self) -> dict[str, Any] | None:
+        """The metadata changes, the expiration date among them when given (null: removed)."""
+        if "expiration_date" not in self.model_fields_set:
+            return self.metadata
+        return {**(self.metadata or {}), "expiration_date": self.expiration_date}
 
 
 class Question(TimeScope):
@@ -93,6 +119,8 @@ class Link(BaseModel):
 class Edit(BaseModel):
     text: str = Field(description="the memory's text before this update")
     at: str = Field(description="when the update was made (ISO 8601, UTC)")
+    metadata: dict[str, Any] | None = Field(default=None, description="its metadata before this update, when the "
+                                            "update changed it", exclude_if=lambda value: value is None)
 
 
 class ScoreDetails(BaseModel):

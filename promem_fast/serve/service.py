@@ -210,10 +210,12 @@ class Service:
                                  threshold=threshold, show_expired=show_expired, explain=explain, **when)
         return [hit.memory() for hit in hits]
 
-    def update(self, tenant: str, user: str, node_id: int, text: str) -> dict[str, Any]:
-        """Give the user's memory ``node_id`` new text (re-embedded in the engine process, the one writer)."""
+    def update(self, tenant: str, user: str, node_id: int, text: str | None = None,
+               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Edit the user's memory ``node_id`` (:func:`promem_fast.store.editing.edit`: new text, re-embedded, and/or
+        metadata changes for it alone), in the engine process, the one writer."""
         self.memory(tenant, user, node_id)
-        found = self.worker.call("update", tenant, node_id, text)
+        found = self.worker.call("update", tenant, node_id, text, metadata)
         if found is None:
             raise NotFound("memory")
         return dict(found)

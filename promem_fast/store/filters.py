@@ -1,7 +1,8 @@
-"""Metadata filters (``search(..., filters={"category": "movies"})``) as SQL over a memory's session.
+"""Metadata filters (``search(..., filters={"category": "movies"})``) as SQL over a memory's metadata.
 
-A memory carries the metadata its session was added with. A filter is a JSON object whose conditions must all
-hold, in mem0's language:
+A memory carries the metadata its session was added with, or its own once an update changed it for that memory
+alone (:func:`~.editing.remark`); a session (what a delete by filters removes) carries what it was added with.
+A filter is a JSON object whose conditions must all hold, in mem0's language:
 
 * ``{"key": value}`` or ``{"key": {"eq": value}}``: equal; ``{"key": [a, b]}`` or ``{"key": {"in": [a, b]}}``:
   one of them; ``{"key": {"ne": value}}`` / ``{"key": {"nin": [a, b]}}``: none of them, or the key absent;
@@ -56,9 +57,15 @@ def metadata_scope(filters: Mapping[str, Any] | None, scope: tuple[str, tuple[An
     return f"{scope[0]} AND ({where})", (*scope[1], *params)
 
 
-SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id FROM sessions) x"
-"""The sessions as ``x``, each its own ``session_pk``: metadata filters read a session's metadata through
-``x.session_pk``, as they do for a memory's."""
+SESSIONS_AS_X = "(SELECT id, id AS session_pk, session_id, user_id, CAST(NULL AS TEXT) AS metadata FROM sessions) x"
+"""The sessions as ``x``, each its own ``session_pk`` and no metadata of its own: metadata filters read a
+session's metadata through ``x.session_pk``, as they do for a memory's that has none of its own."""
+
+
+def _metadata(alias: str) -> str:
+    """The metadata a filter reads, inside a subquery over ``sessions s``: the memory's own where an update gave
+    it some (``nodes.metadata``, :func:`~.editing.remark`), else its session's."""
+    return f"COALESCE({alias}.metadata, s.metadata)"
 
 
 def sessions_of(user_pk: int, session: str | None, filters: Mapping[str, Any] | None, *,
@@ -100,8 +107,8 @@ def unexpired(scope: tuple[str, tuple[Any, ...]], day: str, *, dialect: str = "s
     """``scope`` (over ``nodes n``) narrowed to memories whose session holds on ``day``: no expiry, or an expiry
     not before it (ISO days compare as text)."""
     where, params = scope
-    read = (f"s.metadata::jsonb ->> '{EXPIRES}'" if dialect == "postgresql" else
-            f"json_extract(s.metadata, '$.{EXPIRES}')")
+    read = (f"{_metadata('n')}::jsonb ->> '{EXPIRES}'" if dialect == "postgresql" else
+            f"json_extract({_metadata('n')}, '$.{EXPIRES}')")
     return (f"{where} AND (SELECT COALESCE({read}, '9999-12-31') FROM sessions s WHERE s.id = n.session_pk) >= ?",
             (*params, day))
 
@@ -191,13 +198,14 @@ def _leaf(node: Node, alias: str, dialect: str) -> tuple[str, list[Any]]:
     _, key, op, operand = node
     pg = dialect == "postgresql"
     session = f"FROM sessions s WHERE s.id = {alias}.session_pk)"
+    meta = _metadata(alias)
     path: Any = key.split(".") if pg else "$." + ".".join(f'"{part}"' for part in key.split("."))
     if pg:
-        value = f"(SELECT s.metadata::jsonb #> ?::text[] {session}"
-        kind = f"(SELECT jsonb_typeof(s.metadata::jsonb #> ?::text[]) {session}"
+        value = f"(SELECT {meta}::jsonb #> ?::text[] {session}"
+        kind = f"(SELECT jsonb_typeof({meta}::jsonb #> ?::text[]) {session}"
     else:
-        value = f"(SELECT json_extract(s.metadata, ?) {session}"
-        kind = f"(SELECT json_type(s.metadata, ?) {session}"
+        value = f"(SELECT json_extract({meta}, ?) {session}"
+        kind = f"(SELECT json_type({meta}, ?) {session}"
     mark, bind = ("?::jsonb", json.dumps) if pg else ("?", _bound)
     if op == _ANY:
         return f"{kind} <> 'null'", [path]
@@ -211,11 +219,11 @@ def _leaf(node: Node, alias: str, dialect: str) -> tuple[str, list[Any]]:
     text = isinstance(operand, str)
     if pg:
         kinds, read = ("'string'", "#>>") if text else ("'number'", "#>")
-        typed = (f"(SELECT CASE WHEN jsonb_typeof(s.metadata::jsonb #> ?::text[]) = {kinds} "
-                 f"THEN s.metadata::jsonb {read} ?::text[] END {session}")
+        typed = (f"(SELECT CASE WHEN jsonb_typeof({meta}::jsonb #> ?::text[]) = {kinds} "
+                 f"THEN {meta}::jsonb {read} ?::text[] END {session}")
     else:
         kinds = "'text'" if text else "'integer', 'real'"
-        typed = (f"(SELECT CASE WHEN json_type(s.metadata, ?) IN ({kinds}) THEN json_extract(s.metadata, ?) END "
+        typed = (f"(SELECT CASE WHEN json_type({meta}, ?) IN ({kinds}) THEN json_extract({meta}, ?) END "
                  f"{session}")
     if op in _RANGE:  # strings in byte order on both (PostgreSQL's collation would order them otherwise)
         if pg and text:
