@@ -6,15 +6,13 @@ The same verbs, arguments and result shapes, awaited::
         await memory.add("I moved to Denver.", user_id="tom")
         found = await memory.search("Where does Tom live?", user_id="tom")
 
-Extraction and search are blocking work (a model, an embedder, the store's file), so each call runs on a
-thread and the event loop stays free. The calls that write or drive the models (``add``, ``answer``,
+Extraction and search are blocking work (a model, an embedder, the store's file), so each call runs on a thread
+and the event loop stays free. The calls that write or drive the models (``add``, ``add_many``, ``answer``,
 ``update``, ``delete``, ``delete_all``, ``reset``) run on the memory's own thread, one at a time in the order
 made, so each sees what the writes made before it stored. The reads (``search``, ``get``, ``get_all``,
-``history``) run on threads of their own and never wait for a write in progress: an agent that adds a turn in
-the background searches at once, and finds the memory as committed (what an awaited ``add`` stored; a session
-still being extracted or judged not yet, and never half of it). Await the ``add`` first to search its
-memories.
-"""
+``history``) run on threads of their own and never wait for a write in progress: an agent that adds a turn in the
+background searches at once, and finds the memory as committed (what an awaited ``add`` stored; a session still
+being extracted or judged not yet, and never half of it). Await the ``add`` first to search its memories."""
 
 from __future__ import annotations
 
@@ -67,6 +65,7 @@ class AsyncMemory:
         self._readers = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="promem-read")
 
     add = _awaited("add")
+    add_many = _awaited("add_many")
     search = _awaited("search", reads=True)
     answer = _awaited("answer")
     get = _awaited("get", reads=True)

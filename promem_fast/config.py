@@ -247,8 +247,9 @@ class EngineConfig:
     backend works on its own thread (:mod:`promem_fast.driver.continuous`); ``round``: all sessions in flight
     advance in lockstep, one backend call per request kind per round (:mod:`promem_fast.driver.rounds`),
     kept to compare against. Output is the same for both."""
-    max_in_flight: int = 64
-    """Sessions in progress at once; 0: as many as the LLM's KV cache holds (:mod:`promem_fast.driver.window`)."""
+    max_in_flight: int = 0
+    """Sessions in progress at once; 0 (auto): as many as the LLM's KV cache holds, or the window the backend
+    states (llama.cpp in the process: 1), else 64 (:mod:`promem_fast.driver.window`)."""
     max_reorder: int = 0
     """Finished sessions held waiting for an earlier one to be written (0: as many as ``max_in_flight``).
     While that many wait, no new session starts; so at most ``max_in_flight + max_reorder`` sessions are

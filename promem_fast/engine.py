@@ -69,9 +69,10 @@ class Engine:
         """Memory graphs of ``sessions``, in input order."""
         return list(self.extract_stream(sessions))
 
-    def extract_stream(self, sessions: Iterable[Session | dict[str, Any]], *,
-                       total: int | None = None) -> Iterator[MemoryGraph]:
-        """Yield each session's graph as soon as it and every session before it are done."""
+    def extract_stream(self, sessions: Iterable[Session | dict[str, Any]], *, total: int | None = None,
+                       progress: bool | None = None) -> Iterator[MemoryGraph]:
+        """Yield each session's graph as soon as it and every session before it are done; ``progress``: count
+        them on stderr (None: as the configuration's ``progress`` says)."""
         from promem_fast.io import session_from_dict
 
         timings = self.config.record_timings
@@ -83,7 +84,7 @@ class Engine:
 
         if total is None and hasattr(sessions, "__len__"):
             total = len(sessions)  # type: ignore[arg-type]
-        bar = self._progress(total)
+        bar = self._progress(total, self.config.progress if progress is None else progress)
         started, cpu_started = time.perf_counter(), time.thread_time()
         backend_before, load_before = sum(self.summary.backend_seconds.values()), self.services.load_seconds
         try:
@@ -133,10 +134,10 @@ class Engine:
         self.close()
 
     # ------------------------------------------------------------------------------------ internals
-    def _progress(self, total: int | None) -> Any:
+    def _progress(self, total: int | None, enabled: bool) -> Any:
         from promem_fast.progress import progress
 
-        return progress(self.config.progress, total)
+        return progress(enabled, total)
 
     def _engine_share(self, wall: float, driver_cpu: float, backend: float, loads: float) -> float:
         """The engine's own seconds in a run. The round driver calls every backend on its own thread, so its

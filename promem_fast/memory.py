@@ -49,6 +49,9 @@ per memory the session gave::
      "duplicate_of": null,  # "duplicate": the memory it was merged into (which now lists this session)
      "reason": "..."}
 
+*add_many*: a list of *add*'s results, one per item in order, each with ``"error"`` (why it was refused or not
+stored; None when it was).
+
 *answer*: ``{"question", "answer" (null when the model failed), "as_of", "error", "memories": [{"id",
 "memory", "session_id", "day", "score"}]}`` (the memories the answerer was shown, in the order shown).
 
@@ -63,12 +66,11 @@ wherever the memory is: deleting the memory removes them with it.
 *delete*, *delete_all*, *reset*: ``{"deleted": n}`` memories removed; what they had replaced or merged is
 judged again, so the memory is exactly as if they had never been added.
 
-Threads: one ``Memory`` may serve several threads (a web server's request threads). The verbs that write or
-drive the models (``add``, ``answer``, ``update``, ``delete``, ``delete_all``, ``reset``) take turns; the reads
-(``search``, ``get``, ``get_all``, ``history``) never wait for them: a read during a write reads the store as
-committed, the memory before that write, never half of it (a session's memories appear with the verdicts on
-what they replace).
-"""
+Threads: one ``Memory`` may serve several threads (a web server's request threads). The verbs that write or drive
+the models (``add``, ``add_many``, ``answer``, ``update``, ``delete``, ``delete_all``, ``reset``) take turns; the
+reads (``search``, ``get``, ``get_all``, ``history``) never wait for them: a read during a write reads the store
+as committed, the memory before that write, never half of it (a session's memories appear with the verdicts on
+what they replace)."""
 
 from __future__ import annotations
 
@@ -79,15 +81,14 @@ import functools
 import logging
 import os
 import threading
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from promem_fast import shapes
+from promem_fast.adding import as_session, when
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
-from promem_fast.times import received, said_when
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -261,7 +262,7 @@ class Memory:
             raise InputError("promem keeps memory per user: give user_id (agent_id and run_id go into the "
                              "session's metadata, where filters and delete_all find them)", field="user_id")
         expires = expiration_date.isoformat() if isinstance(expiration_date, datetime.date) else expiration_date
-        session = _session(messages, user_id, _when(date, timestamp), session_id,
+        session = as_session(messages, user_id, when(date, timestamp), session_id,
                            shapes.with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expires))
         if not infer:
             session = dataclasses.replace(session, infer=False)
@@ -277,6 +278,20 @@ class Memory:
         return {"user_id": user_id, "session_id": sid, "added": True,
                 "results": self.store.session_events(user_id, sid, tenant=self.tenant),
                 "failed_steps": self.store.session_failures(user_id, sid, tenant=self.tenant)}
+
+    @_writes
+    def add_many(self, conversations: Iterable[Any], *, user_id: str | None = None,
+                 metadata: dict[str, Any] | None = None, infer: bool = True,
+                 progress: bool | None = None) -> list[dict[str, Any]]:
+        """Add many conversations in one run of the engine (:mod:`promem_fast.adding`): they extract side by side,
+        as ``promem extract`` runs them, the same memory as one ``add`` after another. Each is what ``add`` takes
+        as ``messages`` (a record or ``Session`` may name its own user, else ``user_id``); one result per item,
+        in order, ``add``'s with ``"error"``: why an item was refused or not stored (None: stored or known);
+        ``progress``: count them on stderr (default: the configuration's ``progress``)."""
+        from promem_fast.adding import add_many
+
+        return add_many(self.store, self.tenant, lambda load: self.engine if load else self._engine, conversations,
+                        user_id=user_id, metadata=metadata, infer=infer, progress=progress)
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
@@ -402,7 +417,7 @@ class Memory:
         before = engine.on_session_error
         engine.on_session_error = lambda _, exc: failed.append(exc)
         try:
-            self.store.ingest([session], engine, tenant=self.tenant)
+            self.store.ingest([session], engine, tenant=self.tenant, progress=False)  # one session: no count
         finally:
             engine.on_session_error = before
         if failed:
@@ -412,39 +427,3 @@ class Memory:
     def _out(self, memories: list[dict[str, Any]]) -> Any:
         return memories if self.output_format == "list" else {"results": memories}
 
-
-def _when(date: str | None, timestamp: str | float | None) -> str | float | None:
-    """When the messages were said: ``date`` or ``timestamp`` (mem0's platform's name), read with every other
-    timestamp by :func:`promem_fast.io.session_from_dict` (ISO 8601, a dataset form, or Unix seconds)."""
-    if date is not None and timestamp is not None:
-        raise InputError("give date or timestamp, not both", field="timestamp")
-    return date if timestamp is None else timestamp
-
-
-def _session(messages: Any, user_id: str, date: str | float | None, session_id: str | None,
-             metadata: dict[str, Any] | None) -> Session:
-    """The session ``add`` was given, as a validated :class:`Session` of ``user_id``."""
-    from promem_fast.io import session_from_dict
-    from promem_fast.types import Session
-
-    if isinstance(messages, str):
-        messages = [{"role": "user", "content": messages}]
-    if isinstance(messages, Session):
-        if metadata:
-            messages = dataclasses.replace(messages, metadata={**messages.metadata, **metadata})
-        if messages.user != user_id:
-            raise InputError(f"the session belongs to {messages.user!r}, not {user_id!r}", field="user")
-        return messages
-    record = dict(messages) if isinstance(messages, dict) else {"messages": list(messages)}
-    record.setdefault("user", user_id)
-    when = date if isinstance(messages, dict) else said_when(date, record["messages"])  # a record says its own
-    if when is not None:
-        record["timestamp"] = when
-    if metadata:
-        record["metadata"] = {**(record.get("metadata") or {}), **metadata}
-    if session_id is not None:
-        record["session_id"] = session_id
-    record.setdefault("session_id", f"{received()[1]}-{uuid.uuid4().hex[:6]}")  # sorts by arrival within a second
-    if record["user"] != user_id:
-        raise InputError(f"the session belongs to {record['user']!r}, not {user_id!r}", field="user")
-    return session_from_dict(record)

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),
     ("persistence",),
     ("engine", "driver", "calibration"),
-    ("store", "memory", "async_memory"),
+    ("store", "adding", "memory", "async_memory"),
     ("eval", "distributed"),
     ("serve", "client"),
     ("cli",),

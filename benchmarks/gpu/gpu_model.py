@@ -121,6 +121,11 @@ WINDOW_OVER = (125, 150, 200)
 leaves before sessions evict each other's cached blocks."""
 
 
+ONE_AT_A_TIME_SESSIONS = 50
+"""Sessions of the ``continuous_one_session_at_a_time`` row (a window of one: ``Memory.add`` after ``Memory.add``;
+its rate is steady from the first session, so fewer sessions replay it in less time)."""
+
+
 FLOOR_SHARES = {"scheduler_model": "continuous", "scheduler_model_small_chunk_budget": "continuous_chunk_budget_small",
                 "roofline": "roofline", "scheduler_model_kv_fp8": "continuous_kv_fp8",
                 "roofline_kv_fp8": "roofline_kv_fp8", "scheduler_model_overhead_hidden": "continuous_overhead_hidden",
@@ -306,6 +311,10 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["continuous"] = run(gpu, replace(a, window=sized), waves, n, "continuous", cpu_s)
     row["continuous_5000_token_window"] = run(gpu, replace(a, window=estimated), waves, n, "continuous", cpu_s)
     row["continuous_fixed_window"] = run(gpu, a, waves, n, "continuous", cpu_s)
+    # one session at a time, as a program calling Memory.add once per conversation runs the engine (add_many and
+    # promem extract give it the whole list: the sized window)
+    row["continuous_one_session_at_a_time"] = run(gpu, replace(a, window=1), waves, min(n, ONE_AT_A_TIME_SESSIONS),
+                                                  "continuous", cpu_s)
     # the margin: how many more sessions than the sized window fit before cached session blocks are evicted
     # between their waves and prefilled again (the rate then falls fast)
     row["continuous_window_over"] = {str(percent): {"window": sized * percent // 100, **run(
@@ -334,6 +343,7 @@ def card(gpu: GPU, a: Assumed, waves: list[list[list[Req]]], cpu_s: float, n: in
     row["window_gain_over_5000_token_estimate"] = round(
         fig / row["continuous_5000_token_window"]["sessions_per_hour"], 2)
     row["window_gain_over_fixed"] = round(fig / row["continuous_fixed_window"]["sessions_per_hour"], 2)
+    row["window_gain_over_one_session"] = round(fig / row["continuous_one_session_at_a_time"]["sessions_per_hour"], 2)
     row["floor_share"] = {share: round(row[key]["sessions_per_hour"] / floor, 3) for share, key in FLOOR_SHARES.items()}
     row["floor_share_bound"] = share_bound(gpu, a, row["roofline"], floor, tokens)
     return row

@@ -47,7 +47,7 @@ llama.cpp's parallel sequences (several requests in one decode batch) were measu
 with SmolLM2 and four 200-token prompts: with one KV cache shared by the sequences, greedy outputs
 changed (from the 12th to the 57th generated token); with a KV cache per sequence they stayed the same but
 generation was not faster (29.6 against 33.0 tokens per CPU-second back to back, on one thread). Neither
-mode is used; requests run back to back.
+mode is used; requests run back to back, one session at a time by default (:mod:`promem_fast.driver.window`).
 
 Loops. A reply that starts repeating itself verbatim (:mod:`promem_fast.loops`) is stopped there, with
 finish reason ``"loop"``, instead of repeating until its budget runs out (``llm.stop_loops: false`` keeps
@@ -102,6 +102,7 @@ class LlamaCppLLM:
     """One llama.cpp model instance answering requests back to back, JSON constrained by grammars."""
 
     context_length: int
+    sessions_in_flight = 1  # the engine's auto window here (promem_fast.driver.window says why)
 
     def __init__(self, config: LLMConfig) -> None:
         llama_cpp = require("llama_cpp", "cpu", "llama-cpp-python")

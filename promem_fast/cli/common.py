@@ -14,7 +14,8 @@ def config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override one config field, e.g. --set pipeline.tau_comp=0.5 (repeatable)")
     parser.add_argument("--max-in-flight", type=int,
-                        help="sessions processed at once (0: as many as the KV cache holds)")
+                        help="sessions processed at once (default 0, auto: as many as vLLM's KV cache holds; "
+                             "in-process llama.cpp one; otherwise 64)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -202,9 +202,10 @@ class MemoryStore:
         check_dim(self.db, self.location, dim, self.config, self._embedder, self.profile, self.read_only)
 
     def ingest(self, sessions: Iterable[Session | dict[str, Any]], engine: Engine, *,
-               tenant: str = "default") -> RunSummary:
+               tenant: str = "default", progress: bool | None = None) -> RunSummary:
         """Extract and store session by session (each stored as soon as it is extracted); sessions already
-        in the store are skipped, so an interrupted ingest resumes where it stopped."""
+        in the store are skipped, so an interrupted ingest resumes where it stopped. ``progress``: as
+        :meth:`~promem_fast.engine.Engine.extract_stream`'s."""
         from promem_fast.io import session_from_dict
 
         if self._embedder is None and engine.config.embedder == self.config.embedder:
@@ -216,7 +217,7 @@ class MemoryStore:
                 if not self.has_session(tenant, session.user, session.session_id):
                     yield session
 
-        for graph in engine.extract_stream(todo()):
+        for graph in engine.extract_stream(todo(), progress=progress):
             self.add([graph], tenant=tenant, engine=engine)
         return engine.summary
 
