@@ -67,14 +67,17 @@ class Client:
     def add(self, messages: str | Session | dict[str, Any] | Iterable[Session | dict[str, Any]], *, user_id: str,
             agent_id: str | None = None, run_id: str | None = None, metadata: dict[str, Any] | None = None,
             date: str | None = None, expiration_date: str | None = None, infer: bool = True, wait: bool = True,
-            timeout: float = 600.0) -> dict[str, Any]:
+            timeout: float = 600.0, session_id: str | None = None) -> dict[str, Any]:
         """Queue memory for ``user_id``: what the user said (a string), one session, a list of sessions, or
         one conversation as a list of ``{"role", "content"}`` messages (``date`` its time); ``metadata`` is
         stored with it, ``agent_id``, ``run_id`` and ``expiration_date`` in it under those names (as
-        :meth:`promem_fast.Memory.add`); ``infer=False`` keeps each message as written. With ``wait`` return the
-        finished job's status, else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
+        :meth:`promem_fast.Memory.add`); ``infer=False`` keeps each message as written; ``session_id`` (or a
+        ``date``) names the conversation, so calling again after a lost reply stores it once (without either,
+        each call is a new conversation, said when made). With ``wait`` return
+        the finished job's status, else the 202 reply (``job_id``, ``accepted``, ``rejected``)."""
         metadata = with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expiration_date) or None
-        body = _drop_none({"sessions": as_sessions(messages, date, infer=infer), "metadata": metadata})
+        sessions = as_sessions(messages, date, infer=infer, session_id=session_id)
+        body = _drop_none({"sessions": sessions, "metadata": metadata})
         reply = self._call("POST", self._u(user_id) + "/sessions", json=body)
         return self.wait(reply["job_id"], timeout=timeout) if wait else reply
 

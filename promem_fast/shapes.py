@@ -18,7 +18,7 @@ from datetime import date, datetime, timezone
 from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
-from promem_fast.times import EXPIRES, said_when
+from promem_fast.times import EXPIRES, received
 from promem_fast.types import Session
 
 _D = TypeVar("_D", int, None)
@@ -53,9 +53,17 @@ def job(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def as_sessions(data: Any, date: str | None = None, *, metadata: dict[str, Any] | None = None,
-                infer: bool = True) -> list[dict[str, Any]]:
-    """What an ``add`` was given (HTTP messages, client, MCP), as sessions (:func:`scoped`)."""
-    return scoped(_sessions(data, date, infer), metadata=metadata, infer=infer)
+                infer: bool = True, session_id: str | None = None) -> list[dict[str, Any]]:
+    """What an ``add`` was given (HTTP messages, client, MCP), as sessions (:func:`scoped`); ``session_id``
+    names a conversation (so a request sent again stores it once), in place of the id made for it."""
+    sessions = _sessions(data, date, infer)
+    if session_id is not None:
+        if len(sessions) != 1 or "messages" not in sessions[0] or not str(sessions[0].get("session_id", "")
+                                                                            ).startswith("msg-"):
+            raise InputError("session_id names one conversation of messages (sessions carry their own)",
+                             field="session_id")
+        sessions = [{**sessions[0], "session_id": session_id}]
+    return scoped(sessions, metadata=metadata, infer=infer)
 
 
 def scoped(sessions: list[dict[str, Any]], *, metadata: dict[str, Any] | None = None,
@@ -129,10 +137,13 @@ def result_count(top_k: int | None, limit: int | None, k: int | None, default: _
 
 
 def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
-    """A conversation (messages with ``role`` and ``content``) becomes one session whose id is a digest of its
-    messages, date and form, so adding it twice stores it once (and kept as written, it is another session).
-    Without a date it was said when it arrives (:func:`promem_fast.times.received`), so a later conversation is
-    the newer one; two received within the same second are ordered by their ids."""
+    """A conversation (messages with ``role`` and ``content``) becomes one session. Its id is made once, where
+    the request is made (the client's, or the server's for a bare request), so a request sent again stores it
+    once: with a date (or messages that carry their own times), a digest of its messages, times and form, so
+    the same conversation at the same time is one session; without one it was said when it arrives
+    (:func:`promem_fast.times.received`), and its id begins with that arrival to the microsecond, so the same
+    words said again later are a new session, the newer one, and conversations that arrive within one second
+    keep their order."""
     if isinstance(data, Session):
         return [data.to_dict()]
     if isinstance(data, dict):
@@ -147,8 +158,10 @@ def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
         said = [items, date] if infer else [items, date, "verbatim"]  # ids of extracted ones stay as they were
         digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-        session = {"session_id": f"msg-{digest}", "messages": items}
-        when = said_when(date, items)
-        return [session if when is None else {**session, "timestamp": when}]
+        if date is not None or any(m.get("timestamp") is not None for m in items):  # dated (or its messages)
+            return [{"session_id": f"msg-{digest}", "messages": items,
+                     **({"timestamp": date} if date is not None else {})}]
+        kept, arrival = received()
+        return [{"session_id": f"msg-{arrival}-{digest[:8]}", "messages": items, "timestamp": kept}]
     return [dict(s) for s in items]
 

@@ -6,6 +6,7 @@ memory in it, so every route is also tried with the other tenant's key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -511,9 +512,9 @@ def test_the_mem0_verbs_over_http_metadata_filters_update_delete_all_and_reset(
         client.add("I work as a nurse.", user_id="Ana", metadata={"topic": "work"})
         client.add("I live in Lisbon.", user_id="Rui")
         client.add("My locker code is 4411.", user_id="Ana", infer=False)  # kept as written, no model
-        client.add("My locker code is 4411.", user_id="Ana", infer=False)  # the same message: added once
+        client.add("My locker code is 4411.", user_id="Ana", infer=False)  # said again: kept again, as mem0 does
         assert [m["memory"] for m in client.get_all(user_id="Ana")["results"]] == [
-            "Ana keep bees in Porto.", "Ana work as a nurse.", "My locker code is 4411."]
+            "Ana keep bees in Porto.", "Ana work as a nurse.", "My locker code is 4411.", "My locker code is 4411."]
         work = client.search("what does Ana do", user_id="Ana", top_k=5, filters={"topic": "work"})["results"]
         assert [(m["memory"], m["metadata"]) for m in work] == [("Ana work as a nurse.", {"topic": "work"})]
         with pytest.raises(ServerError) as bad:
@@ -527,7 +528,7 @@ def test_the_mem0_verbs_over_http_metadata_filters_update_delete_all_and_reset(
         changed = client.update(work[0]["id"], "Ana works as a surgeon.", user_id="Ana")
         assert (changed["id"], changed["memory"]) == (work[0]["id"], "Ana works as a surgeon.")
         assert client.search("surgeon", user_id="Ana", top_k=1)["results"][0]["id"] == work[0]["id"]
-        assert client.delete_all(user_id="Ana") == {"deleted": 3}
+        assert client.delete_all(user_id="Ana") == {"deleted": 4}
         assert client.reset() == {"deleted": 1}
         assert client.users() == []
     with Client(server.url, keys["b"]) as other:
@@ -658,3 +659,45 @@ def test_a_memory_takes_metadata_of_its_own_over_http(served: tuple[Server, dict
         assert reply.status_code == 422 and "new text" in reply.json()["detail"][0]["msg"]
         reply = http.patch("/v1/memories/1", json={"data": "a", "text": "b"})
         assert reply.status_code == 422 and "once" in reply.json()["detail"][0]["msg"]
+
+
+def test_the_same_words_said_again_later_are_a_new_conversation_and_arrivals_keep_their_order(
+        served: tuple[Server, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undated conversations over HTTP are said when they arrive: "I live in Lisbon" said again after "I live in
+    Porto" is stored (before: the same words made the same id, and the later saying was dropped as already
+    stored, leaving Porto current), and conversations that arrive within one second keep their order whatever
+    their words (before: ordered by a digest of them). A request sent again, or one naming its conversation,
+    stores it once."""
+    from promem_fast import shapes
+    from promem_fast.client import Client
+
+    def current(client: Client) -> list[str]:
+        return [m["memory"] for m in client.get_all(user_id="Ana")["results"]]
+
+    server, keys = served
+    with Client(server.url, keys["c"]) as client:
+        client.add("I live in a small flat in Lisbon near the river.", user_id="Ana")
+        client.add("I live in a small flat in Porto near the river.", user_id="Ana")
+        client.add("I live in a small flat in Lisbon near the river.", user_id="Ana")
+        assert current(client) == ["Ana live in a small flat in Lisbon near the river."]
+        assert len(client.sessions(user_id="Ana")) == 3
+        client.delete_all(user_id="Ana")
+        # within one second (the client's clock held there): arrival order, not the words' digest; the two
+        # wordings below sort the other way round by digest
+        ticks = iter(range(100, 200))
+        monkeypatch.setattr(shapes, "received", lambda: ("2026-01-05T10:00:00", f"20260105T100000{next(ticks):06d}"))
+        first, then = "I work as a nurse in a small clinic.", "I work as a teacher in a small clinic."
+        digest = [hashlib.sha256(json.dumps([[{"role": "user", "content": said}], None], sort_keys=True).encode()
+                                 ).hexdigest() for said in (first, then)]
+        assert digest[1] < digest[0]  # the ids before were "msg-" and these: the teacher would come first
+        client.add(first, user_id="Ana")
+        client.add(then, user_id="Ana")
+        assert current(client) == ["Ana work as a teacher in a small clinic."]
+        client.delete_all(user_id="Ana")
+    with server.client(keys["c"]) as http:
+        body = {"messages": "I keep bees on the roof.", "session_id": "bees-1"}
+        for _ in range(2):  # a request sent again after a lost reply
+            wait_job(http, http.post("/v1/users/Ana/sessions", json=body).json()["job_id"])
+        assert http.get("/v1/users/Ana/sessions").json()["sessions"] == ["bees-1"]
+        refused = http.post("/v1/users/Ana/sessions", json={"sessions": [{"messages": "x"}], "session_id": "x"})
+        assert refused.status_code == 422

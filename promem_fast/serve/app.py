@@ -125,7 +125,8 @@ def _job_routes(v1: APIRouter, service: Service) -> None:
     def add(body: api.AddSessions, user_id: User, who: Who) -> Any:
         metadata = with_scopes(body.metadata, expiration_date=body.expiration_date) or None
         sessions = (scoped(body.sessions, metadata=metadata, infer=body.infer) if body.sessions is not None
-                    else as_sessions(body.messages, body.date, metadata=metadata, infer=body.infer))
+                    else as_sessions(body.messages, body.date, metadata=metadata, infer=body.infer,
+                                     session_id=body.session_id))
         job, rejected = service.submit(who.tenant, user_id, sessions)
         if job is None:
             return JSONResponse({"detail": rejected}, status_code=422)

@@ -23,6 +23,9 @@ class AddSessions(BaseModel):
     messages: list[dict[str, Any]] | str | None = Field(
         default=None, description="one conversation: [{role, content}] or what the user said")
     date: str | None = Field(default=None, max_length=64, description="when the messages were said (ISO 8601)")
+    session_id: str | None = Field(default=None, max_length=128, description="the conversation's id (messages "
+                                   "only): a request sent again with it stores the conversation once; without it "
+                                   "and a date, each request is a new conversation, said when it arrives")
     metadata: dict[str, Any] | None = Field(default=None, description="stored with the sessions; filters search")
     infer: bool = Field(default=True, description="false: keep each message as written, no model called (mem0's "
                         "infer=False; such memories replace no older one)")
@@ -34,6 +37,8 @@ class AddSessions(BaseModel):
     def _one_form(self) -> AddSessions:
         if (self.sessions is None) == (self.messages is None):
             raise ValueError("give either sessions or messages")
+        if self.session_id is not None and self.messages is None:
+            raise ValueError("session_id names a conversation of messages; sessions carry their own")
         return self
 
 
