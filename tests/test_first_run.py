@@ -144,3 +144,19 @@ def test_the_demo_on_the_135m_default_says_what_it_shows_and_how_to_use_a_real_m
     assert "shows what the pipeline costs and the shape of its output,\nnot memory quality" in said
     assert f"promem extract {SAMPLE} -o graphs.jsonl --profile gpu" in said
     assert "--set llm.backend=openai --set llm.base_url=http://127.0.0.1:8080/v1" in said
+
+
+def test_promem_demo_hands_its_run_options_to_the_extraction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``promem demo --max-in-flight N`` and ``--set`` reach the run (before: ``--max-in-flight`` was taken and
+    dropped, so the demo ran at the default window whatever was asked)."""
+    import promem_fast.cli
+    from promem_fast.cli import build_parser
+    from promem_fast.cli.demo import cmd_demo
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(promem_fast.cli, "main", lambda argv: ran.append(argv) or 0)
+    args = build_parser().parse_args(["demo", "-o", str(tmp_path / "g.jsonl"), "--max-in-flight", "3",
+                                      "--set", "pipeline.tau_comp=0.5"])
+    assert cmd_demo(args) == 0
+    config = build_parser().parse_args(ran[0])
+    assert (config.max_in_flight, config.overrides) == (3, ["pipeline.tau_comp=0.5"])

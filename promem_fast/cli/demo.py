@@ -53,6 +53,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     argv += ["--config", str(args.config)] if args.config is not None else []
     argv += ["--profile", args.profile] if args.profile is not None else []
     argv += [f"--set={item}" for item in args.overrides] + (["--no-progress"] if args.no_progress else [])
+    argv += ["--max-in-flight", str(args.max_in_flight)] if args.max_in_flight is not None else []
     status = main(argv)
     if args.output.exists():
         print()
