@@ -297,14 +297,18 @@ class Memory:
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
                filters: dict[str, Any] | None = None, threshold: float | None = None, as_of: str | None = None,
                since: str | None = None, until: str | None = None, show_expired: bool = False,
-               explain: bool = False) -> Any:
+               explain: bool = False, rerank: bool = False) -> Any:
         """The ``top_k`` (or ``limit``, ``k``; default 10) memories closest to ``query``, best first: those
         current at ``as_of`` (default: now, the latest of each), said between ``since`` and ``until`` when
         given, whose metadata meets ``filters`` (:mod:`promem_fast.store.filters`; a ``user_id`` there
         names the user, ``agent_id`` and ``run_id`` there or here the session's scope) and whose ``score``
         (cosine with the query) is at least ``threshold`` when given; with ``show_expired`` also memories past
         their session's ``expiration_date``; with ``explain`` each says how it was ranked (``score_details``: its
-        place in the dense, lexical and time rankings, the window the query names, the fused score)."""
+        place in the dense, lexical and time rankings, the window the query names, the fused score). ``rerank``
+        (mem0's switch for its reranker models) is refused when true: there is no reranker stage to run."""
+        if rerank:
+            raise InputError("promem has no reranker stage: its hybrid ranking (dense, lexical and time ranks "
+                             "fused) orders the results; leave rerank out", field="rerank")
         user, conditions = shapes.user_and_filters(user_id, filters, agent_id=agent_id, run_id=run_id)
         count = shapes.result_count(top_k, limit, k, shapes.DEFAULT_K)
         with self._reading() as store:

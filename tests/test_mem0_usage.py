@@ -227,6 +227,10 @@ def test_mem0_arguments_promem_cannot_take_are_refused_with_the_reason(tmp_path:
             memory.add("I like tea.", agent_id="helper")
         with pytest.raises(InputError, match="there is no memory 41"):
             memory.delete(41)
+        assert memory.search("tea", user_id="ana", rerank=False) == {"results": []}  # mem0's default, taken
+        with pytest.raises(InputError, match="no reranker stage") as rerank:
+            memory.search("tea", user_id="ana", rerank=True)
+        assert rerank.value.field == "rerank"
         with pytest.raises(InputError, match="date or timestamp"):
             memory.add("I like tea.", user_id="ana", date="2024-01-01", timestamp=1)
         with pytest.raises(InputError, match="whole number of memories, not -1"):
