@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from promem_fast.errors import InputError, PromemError
 from promem_fast.times import received, said_when
-from promem_fast.types import Session
+from promem_fast.types import MemoryGraph, Session
 
 if TYPE_CHECKING:
     from promem_fast.engine import Engine
@@ -75,10 +75,7 @@ def add_many(store: MemoryStore, tenant: str, engine: Callable[[bool], Engine | 
              user_id: str | None, metadata: dict[str, Any] | None, infer: bool, progress: bool | None
              ) -> list[dict[str, Any]]:
     """Store ``items`` (each what ``add`` takes as ``messages``; a record or ``Session`` may name its own user,
-    else ``user_id``) in ``tenant`` of ``store``, in one run of the engine (``engine(True)`` loads it, for the
-    sessions that need a model; ``engine(False)``: the one loaded, if any); one result per item, in order."""
-    from promem_fast.verbatim import verbatim_graph
-
+    else ``user_id``) in ``tenant`` of ``store`` (:func:`store_sessions`); one result per item, in order."""
     sessions: list[Session | None] = []
     refused: dict[int, str] = {}
     for index, item in enumerate(items):
@@ -87,50 +84,80 @@ def add_many(store: MemoryStore, tenant: str, engine: Callable[[bool], Engine | 
         except InputError as exc:
             sessions.append(None)
             refused[index] = f"item {index}: {exc}"
-    seen: set[tuple[str, str]] = set()
-    todo: list[Session] = []
+    todo: dict[tuple[str, str], Session] = {}
     for session in sessions:
-        if session is None or (session.user, session.session_id) in seen:
-            continue
-        seen.add((session.user, session.session_id))
-        if not store.has_session(tenant, session.user, session.session_id):
-            todo.append(session)
-    new = {(s.user, s.session_id) for s in todo}
-    failed: dict[tuple[str, str], BaseException] = {}
-    extracted = [s for s in todo if s.infer]
-    stopped: PromemError | None = None
-    if extracted:
-        running = engine(True)
-        before = running.on_session_error
-        running.on_session_error = lambda session, exc: failed.setdefault((session.user, session.session_id), exc)
-        try:
-            for graph in running.extract_stream(extracted, progress=progress):  # each stored once it and those
-                store.add([graph], tenant=tenant, engine=running)  # before it are done, judged in the store's order
-        except PromemError as exc:  # the run stopped (a backend gone; on_error "stop"): each item left says why
-            stopped = exc
-        finally:
-            running.on_session_error = before
-    kept = [s for s in todo if not s.infer]
-    if kept and stopped is None:  # no model: the embedder alone (the engine judges what they reopen, if any)
-        store.add([verbatim_graph(s) for s in kept], tenant=tenant, engine=engine(False))
+        key = (session.user, session.session_id) if session is not None else None
+        if key is not None and key not in todo and not store.has_session(tenant, *key):
+            todo[key] = session
+    failed = store_sessions(store, tenant, engine, list(todo.values()), progress)
     results = []
     for index, session in enumerate(sessions):
         if session is None:
             results.append({"user_id": None, "session_id": None, "added": False, "results": [], "failed_steps": [],
                             "error": refused[index]})
             continue
-        key = (session.user, session.session_id)
-        first = key in new  # to be stored by this call (the same session given twice: the second was not added)
-        new.discard(key)
-        stored = first and store.has_session(tenant, session.user, session.session_id)
-        error = failed.get(key, stopped) if first and not stored else None
-        results.append({
-            "user_id": session.user, "session_id": session.session_id, "added": stored,
-            "results": store.session_events(session.user, session.session_id, tenant=tenant) if stored else [],
-            "failed_steps": store.session_failures(session.user, session.session_id, tenant=tenant) if stored else [],
-            "error": None if error is None else f"session {session.session_id!r} of {session.user!r} was not "
-                                                f"stored: {type(error).__name__}: {error}"})
+        first = todo.pop((session.user, session.session_id), None) is not None  # the same session twice: once
+        error = failed.get((session.user, session.session_id)) if first else None
+        if first and error is None:
+            results.append({**stored(store, tenant, session), "error": None})
+        else:
+            results.append({"user_id": session.user, "session_id": session.session_id, "added": False,
+                            "results": [], "failed_steps": [],
+                            "error": None if error is None else not_stored(session, error)})
     return results
+
+
+def store_sessions(store: MemoryStore, tenant: str, engine: Callable[[bool], Engine | None],
+                   sessions: list[Session], progress: bool | None) -> dict[tuple[str, str], BaseException]:
+    """Extract ``sessions`` (none of them in the store yet) in one run of the engine (``engine(True)`` loads it,
+    for the sessions that need a model; ``engine(False)``: the one loaded, if any), each stored and judged as
+    soon as it and those before it are done, and store those kept as written with the embedder alone. Returns
+    why each session that was not stored was not, by ``(user, session_id)``: its program's failure, or what
+    stopped the run (a backend gone; ``on_error: stop``), or the store's refusal (:class:`InputError`)."""
+    from promem_fast.verbatim import verbatim_graph
+
+    failed: dict[tuple[str, str], BaseException] = {}
+
+    def keep(graph: MemoryGraph, judge: Engine | None) -> None:
+        try:
+            store.add([graph], tenant=tenant, engine=judge)
+        except InputError as exc:  # the session's own fault, found by the store (an unreadable expiry): it alone
+            failed[(graph.user, graph.session_id)] = exc
+
+    extracted = [s for s in sessions if s.infer]
+    stopped: PromemError | None = None
+    if extracted:
+        running = engine(True)
+        before = running.on_session_error
+        running.on_session_error = lambda session, exc: failed.setdefault((session.user, session.session_id), exc)
+        try:
+            for graph in running.extract_stream(extracted, progress=progress):
+                keep(graph, running)
+        except PromemError as exc:
+            stopped = exc
+        finally:
+            running.on_session_error = before
+    if stopped is None:
+        for session in sessions:
+            if not session.infer:  # no model: the embedder alone (the engine judges what they reopen, if any)
+                keep(verbatim_graph(session), engine(False))
+    else:
+        for s in sessions:
+            if (s.user, s.session_id) not in failed and not store.has_session(tenant, s.user, s.session_id):
+                failed[(s.user, s.session_id)] = stopped
+    return failed
+
+
+def stored(store: MemoryStore, tenant: str, session: Session) -> dict[str, Any]:
+    """``add``'s result for a session it stored: what each memory did and the steps that failed."""
+    return {"user_id": session.user, "session_id": session.session_id, "added": True,
+            "results": store.session_events(session.user, session.session_id, tenant=tenant),
+            "failed_steps": store.session_failures(session.user, session.session_id, tenant=tenant)}
+
+
+def not_stored(session: Session, cause: BaseException) -> str:
+    """Why a session was not stored, as ``add`` raises it and ``add_many`` reports it."""
+    return f"session {session.session_id!r} of {session.user!r} was not stored: {type(cause).__name__}: {cause}"
 
 
 def _session_of(item: Any, user_id: str | None, metadata: dict[str, Any] | None, infer: bool) -> Session:

@@ -86,7 +86,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from promem_fast import shapes
-from promem_fast.adding import as_session, when
+from promem_fast.adding import as_session, not_stored, store_sessions, stored, when
 from promem_fast.config import EngineConfig
 from promem_fast.errors import InputError
 
@@ -261,23 +261,22 @@ class Memory:
         if user_id is None:
             raise InputError("promem keeps memory per user: give user_id (agent_id and run_id go into the "
                              "session's metadata, where filters and delete_all find them)", field="user_id")
-        expires = expiration_date.isoformat() if isinstance(expiration_date, datetime.date) else expiration_date
-        session = as_session(messages, user_id, when(date, timestamp), session_id,
-                           shapes.with_scopes(metadata, agent_id=agent_id, run_id=run_id, expiration_date=expires))
+        session = as_session(messages, user_id, when(date, timestamp), session_id, shapes.with_scopes(
+            metadata, agent_id=agent_id, run_id=run_id, expiration_date=shapes.day_given(expiration_date)))
         if not infer:
             session = dataclasses.replace(session, infer=False)
-        sid = session.session_id
-        if self.store.has_session(self.tenant, user_id, sid):
-            return {"user_id": user_id, "session_id": sid, "added": False, "results": [], "failed_steps": []}
-        if session.infer:
-            self._extract(session)
-        else:  # no engine: the embedder alone
-            from promem_fast.verbatim import verbatim_graph
+        if self.store.has_session(self.tenant, user_id, session.session_id):
+            return {"user_id": user_id, "session_id": session.session_id, "added": False, "results": [],
+                    "failed_steps": []}
+        failed = store_sessions(self.store, self.tenant, self._engine_if, [session], progress=False)
+        if failed:  # a model server that does not answer, a backend that crashed: stored nothing, and says so
+            from promem_fast.errors import SessionFailed
 
-            self.store.add([verbatim_graph(session)], tenant=self.tenant, engine=self._engine)
-        return {"user_id": user_id, "session_id": sid, "added": True,
-                "results": self.store.session_events(user_id, sid, tenant=self.tenant),
-                "failed_steps": self.store.session_failures(user_id, sid, tenant=self.tenant)}
+            (cause,) = failed.values()
+            if isinstance(cause, InputError):  # the caller's own fault, named by field
+                raise cause
+            raise SessionFailed(not_stored(session, cause)) from cause
+        return stored(self.store, self.tenant, session)
 
     @_writes
     def add_many(self, conversations: Iterable[Any], *, user_id: str | None = None,
@@ -290,8 +289,8 @@ class Memory:
         ``progress``: count them on stderr (default: the configuration's ``progress``)."""
         from promem_fast.adding import add_many
 
-        return add_many(self.store, self.tenant, lambda load: self.engine if load else self._engine, conversations,
-                        user_id=user_id, metadata=metadata, infer=infer, progress=progress)
+        return add_many(self.store, self.tenant, self._engine_if, conversations, user_id=user_id,
+                        metadata=metadata, infer=infer, progress=progress)
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, top_k: int | None = None, limit: int | None = None, k: int | None = None,
@@ -410,23 +409,9 @@ class Memory:
         user, or a store that does not judge updates (no model is loaded for it)."""
         return self.engine if narrow and self.store.update_judge != "off" else None
 
-    def _extract(self, session: Session) -> None:
-        """Extract and store one session. Its program failing (a model server that does not answer, a backend
-        that crashed) stores nothing, and says so: :class:`SessionFailed` with the cause, never a quiet
-        ``added`` with no memories."""
-        from promem_fast.errors import SessionFailed
-
-        engine = self.engine
-        failed: list[BaseException] = []
-        before = engine.on_session_error
-        engine.on_session_error = lambda _, exc: failed.append(exc)
-        try:
-            self.store.ingest([session], engine, tenant=self.tenant, progress=False)  # one session: no count
-        finally:
-            engine.on_session_error = before
-        if failed:
-            raise SessionFailed(f"session {session.session_id!r} of {session.user!r} was not stored: "
-                                f"{type(failed[0]).__name__}: {failed[0]}") from failed[0]
+    def _engine_if(self, load: bool) -> Engine | None:
+        """The engine, loaded on demand (``load``), else the one loaded, if any (a verbatim add needs none)."""
+        return self.engine if load else self._engine
 
     def _out(self, memories: list[dict[str, Any]]) -> Any:
         return memories if self.output_format == "list" else {"results": memories}

@@ -18,7 +18,7 @@ from datetime import date, datetime, timezone
 from typing import Any, TypeVar
 
 from promem_fast.errors import InputError
-from promem_fast.times import EXPIRES, received
+from promem_fast.times import EXPIRES, dated, received
 from promem_fast.types import Session
 
 _D = TypeVar("_D", int, None)
@@ -86,8 +86,13 @@ def metadata_changes(metadata: Any, expiration_date: Any) -> Any:
         return metadata
     if EXPIRES in (metadata or {}):
         raise InputError("give the expiration_date once, as an argument or in metadata", field="expiration_date")
-    day = expiration_date.isoformat() if isinstance(expiration_date, date) else expiration_date
-    return {**(metadata or {}), EXPIRES: day}
+    return {**(metadata or {}), EXPIRES: day_given(expiration_date)}
+
+
+def day_given(value: Any) -> Any:
+    """An ``expiration_date`` as given to an ``add`` or ``update``: a ``date`` as its ISO day, the rest as it is
+    (the store reads and checks it, naming the field)."""
+    return value.isoformat() if isinstance(value, date) else value
 
 
 def with_scopes(metadata: dict[str, Any] | None, **scopes: str | None) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def _sessions(data: Any, date: str | None, infer: bool) -> list[dict[str, Any]]:
     if items and all(isinstance(m, dict) and "role" in m and "content" in m for m in items):
         said = [items, date] if infer else [items, date, "verbatim"]  # ids of extracted ones stay as they were
         digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-        if date is not None or any(m.get("timestamp") is not None for m in items):  # dated (or its messages)
+        if dated(date, items):
             return [{"session_id": f"msg-{digest}", "messages": items,
                      **({"timestamp": date} if date is not None else {})}]
         kept, arrival = received()

@@ -94,12 +94,16 @@ def received() -> tuple[str, str]:
     return now.isoformat(timespec="seconds"), now.strftime("%Y%m%dT%H%M%S%f")
 
 
+def dated(given: str | float | None, messages: list[Any]) -> bool:
+    """Whether messages given to an ``add`` say when they were said: a time ``given``, or a message's own
+    ``timestamp`` (the session then takes its first turn's); else they were said when they arrive."""
+    return given is not None or any(isinstance(m, dict) and m.get("timestamp") is not None for m in messages)
+
+
 def said_when(given: str | float | None, messages: list[Any]) -> str | float | None:
     """When messages given to an ``add`` were said: the time ``given``; else none when a message carries its own
-    ``timestamp`` (the session then takes its first turn's); else now (:func:`received`)."""
-    if given is not None or any(isinstance(m, dict) and m.get("timestamp") is not None for m in messages):
-        return given
-    return received()[0]
+    ``timestamp``; else now (:func:`received`)."""
+    return given if dated(given, messages) else received()[0]
 
 
 def iso_time(value: str | None) -> str | None:

@@ -91,12 +91,11 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
+    from promem_fast.shapes import KEEP, metadata_changes
     from promem_fast.store.editing import edit
-    from promem_fast.times import EXPIRES
 
-    changes = dict(args.metadata or [])
-    if args.expiration_date is not None or args.no_expiration_date:
-        changes[EXPIRES] = args.expiration_date
+    expiry = args.expiration_date if args.expiration_date is not None or args.no_expiration_date else KEEP
+    changes = metadata_changes(dict(args.metadata or []), expiry)
     with _open(args, write=True) as store:
         return _print_memory(args, edit(store, args.memory_id, args.tenant, text=args.text, metadata=changes))
 

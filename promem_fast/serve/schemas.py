@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from promem_fast.shapes import DEFAULT_K
+from promem_fast.shapes import DEFAULT_K, KEEP, metadata_changes
 from promem_fast.store.filters import SUMMARY
 
 
@@ -102,9 +102,8 @@ class Update(BaseModel):
 
     def changes(self) -> dict[str, Any] | None:
         """The metadata changes, the expiration date among them when given (null: removed)."""
-        if "expiration_date" not in self.model_fields_set:
-            return self.metadata
-        return {**(self.metadata or {}), "expiration_date": self.expiration_date}
+        return metadata_changes(self.metadata, self.expiration_date if "expiration_date" in self.model_fields_set
+                                else KEEP)
 
 
 class Question(TimeScope):
