@@ -76,6 +76,10 @@ def add_many(store: MemoryStore, tenant: str, engine: Callable[[bool], Engine | 
              ) -> list[dict[str, Any]]:
     """Store ``items`` (each what ``add`` takes as ``messages``; a record or ``Session`` may name its own user,
     else ``user_id``) in ``tenant`` of ``store`` (:func:`store_sessions`); one result per item, in order."""
+    if isinstance(items, (str, bytes, dict, Session)) or not isinstance(items, Iterable):
+        # a string would be read letter by letter, a record key by key: each a conversation of its own
+        raise InputError(f"give a list of conversations, not {type(items).__name__} (one conversation: add)",
+                         field="conversations")
     sessions: list[Session | None] = []
     refused: dict[int, str] = {}
     for index, item in enumerate(items):

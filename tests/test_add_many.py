@@ -19,6 +19,7 @@ import pytest
 from promem_fast import AsyncMemory, EngineConfig, Memory
 from promem_fast.backends import BackendSpec, register
 from promem_fast.backends.base import Completion, GenerationRequest
+from promem_fast.errors import InputError
 from promem_fast.testing.llm_scripted import ScriptedLLM, parse_rendered
 
 HISTORY = [  # (what Ana said, when): four conversations, the third replacing the first
@@ -138,6 +139,11 @@ def test_a_conversation_given_twice_or_already_stored_is_stored_once(tmp_path: P
             ("s1", False, None), ("s2", True, None), ("s2", False, None)]
         assert memory.store.sessions("ana") == ["s1", "s2"]
         assert memory.add_many([], user_id="ana") == []
+        for one in ("I keep bees.", first, 42):  # one conversation is add's: not read letter by letter or key by key
+            with pytest.raises(InputError, match="give a list of conversations") as refused:
+                memory.add_many(one, user_id="ana")
+            assert refused.value.field == "conversations"
+        assert memory.store.sessions("ana") == ["s1", "s2"]
 
 
 def test_async_memory_adds_many_and_kept_as_written_needs_no_model(tmp_path: Path,
